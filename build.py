@@ -114,8 +114,36 @@ def setup_champion() -> Path:
     return dest
 
 
+def setup_npm() -> None:
+    """npm ci of the pinned package-lock (pyodide, tokenizer fixtures, Dawn for Node). Idempotent, offline after."""
+    stamp = ROOT / "node_modules" / ".exactspec-lock-sha256"
+    want = sha256_file(ROOT / "package-lock.json")
+    if stamp.exists() and stamp.read_text().strip() == want:
+        return
+    npm = shutil.which("npm")
+    if not npm:
+        raise SetupError("npm is not installed: install Node.js 20+ with npm (e.g. apt-get install -y nodejs npm) and run again.")
+    log("npm ci (pinned package-lock.json)")
+    r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SetupError(f"npm ci failed:\n{r.stderr.strip()[-2000:]}")
+    stamp.write_text(want)
+
+
 def cmd_setup(args) -> None:
     setup_champion()
+    setup_npm()
+
+
+def cmd_bench(args) -> int:
+    """Run py/bench/NAME.py with the repo's package on the path; it prints its measured figures."""
+    script = ROOT / "py" / "bench" / f"{args.name}.py"
+    if not script.exists():
+        names = sorted(p.stem for p in (ROOT / "py" / "bench").glob("*.py") if not p.stem.startswith("_"))
+        raise SetupError(f"no benchmark named {args.name!r}; there are: {', '.join(names) or 'none'}")
+    cmd_setup(args)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "py") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.call([sys.executable, str(script), *args.bench_args], cwd=ROOT, env=env)
 
 
 def cmd_test(args) -> int:
@@ -136,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("setup", help="fetch and lay out pinned pieces")
     t = sub.add_parser("test", help="run the test suite")
     t.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    b = sub.add_parser("bench", help="run a benchmark from py/bench/")
+    b.add_argument("name")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "setup":
@@ -143,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "test":
             return cmd_test(args)
+        if args.cmd == "bench":
+            return cmd_bench(args)
     except SetupError as e:
         print(f"[build] error: {e}", file=sys.stderr)
         return 2
