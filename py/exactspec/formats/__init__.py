@@ -1,0 +1,42 @@
+"""Model file formats: GGUF (read + write) and safetensors (read), all errors as `FormatError`.
+
+`load_model_file(path) -> (ModelConfig, weights)` picks the reader: a .gguf file, or a folder / .safetensors /
+config.json of a Hugging Face checkpoint. Weights are float32, C-contiguous, under GGUF names
+(token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight, output.weight when untied), in HF order.
+"""
+from __future__ import annotations
+
+import os
+
+from .quant import FormatError, GGML_TYPES, SUPPORTED_TYPES, WRITABLE_TYPES, dequantize, quantize
+from .gguf import (GGUFFile, GGUFValue, TensorInfo, config_from_gguf, gguf_metadata_for_config, permute_qk,
+                   unpermute_qk, write_gguf)
+from .safetensors import SafetensorsFile, config_from_hf, load_safetensors_model
+
+
+def load_model_file(path: str | os.PathLike):
+    """(ModelConfig, dict name -> float32 array) from a GGUF file or a safetensors checkpoint."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic == b"GGUF":
+            g = GGUFFile(path)
+            return g.config(), g.load_weights()
+        if path.endswith((".safetensors", "config.json")):
+            return load_safetensors_model(path)
+        raise FormatError(f"{path!r} is neither GGUF (magic {magic!r}) nor safetensors")
+    if os.path.isdir(path):
+        return load_safetensors_model(path)
+    raise FormatError(f"no such model file or folder: {path!r}")
+
+
+def describe(path: str | os.PathLike) -> dict:
+    """JSON-able {config, tensors: [{name, ggml_type, shape, offset, nbytes, qk_permuted}], metadata} of a GGUF."""
+    return GGUFFile(path).describe()
+
+
+__all__ = ["FormatError", "GGML_TYPES", "SUPPORTED_TYPES", "WRITABLE_TYPES", "dequantize", "quantize", "GGUFFile",
+           "GGUFValue", "TensorInfo", "config_from_gguf", "gguf_metadata_for_config", "permute_qk", "unpermute_qk",
+           "write_gguf", "SafetensorsFile", "config_from_hf", "load_safetensors_model", "load_model_file",
+           "describe"]

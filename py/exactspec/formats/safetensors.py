@@ -1,0 +1,175 @@
+"""Safetensors reader (F32 / F16 / BF16) and Hugging Face config.json -> ModelConfig.
+
+Layout: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]},
+"__metadata__": {...}}, then the data (offsets relative to the byte after the header). Every field is checked
+against the file size before anything is allocated; problems raise `FormatError`.
+
+Weights are returned under GGUF names (token_embd.weight, blk.N.attn_q.weight, ...) in HF order, the naming
+`exactspec.reference` uses for every source.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..backend import ModelConfig
+from .quant import FormatError
+
+MAX_HEADER = 100 << 20
+_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+_HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+_HF_TO_GGUF = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+_HF_GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+              "lm_head.weight": "output.weight"}
+
+
+def hf_to_gguf_name(name: str) -> str | None:
+    if name in _HF_GLOBAL:
+        return _HF_GLOBAL[name]
+    m = _HF_LAYER.match(name)
+    if m and m.group(2) in _HF_TO_GGUF:
+        return f"blk.{int(m.group(1))}.{_HF_TO_GGUF[m.group(2)]}"
+    return None
+
+
+class SafetensorsFile:
+    """Parsed header; `.tensors` name -> (dtype, shape, absolute offset, nbytes); data read on demand."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            size = os.path.getsize(self.path)
+            with open(self.path, "rb") as f:
+                if size < 8:
+                    raise FormatError(f"truncated safetensors file ({size} bytes): {self.path}")
+                (n,) = struct.unpack("<Q", f.read(8))
+                if n > MAX_HEADER or n > size - 8:
+                    raise FormatError(f"safetensors header length {n} is absurd for a {size}-byte file")
+                raw = f.read(n)
+        except OSError as e:
+            raise FormatError(f"cannot read safetensors file {self.path!r}: {e}") from e
+        try:
+            header = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise FormatError(f"safetensors header is not valid JSON: {e}") from e
+        if not isinstance(header, dict):
+            raise FormatError("safetensors header is not a JSON object")
+        self.metadata = header.pop("__metadata__", {}) or {}
+        base = 8 + n
+        data_size = size - base
+        self.tensors: dict[str, tuple[str, tuple, int, int]] = {}
+        for name, spec in header.items():
+            if not isinstance(spec, dict):
+                raise FormatError(f"safetensors entry {name!r} is not an object")
+            dtype, shape, offs = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
+            if not (isinstance(shape, list) and len(shape) <= 8 and
+                    all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < (1 << 40) for d in shape)):
+                raise FormatError(f"safetensors tensor {name!r} has a bad shape {shape!r}")
+            if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)
+                    and 0 <= offs[0] <= offs[1] <= data_size):
+                raise FormatError(f"safetensors tensor {name!r} offsets {offs!r} lie outside the data "
+                                  f"({data_size} bytes)")
+            n_el = 1
+            for d in shape:
+                n_el *= d
+            if dtype not in _DTYPES:
+                self.tensors[name] = (str(dtype), tuple(shape), base + offs[0], offs[1] - offs[0])
+                continue
+            if n_el * _DTYPES[dtype][1] != offs[1] - offs[0]:
+                raise FormatError(f"safetensors tensor {name!r}: {offs[1] - offs[0]} bytes for shape {shape} "
+                                  f"of {dtype}")
+            self.tensors[name] = (dtype, tuple(shape), base + offs[0], offs[1] - offs[0])
+
+    def tensor(self, name: str) -> np.ndarray:
+        if name not in self.tensors:
+            raise FormatError(f"tensor {name!r} not in {self.path}")
+        dtype, shape, off, nbytes = self.tensors[name]
+        if dtype not in _DTYPES:
+            raise FormatError(f"safetensors tensor {name!r} has dtype {dtype}, not supported (F32, F16, BF16)")
+        buf = np.empty(nbytes, dtype=np.uint8)          # (nbytes,) checked against the file size
+        with open(self.path, "rb") as f:
+            f.seek(off)
+            if f.readinto(memoryview(buf)) != nbytes:
+                raise FormatError(f"safetensors tensor {name!r}: file truncated while reading")
+        if dtype == "BF16":
+            out = (buf.view("<u2").astype(np.uint32) << np.uint32(16)).view(np.float32)
+        else:
+            out = buf.view(_DTYPES[dtype][0]).astype(np.float32)
+        return out.reshape(shape)
+
+
+def _cfg_int(cfg: Mapping, key: str, default=None) -> int:
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > (1 << 31):
+        raise FormatError(f"config.json {key} = {v!r} is not a sensible positive integer")
+    return v
+
+
+def config_from_hf(cfg: Mapping[str, Any]) -> ModelConfig:
+    """Hugging Face LlamaConfig-style dict -> ModelConfig."""
+    mt = cfg.get("model_type", "llama")
+    if mt not in ("llama", "mistral", "qwen2") and "LlamaForCausalLM" not in (cfg.get("architectures") or []):
+        raise FormatError(f"unsupported model_type {mt!r} (llama-style decoders only)")
+    dim = _cfg_int(cfg, "hidden_size")
+    n_heads = _cfg_int(cfg, "num_attention_heads")
+    n_kv = _cfg_int(cfg, "num_key_value_heads", n_heads)
+    if n_heads % n_kv:
+        raise FormatError(f"num_attention_heads {n_heads} is not a multiple of num_key_value_heads {n_kv}")
+    head_dim = cfg.get("head_dim") or dim // n_heads
+    head_dim = _cfg_int({"head_dim": head_dim}, "head_dim")
+    rope_dim = int(head_dim * float(cfg.get("partial_rotary_factor", 1.0)))
+    scaling = cfg.get("rope_scaling")
+    if scaling not in (None, {}) and (scaling or {}).get("rope_type", (scaling or {}).get("type")) != "default":
+        raise FormatError(f"rope_scaling {scaling!r} is not supported")
+    return ModelConfig(
+        dim=dim, hidden_dim=_cfg_int(cfg, "intermediate_size"), n_layers=_cfg_int(cfg, "num_hidden_layers"),
+        n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, vocab_size=_cfg_int(cfg, "vocab_size"),
+        seq_len=_cfg_int(cfg, "max_position_embeddings", 2048), rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        rope_dim=rope_dim, norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), arch="llama")
+
+
+def load_safetensors_model(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """A folder with config.json + *.safetensors (or a path to one of them) -> (config, GGUF-named weights)."""
+    path = os.fspath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    cfg_path = os.path.join(folder, "config.json")
+    try:
+        with open(cfg_path, "r", encoding="utf-8") as f:
+            cfg = config_from_hf(json.load(f))
+    except OSError as e:
+        raise FormatError(f"no readable config.json beside {path!r}: {e}") from e
+    except json.JSONDecodeError as e:
+        raise FormatError(f"config.json is not valid JSON: {e}") from e
+    files = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".safetensors"))
+    if path.endswith(".safetensors"):
+        files = [path]
+    if not files:
+        raise FormatError(f"no .safetensors files in {folder!r}")
+    weights: dict[str, np.ndarray] = {}
+    for fp in files:
+        st = SafetensorsFile(fp)
+        for name in st.tensors:
+            g = hf_to_gguf_name(name)
+            if g is not None:
+                weights[g] = np.ascontiguousarray(st.tensor(name))
+    if cfg.tied_embeddings:
+        weights.pop("output.weight", None)
+    elif "output.weight" not in weights:
+        cfg = ModelConfig(**{**cfg.to_json(), "tied_embeddings": True})
+    return cfg, weights
