@@ -1,0 +1,328 @@
+"""The generation loop: drafts, verifies, commits, rolls back. Python decides every token.
+
+Invariants at the start of each round (seq = prompt + committed tokens):
+- champion.length == len(seq) - 1: every committed token but the last is in its KV cache. The round feeds
+  [seq[-1], x_1..x_k] at position len(seq) - 1 and gets k+1 logits rows (row i is the distribution of the token at
+  absolute position len(seq) + i).
+- The draft's KV holds a prefix of seq; the drafter catches up on what it has not seen (the last emitted token
+  included) before proposing.
+After verification the accepted prefix plus one champion token are committed and both caches roll back (O(1), the
+logical length moves) to what is still valid. Cancellation and backend faults leave the result at the last committed
+prefix, which is what the caller has streamed: nothing is shown twice or lost.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .drafters import make_drafter
+from .drafters.model import call_backend
+from .sampling import STREAM_DRAFT, STREAM_SAMPLE, Rng, SamplingParams, probs_from_scaled, sample_index, scaled_logits
+from .schedule import SpecScheduler
+from . import verify
+
+MODES = ("coupled", "rejection")
+DRAFTERS = ("none", "model", "ngram")
+
+
+class BackendError(RuntimeError):
+    """A backend (champion or draft) failed during a forward pass (e.g. WebGPU device lost)."""
+
+
+@dataclass
+class GenerateConfig:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    mode: str = "coupled"
+    k: int = 4
+    drafter: str = "none"
+    stop: Sequence[str] = ()
+    adaptive: bool = False   # let the scheduler turn speculation off when it does not pay
+
+    def validate(self) -> None:
+        def is_int(x):
+            return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+        if not is_int(self.max_new_tokens) or not (1 <= self.max_new_tokens <= 1_000_000):
+            raise ValueError(f"max_new_tokens must be an integer in 1..1000000, got {self.max_new_tokens!r}")
+        if not is_int(self.k) or not (0 <= self.k <= 32):
+            raise ValueError(f"k must be an integer in 0..32, got {self.k!r}")
+        if not is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {DRAFTERS}, got {self.drafter!r}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError("stop must be a list of non-empty strings")
+        self.sampling.validate()
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(float(self.temperature), int(self.top_k), float(self.top_p))
+
+
+@dataclass
+class GenerateResult:
+    token_ids: list[int]
+    finish_reason: str  # "eos" | "length" | "stop" | "cancelled" | "error"
+    stats: dict
+    text: str | None = None
+    error: str | None = None
+    eos_id: int | None = None
+
+
+@dataclass
+class _Counters:
+    target_passes: int = 0
+    prefill_passes: int = 0
+    draft_passes: int = 0
+    rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    proposed_at: list = field(default_factory=list)
+    accepted_at: list = field(default_factory=list)
+
+
+class _Picker:
+    """Turns a draft logits row into a proposal the way the mode demands, sharing the coupled noise with the verifier."""
+
+    def __init__(self, mode: str, params: SamplingParams, rng: Rng, vocab: int):
+        self.mode, self.params, self.rng, self.vocab = mode, params, rng, vocab
+        self.noise: dict[int, np.ndarray] = {}  # t -> (vocab,) Gumbel noise, kept for the current round
+
+    def gumbel(self, t: int) -> np.ndarray:
+        g = self.noise.get(t)
+        if g is None:
+            g = self.rng.gumbel(t, self.vocab)
+            self.noise[t] = g
+        return g
+
+    def forget_before(self, t: int) -> None:
+        for key in [k for k in self.noise if k < t]:
+            del self.noise[key]
+
+    def __call__(self, row: np.ndarray, t: int):
+        z = scaled_logits(row, self.params)  # (vocab,)
+        if self.params.greedy:
+            return int(np.argmax(z)), None
+        if self.mode == "coupled":
+            return int(np.argmax(z + self.gumbel(t))), None
+        q = probs_from_scaled(z)  # (vocab,) the distribution the proposal is drawn from
+        return int(sample_index(q, self.rng.uniform(STREAM_DRAFT, t))), q
+
+
+def _stop_cut(tokenizer, generated: list[int], n_new: int, stops: Sequence[str]):
+    """If a stop string appears in the text, return (n_tokens_to_keep, text_before_stop); else None."""
+    text = tokenizer.decode(generated)
+    hits = [text.find(s) for s in stops]
+    hits = [h for h in hits if h >= 0]
+    if not hits:
+        return None
+    cut = min(hits)
+    # smallest prefix of the tokens whose text already contains the stop string
+    for n in range(len(generated) - n_new + 1, len(generated) + 1):
+        t = tokenizer.decode(generated[:n])
+        if any(s in t for s in stops):
+            return n, text[:cut]
+    return len(generated), text[:cut]
+
+
+async def generate_async(
+    champion,
+    prompt_ids: Sequence[int],
+    cfg: GenerateConfig,
+    *,
+    draft=None,
+    tokenizer=None,
+    eos_ids: Sequence[int] | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> GenerateResult:
+    cfg.validate()
+    clock = clock or time.perf_counter
+    t_start = clock()
+    C = champion.config
+    V = C.vocab_size
+    prompt = [int(x) for x in prompt_ids]
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token")
+    bad = [x for x in prompt if not (0 <= x < V)]
+    if bad:
+        raise ValueError(f"prompt token ids out of range 0..{V - 1}: {bad[:5]}")
+    if len(prompt) >= C.seq_len:
+        raise ValueError(
+            f"the prompt is {len(prompt)} tokens but the model's context is {C.seq_len}: shorten it "
+            "(or start a new chat)"
+        )
+    if eos_ids is None:
+        eos_ids = sorted(getattr(tokenizer, "eos_ids", ())) if tokenizer is not None else []
+    eos = set(int(e) for e in eos_ids)
+    params = cfg.sampling
+    rng = Rng(cfg.seed)
+    drafter = make_drafter(cfg.drafter, draft, V)
+    picker = _Picker(cfg.mode, params, rng, V)
+    sched = SpecScheduler(cfg.k if cfg.drafter != "none" else 0, adaptive=cfg.adaptive)
+    n = _Counters(proposed_at=[0] * cfg.k, accepted_at=[0] * cfg.k)
+
+    seq = list(prompt)
+    generated: list[int] = []
+    finish = "length"
+    error = None
+    text = None
+    t_first = None
+    eos_hit = None
+
+    async def champion_pass(tokens, pos):
+        try:
+            return await call_backend(champion.forward(tokens, pos, len(tokens)), len(tokens), V)
+        except Exception as e:  # a backend fault: report it, keep the committed prefix
+            raise BackendError(f"champion forward failed: {e}") from e
+
+    try:
+        try:
+            champion.truncate(0)
+            if draft is not None and cfg.drafter == "model":
+                draft.truncate(0)
+            if len(prompt) > 1:
+                try:
+                    await call_backend(champion.forward(prompt[:-1], 0, 1), 1, V)
+                except Exception as e:
+                    raise BackendError(f"champion prefill failed: {e}") from e
+                n.prefill_passes += 1
+        except BackendError:
+            raise
+        while True:
+            if should_cancel is not None and should_cancel():
+                finish = "cancelled"
+                break
+            remaining = cfg.max_new_tokens - len(generated)
+            if remaining <= 0:
+                finish = "length"
+                break
+            if len(seq) >= C.seq_len:
+                finish = "length"  # context full
+                break
+            k_cap = min(cfg.k, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
+            k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
+            t0 = len(seq)  # absolute position of the first token this round emits
+            t_a = clock()
+            passes_before = getattr(drafter, "passes", 0)
+            try:
+                proposals, q_rows = await drafter.propose(seq, k, picker)
+            except Exception as e:
+                raise BackendError(f"draft forward failed: {e}") from e
+            proposals = proposals[:k]
+            g = len(proposals)
+            n.draft_passes += getattr(drafter, "passes", 0) - passes_before
+            t_b = clock()
+            logits = await champion_pass([seq[-1]] + proposals, t0 - 1)  # (g+1, vocab)
+            t_c = clock()
+            n.target_passes += 1
+            n.rounds += 1
+            if params.greedy:
+                z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab)
+                emitted = verify.greedy(z, proposals)
+            elif cfg.mode == "coupled":
+                z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab)
+                noise = np.stack([picker.gumbel(t0 + i) for i in range(g + 1)])  # (g+1, vocab)
+                emitted = verify.coupled(z, proposals, noise)
+            else:
+                p = probs_from_scaled(np.stack([scaled_logits(r, params) for r in logits]))  # (g+1, vocab)
+                if g == 0:
+                    emitted = [int(sample_index(p[0], rng.uniform(STREAM_SAMPLE, t0)))]
+                else:
+                    if q_rows is None:  # point-mass drafter
+                        q_rows = np.zeros((g, V), dtype=np.float64)
+                        q_rows[np.arange(g), proposals] = 1.0
+                    emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
+            n_acc = len(emitted) - 1
+            for i in range(g):
+                n.proposed_at[i] += 1
+                if i < n_acc:
+                    n.accepted_at[i] += 1
+            n.proposed += g
+            n.accepted += n_acc
+            sched.observe(g, t_c - t_b, t_b - t_a, n_acc)
+            # EOS inside the emitted tokens ends the answer there (the EOS itself is not part of the answer)
+            for i, tok in enumerate(emitted):
+                if tok in eos:
+                    eos_hit = tok
+                    emitted = emitted[:i]
+                    finish = "eos"
+                    break
+            emitted = emitted[:remaining]
+            n.emitted += len(emitted)
+            # commit
+            generated.extend(emitted)
+            seq.extend(emitted)
+            if eos_hit is None and cfg.stop and tokenizer is not None and emitted:
+                cut = _stop_cut(tokenizer, generated, len(emitted), cfg.stop)
+                if cut is not None:
+                    keep, text = cut
+                    drop = len(generated) - keep
+                    if drop:
+                        del generated[keep:]
+                        del seq[len(seq) - drop:]
+                        emitted = emitted[: len(emitted) - drop]
+                    finish = "stop"
+            champion.truncate(max(0, min(champion.length, len(seq) - 1)))
+            drafter.update(len(seq))
+            picker.forget_before(len(seq))
+            if emitted and t_first is None:
+                t_first = clock()
+            if on_tokens is not None and emitted:
+                on_tokens(list(emitted))
+            if finish in ("eos", "stop"):
+                break
+            await asyncio.sleep(0)  # let the host (Pyodide's event loop) deliver cancel requests
+    except BackendError as e:
+        finish = "error"
+        error = str(e)
+        # roll both caches back to the committed prefix; a dead device may refuse even that
+        for b in (champion, draft):
+            if b is None:
+                continue
+            try:
+                b.truncate(max(0, min(b.length, len(seq) - 1)))
+            except Exception:
+                pass
+    t_end = clock()
+    if text is None and tokenizer is not None:
+        text = tokenizer.decode(generated)
+    elapsed = max(t_end - t_start, 1e-9)
+    stats = {
+        "target_passes": n.target_passes,
+        "prefill_passes": n.prefill_passes,
+        "draft_passes": n.draft_passes,
+        "tau": (n.emitted / n.target_passes) if n.target_passes else 0.0,
+        "acceptance_by_position": [
+            (n.accepted_at[i] / n.proposed_at[i]) if n.proposed_at[i] else 0.0 for i in range(cfg.k)
+        ],
+        "ttft_ms": ((t_first - t_start) * 1000.0) if t_first is not None else None,
+        "tokens_per_s": len(generated) / elapsed,
+        "elapsed_ms": elapsed * 1000.0,
+        "new_tokens": len(generated),
+        "rounds": n.rounds,
+        "proposed": n.proposed,
+        "accepted": n.accepted,
+        "k": cfg.k,
+        "mode": cfg.mode,
+        "drafter": cfg.drafter,
+        "spec_disabled_rounds": sched.disabled_rounds,
+    }
+    return GenerateResult(generated, finish, stats, text=text, error=error, eos_id=eos_hit)
+
+
+def generate(champion, prompt_ids, cfg: GenerateConfig, **kw) -> GenerateResult:
+    """Synchronous wrapper for CPython (the browser worker awaits generate_async directly)."""
+    return asyncio.run(generate_async(champion, prompt_ids, cfg, **kw))

@@ -1,0 +1,58 @@
+"""Draft-model drafter: a small model with the champion's tokenizer proposes k tokens autoregressively."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+
+async def call_backend(result, n_rows: int, vocab: int) -> np.ndarray:
+    """Await a backend result if needed and return it as float32 (n_rows, vocab)."""
+    if inspect.isawaitable(result):
+        result = await result
+    arr = np.asarray(result, dtype=np.float32)
+    if arr.size != n_rows * vocab:
+        raise RuntimeError(f"backend returned {arr.size} logits, expected {n_rows} x {vocab}")
+    return arr.reshape(n_rows, vocab)
+
+
+class ModelDrafter:
+    name = "model"
+
+    def __init__(self, draft):
+        self.draft = draft  # Backend
+        self.passes = 0
+
+    def max_proposals(self, seq_len_now: int) -> int:
+        # the draft processes positions up to seq_len_now - 2 + k
+        return max(0, self.draft.config.seq_len - seq_len_now + 1)
+
+    async def propose(self, seq, k, pick):
+        if k <= 0:
+            return [], None
+        V = self.draft.config.vocab_size
+        start = self.draft.length
+        if start > len(seq) - 1:
+            self.draft.truncate(len(seq) - 1)
+            start = len(seq) - 1
+        # catch up on every committed token the draft has not seen, ending with the last one
+        feed = list(seq[start:])  # (n,)
+        proposals: list[int] = []
+        q_rows: list[np.ndarray] = []
+        pos = start
+        for i in range(k):
+            row = (await call_backend(self.draft.forward(feed, pos, 1), 1, V))[0]  # (vocab,)
+            self.passes += 1
+            pos += len(feed)
+            tok, q = pick(row, len(seq) + i)
+            proposals.append(int(tok))
+            if q is not None:
+                q_rows.append(q)
+            feed = [int(tok)]
+        q_arr = np.stack(q_rows) if q_rows else None  # (k, vocab)
+        return proposals, q_arr
+
+    def update(self, committed_len: int) -> None:
+        keep = min(self.draft.length, committed_len - 1)
+        if keep < self.draft.length:
+            self.draft.truncate(max(0, keep))
