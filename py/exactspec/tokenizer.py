@@ -23,7 +23,6 @@ import codecs
 import heapq
 import json
 import os
-import struct
 import unicodedata
 
 # Character classes of the scanners (constants, not state).
@@ -46,8 +45,6 @@ _GGUF_PRE = {
 _TURN_END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>")
 _GGUF_TOKEN_CONTROL, _GGUF_TOKEN_USER_DEFINED, _GGUF_TOKEN_UNUSED = 3, 4, 5
 _WORD_CACHE_MAX = 65536
-_MAX_GGUF_ARRAY = 1 << 24  # entries; a tokenizer never needs more
-_MAX_GGUF_STRING = 1 << 26  # bytes (chat templates are KBs, not GBs)
 
 
 class TokenizerError(ValueError):
@@ -736,79 +733,12 @@ def _pre_from_json(pt):
     raise NotImplementedError(f"pre-tokenizer sequence {types} is not supported")
 
 
-# ---------------------------------------------------------------------- GGUF metadata (tokenizer keys only)
+# ---------------------------------------------------------------------- GGUF metadata
 def _gguf_metadata(path):
-    """Metadata key/values of a GGUF file; prefers exactspec.formats when it provides a reader."""
+    """Metadata key/values of a GGUF file, read by exactspec.formats (the one GGUF parser)."""
+    from .formats import FormatError, GGUFFile
+
     try:
-        from . import formats as _formats  # noqa: WPS433 (optional sibling, written separately)
-        reader = getattr(_formats, "read_gguf_metadata", None)
-    except ImportError:
-        reader = None
-    if reader is not None:
-        return reader(path)
-    with open(path, "rb") as f:
-        return _read_gguf_kv(f, os.fstat(f.fileno()).st_size, os.fspath(path))
-
-
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
-def _read_gguf_kv(f, size, name):
-    def need(nbytes):
-        data = f.read(nbytes)
-        if len(data) != nbytes:
-            raise TokenizerError(f"{name}: GGUF truncated in the metadata")
-        return data
-
-    def u64():
-        return struct.unpack("<Q", need(8))[0]
-
-    def string():
-        ln = u64()
-        if ln > _MAX_GGUF_STRING:
-            raise TokenizerError(f"{name}: GGUF string of {ln} bytes is absurd")
-        if ln > size:
-            raise TokenizerError(f"{name}: GGUF truncated: a string of {ln} bytes runs past the end of the file")
-        raw = need(ln)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TokenizerError(f"{name}: GGUF string is not UTF-8") from None
-
-    def value(t, depth=0):
-        if t in _GGUF_SCALARS:
-            fmt = _GGUF_SCALARS[t]
-            return struct.unpack(fmt, need(struct.calcsize(fmt)))[0]
-        if t == 8:
-            return string()
-        if t == 9:
-            if depth > 2:
-                raise TokenizerError(f"{name}: GGUF arrays nested too deep")
-            et = struct.unpack("<I", need(4))[0]
-            cnt = u64()
-            if cnt > _MAX_GGUF_ARRAY or cnt > size:
-                raise TokenizerError(f"{name}: GGUF array of {cnt} entries is absurd")
-            if et in _GGUF_SCALARS:
-                fmt = _GGUF_SCALARS[et]
-                w = struct.calcsize(fmt)
-                if cnt * w > size:
-                    raise TokenizerError(f"{name}: GGUF array runs past the end of the file")
-                return list(struct.unpack("<" + fmt[1] * cnt, need(cnt * w)))
-            return [value(et, depth + 1) for _ in range(cnt)]
-        raise TokenizerError(f"{name}: unknown GGUF value type {t}")
-
-    if need(4) != b"GGUF":
-        raise TokenizerError(f"{name}: not a GGUF file (bad magic)")
-    version = struct.unpack("<I", need(4))[0]
-    if version not in (2, 3):
-        raise TokenizerError(f"{name}: GGUF version {version} is not supported (2 or 3)")
-    _n_tensors = u64()
-    n_kv = u64()
-    if n_kv > 1 << 20:
-        raise TokenizerError(f"{name}: GGUF claims {n_kv} metadata entries")
-    meta = {}
-    for _ in range(n_kv):
-        key = string()
-        t = struct.unpack("<I", need(4))[0]
-        meta[key] = value(t)
-    return meta
+        return GGUFFile(path).metadata
+    except FormatError as e:
+        raise TokenizerError(f"cannot read the tokenizer from {os.fspath(path)!r}: {e}") from e
