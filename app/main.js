@@ -1,0 +1,348 @@
+// UI only: renders the chat, settings, metrics and models; every action goes through window.exactspec.
+
+import { exactspec } from './client.js';
+import { DEFAULT_SETTINGS, STAGES, validateSettings } from './protocol.js';
+
+const $ = (id) => document.getElementById(id);
+const SETTINGS_KEY = 'exactspec.settings.v1';
+const FIELDS = ['speculation', 'drafter', 'k', 'mode', 'temperature', 'top_k', 'top_p', 'seed', 'max_new_tokens'];
+
+const ui = {
+  messages: [],        // [{role, content}] the chat so far (what the template renders)
+  busy: false,
+  lastFinish: null,    // finish_reason of the last answer
+  settings: loadSettings(),
+};
+
+// ---- settings ---------------------------------------------------------------------------------------------------
+function loadSettings() {
+  try {
+    const s = JSON.parse(localStorage.getItem(SETTINGS_KEY) || 'null');
+    const v = validateSettings({ ...DEFAULT_SETTINGS, ...(s || {}) });
+    if (v.ok) return v.value;
+  } catch (e) { /* fall through to defaults */ }
+  return { ...DEFAULT_SETTINGS };
+}
+
+function renderSettings() {
+  for (const f of FIELDS) {
+    const el = $(f);
+    if (el.type === 'checkbox') el.checked = Boolean(ui.settings[f]);
+    else el.value = String(ui.settings[f]);
+  }
+  syncSpeculationFields();
+}
+
+function syncSpeculationFields() {
+  const on = $('speculation').checked;
+  $('drafter').disabled = !on;
+  $('k').disabled = !on;
+}
+
+function readSettingsForm() {
+  const raw = {};
+  for (const f of FIELDS) {
+    const el = $(f);
+    raw[f] = el.type === 'checkbox' ? el.checked : el.value.trim();
+  }
+  return raw;
+}
+
+function onSettingsChange() {
+  syncSpeculationFields();
+  const v = validateSettings(readSettingsForm());
+  const err = $('settings-error');
+  if (!v.ok) {
+    err.textContent = `Invalid setting — ${v.error}. The previous value stays in use.`;
+    err.hidden = false;
+    return;
+  }
+  err.hidden = true;
+  ui.settings = v.value;
+  localStorage.setItem(SETTINGS_KEY, JSON.stringify(ui.settings));
+}
+
+function genParams() {
+  const s = ui.settings;
+  const spec = s.speculation && s.drafter !== 'none' && s.k > 0;
+  return {
+    temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, seed: s.seed, max_new_tokens: s.max_new_tokens,
+    mode: s.mode, drafter: spec ? s.drafter : 'none', k: spec ? s.k : 0,
+  };
+}
+
+// ---- boot -------------------------------------------------------------------------------------------------------
+function renderStages(events) {
+  const byStage = new Map();
+  for (const e of events) byStage.set(e.stage, e);
+  const ol = $('stages');
+  ol.replaceChildren(...STAGES.map((name) => {
+    const e = byStage.get(name);
+    const li = document.createElement('li');
+    li.dataset.stage = name;
+    li.dataset.state = e ? e.state : 'waiting';
+    let text = name;
+    if (e && e.state === 'done') text += ` ✓ ${e.ms} ms`;
+    if (e && e.state === 'error') text += ` ✗ ${e.detail && e.detail.error}`;
+    if (e && e.state === 'start') text += ' …';
+    if (name === 'gpu' && e && e.detail && e.detail.backend === 'cpu') text += ' (CPU fallback)';
+    li.textContent = text;
+    return li;
+  }));
+}
+
+function showError(msg) {
+  const el = $('error');
+  el.textContent = msg;
+  el.hidden = !msg;
+}
+
+function setStatus(msg) { $('status').textContent = msg; }
+
+function fmtBytes(n) {
+  const u = ['B', 'KB', 'MB', 'GB'];
+  let i = 0;
+  while (n >= 1000 && i < u.length - 1) { n /= 1000; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
+}
+
+exactspec.on('stage', () => renderStages(exactspec.stages));
+exactspec.on('progress', (e) => {
+  const bar = $('progress');
+  bar.hidden = false;
+  bar.max = e.total || 1;
+  bar.value = e.loaded;
+  $('progress-text').textContent = `Importing ${e.name}: ${fmtBytes(e.loaded)}${e.total ? ' of ' + fmtBytes(e.total) : ''}`;
+  if (e.total && e.loaded >= e.total) setTimeout(() => { bar.hidden = true; $('progress-text').textContent = ''; }, 500);
+});
+
+// ---- chat -------------------------------------------------------------------------------------------------------
+function bubble(role, text) {
+  const div = document.createElement('div');
+  div.className = `msg ${role}`;
+  div.dataset.role = role;
+  div.textContent = text;
+  $('transcript').append(div);
+  div.scrollIntoView({ block: 'end' });
+  return div;
+}
+
+function renderTranscript() {
+  $('transcript').replaceChildren();
+  for (const m of ui.messages) bubble(m.role, m.content);
+}
+
+function setBusy(b) {
+  ui.busy = b;
+  $('send').disabled = b;
+  $('stop').disabled = !b;
+  const hasAnswer = ui.messages.length && ui.messages[ui.messages.length - 1].role === 'assistant';
+  $('continue').disabled = b || !hasAnswer || !['cancelled', 'length'].includes(ui.lastFinish);
+  $('regenerate').disabled = b || !hasAnswer;
+  $('copy').disabled = !hasAnswer;
+  $('prompt').disabled = b;
+  $('models-panel').inert = b;
+}
+
+async function runAnswer({ cont = false } = {}) {
+  showError('');
+  let target;
+  if (cont) {
+    target = ui.messages[ui.messages.length - 1];
+  } else {
+    target = { role: 'assistant', content: '' };
+  }
+  const chat = ui.messages.slice();
+  if (!cont) ui.messages.push(target);
+  renderTranscript();
+  const el = $('transcript').lastElementChild;
+  el.classList.add('streaming');
+  setBusy(true);
+  try {
+    const params = { ...genParams(), ...(cont ? { continue: true } : { chat }) };
+    const res = await exactspec.generate(params, {
+      onToken: (text) => { target.content += text; el.textContent = target.content; el.scrollIntoView({ block: 'end' }); },
+    });
+    target.content = cont ? target.content : res.text;
+    el.textContent = target.content;
+    ui.lastFinish = res.finish_reason;
+    renderMetrics(res.stats);
+    setStatus(res.finish_reason === 'cancelled' ? 'Stopped. Continue or send a new message.' : 'Ready.');
+  } catch (e) {
+    showError(e.message);
+    if (!cont && !target.content) { ui.messages.pop(); renderTranscript(); }
+    setStatus('Ready.');
+  } finally {
+    el.classList.remove('streaming');
+    setBusy(false);
+  }
+}
+
+function send() {
+  const text = $('prompt').value.trim();
+  if (!text || ui.busy) return;
+  $('prompt').value = '';
+  ui.messages.push({ role: 'user', content: text });
+  setStatus('Answering…');
+  runAnswer();
+}
+
+function renderMetrics(s) {
+  if (!s) return;
+  $('metrics').hidden = false;
+  const f = (x, d = 2) => (x === null || x === undefined || Number.isNaN(x) ? '–' : Number(x).toFixed(d));
+  $('m-tau').textContent = f(s.tau);
+  $('m-tps').textContent = f(s.tokens_per_s, 1);
+  $('m-target').textContent = s.target_passes ?? '–';
+  $('m-draft').textContent = s.draft_passes ?? '–';
+  $('m-ttft').textContent = s.ttft_ms === undefined || s.ttft_ms === null ? '–' : `${f(s.ttft_ms, 0)} ms`;
+  $('m-backend').textContent = s.backend || '–';
+  const acc = s.acceptance_by_position || [];
+  const bars = $('m-accept');
+  bars.setAttribute('aria-label', `Acceptance by position: ${acc.map((a) => f(a)).join(', ') || 'no speculation'}`);
+  bars.replaceChildren(...acc.map((a, i) => {
+    const b = document.createElement('div');
+    b.className = 'bar';
+    b.style.setProperty('--h', `${Math.round(100 * (a || 0))}%`);
+    b.title = `position ${i + 1}: ${f(a)}`;
+    b.dataset.pos = String(i + 1);
+    return b;
+  }));
+}
+
+// ---- models -----------------------------------------------------------------------------------------------------
+async function renderModels() {
+  let list = [];
+  try { list = await exactspec.listModels(); } catch (e) { showError(e.message); }
+  $('models').replaceChildren(...list.map((m) => {
+    const li = document.createElement('li');
+    li.dataset.name = m.name;
+    const label = document.createElement('span');
+    label.textContent = `${m.name} — ${fmtBytes(m.size)}${m.loaded ? ` (${m.loaded})` : ''}`;
+    const use = document.createElement('button');
+    use.type = 'button';
+    use.textContent = 'Use';
+    use.disabled = m.loaded === 'champion';
+    use.setAttribute('aria-label', `Chat with ${m.name}`);
+    use.onclick = () => useModel(m.name);
+    const del = document.createElement('button');
+    del.type = 'button';
+    del.textContent = 'Delete';
+    del.setAttribute('aria-label', `Delete ${m.name}`);
+    del.onclick = () => deleteModel(m.name);
+    li.append(label, use, del);
+    return li;
+  }));
+}
+
+async function useModel(name) {
+  setStatus(`Loading ${name}…`);
+  try {
+    await exactspec.loadModel(name, 'champion');
+    localStorage.setItem('exactspec.champion', name);
+    newChat();
+    setStatus(`Ready: ${name}.`);
+  } catch (e) { showError(e.message); setStatus('Ready.'); }
+  renderModels();
+}
+
+async function deleteModel(name) {
+  try { await exactspec.deleteModel(name); } catch (e) { showError(e.message); }
+  renderModels();
+}
+
+async function importModel(src) {
+  const st = $('import-status');
+  st.textContent = 'Importing…';
+  try {
+    const r = await exactspec.importModel(src);
+    st.textContent = `Imported ${r.name} (${fmtBytes(r.size)}). Press "Use" to chat with it.`;
+  } catch (e) {
+    st.textContent = `Import failed: ${e.message}`;
+  }
+  $('progress').hidden = true;
+  $('progress-text').textContent = '';
+  renderModels();
+}
+
+function newChat() {
+  ui.messages = [];
+  ui.lastFinish = null;
+  renderTranscript();
+  setBusy(false);
+}
+
+// ---- wiring -----------------------------------------------------------------------------------------------------
+function wire() {
+  $('composer').addEventListener('submit', (e) => { e.preventDefault(); send(); });
+  $('prompt').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+  });
+  $('stop').onclick = () => exactspec.cancel();
+  $('continue').onclick = () => runAnswer({ cont: true });
+  $('regenerate').onclick = () => {
+    if (ui.messages.length && ui.messages[ui.messages.length - 1].role === 'assistant') ui.messages.pop();
+    runAnswer();
+  };
+  $('copy').onclick = async () => {
+    const last = [...ui.messages].reverse().find((m) => m.role === 'assistant');
+    if (!last) return;
+    try { await navigator.clipboard.writeText(last.content); setStatus('Copied.'); } catch (e) { showError(`copy failed: ${e.message}`); }
+  };
+  $('new-chat').onclick = newChat;
+  $('settings').addEventListener('input', onSettingsChange);
+  $('settings').addEventListener('change', onSettingsChange);
+  $('toggle-side').onclick = () => {
+    const open = document.body.classList.toggle('side-open');
+    $('toggle-side').setAttribute('aria-expanded', String(open));
+  };
+  $('import-file').addEventListener('change', (e) => {
+    const f = e.target.files && e.target.files[0];
+    if (f) importModel({ file: f });
+    e.target.value = '';
+  });
+  const dz = $('dropzone');
+  dz.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); $('import-file').click(); } });
+  dz.addEventListener('dragover', (e) => { e.preventDefault(); dz.classList.add('over'); });
+  dz.addEventListener('dragleave', () => dz.classList.remove('over'));
+  dz.addEventListener('drop', (e) => {
+    e.preventDefault();
+    dz.classList.remove('over');
+    const files = Array.from(e.dataTransfer.files || []);
+    if (files.length) importModel(files.length === 1 ? { file: files[0] } : { files });
+  });
+  $('import-url-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const url = $('import-url').value.trim();
+    if (url) importModel({ url });
+  });
+}
+
+async function main() {
+  wire();
+  renderSettings();
+  renderStages([]);
+  setBusy(false);
+  $('prompt').disabled = true;
+  $('send').disabled = true;
+  if (navigator.storage && navigator.storage.persist) navigator.storage.persist().catch(() => {});
+  try {
+    const params = new URLSearchParams(location.search);
+    const bootParams = {};
+    const champ = params.get('model') || localStorage.getItem('exactspec.champion');
+    if (champ) bootParams.champion = champ;
+    if (params.get('draft')) bootParams.draft = params.get('draft');
+    if (params.get('cpu') === '1') bootParams.force_cpu = true;
+    const r = await exactspec.boot(bootParams);
+    setStatus(`Ready (${r.backend === 'webgpu' ? 'WebGPU' : 'CPU fallback'}${r.active.champion ? ', ' + r.active.champion : ', no model: import one'}).`);
+    document.body.dataset.ready = 'true';
+    setBusy(false);
+    $('prompt').focus();
+  } catch (e) {
+    showError(`Start-up failed: ${e.message}`);
+    setStatus('Start-up failed.');
+  }
+  renderModels();
+}
+
+main();

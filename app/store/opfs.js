@@ -1,0 +1,203 @@
+// OPFS weight store (runs in the worker). Layout under the origin's private file system:
+//   exactspec/models/<name>/meta.json   written LAST: a model exists only when its meta.json does
+//   exactspec/models/<name>/<files>     model.gguf, or config.json + *.safetensors + tokenizer.json (HF folder)
+// An import that fails (network, quota, sha256, validation) removes its folder: no half file is left behind.
+// Folders without meta.json (an import cut short by a closed tab) are swept on open().
+
+import { Sha256 } from './sha256.js';
+
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+const CHUNK = 1 << 20;
+
+export class StoreError extends Error {}
+
+export function modelNameFrom(fileName) {
+  const stem = String(fileName).replace(/\.(gguf|safetensors)$/i, '');
+  const clean = stem.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 100);
+  return clean || 'model';
+}
+
+export class WeightStore {
+  constructor(root) { this.root = root; }
+
+  static async open() {
+    if (!navigator.storage || !navigator.storage.getDirectory) {
+      throw new StoreError('this browser has no Origin Private File System (OPFS): cannot store model weights');
+    }
+    const opfs = await navigator.storage.getDirectory();
+    const top = await opfs.getDirectoryHandle('exactspec', { create: true });
+    const root = await top.getDirectoryHandle('models', { create: true });
+    const store = new WeightStore(root);
+    await store.sweep();
+    return store;
+  }
+
+  async sweep() {
+    for await (const [name, h] of this.root.entries()) {
+      if (h.kind !== 'directory') { await this.root.removeEntry(name).catch(() => {}); continue; }
+      if (!(await this._meta(h))) await this.root.removeEntry(name, { recursive: true }).catch(() => {});
+    }
+  }
+
+  async _meta(dir) {
+    try {
+      const f = await (await dir.getFileHandle('meta.json')).getFile();
+      return JSON.parse(await f.text());
+    } catch (e) {
+      return null;
+    }
+  }
+
+  async list() {
+    const out = [];
+    for await (const [, h] of this.root.entries()) {
+      if (h.kind !== 'directory') continue;
+      const m = await this._meta(h);
+      if (m) out.push(m);
+    }
+    out.sort((a, b) => a.name.localeCompare(b.name));
+    return out;
+  }
+
+  async get(name) {
+    checkName(name);
+    try {
+      return await this._meta(await this.root.getDirectoryHandle(name));
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // The File objects of a stored model, for WORKERFS: [{file, name}] (main file first).
+  async files(name) {
+    const meta = await this.get(name);
+    if (!meta) throw new StoreError(`no model named ${name} in the store`);
+    const dir = await this.root.getDirectoryHandle(name);
+    const out = [];
+    for (const f of meta.files) out.push(await (await dir.getFileHandle(f.file)).getFile());
+    return { meta, files: out };
+  }
+
+  async delete(name) {
+    checkName(name);
+    try {
+      await this.root.removeEntry(name, { recursive: true });
+      return true;
+    } catch (e) {
+      if (e.name === 'NotFoundError') return false;
+      throw e;
+    }
+  }
+
+  async checkQuota(bytes) {
+    if (!bytes || !navigator.storage.estimate) return;
+    const { usage = 0, quota = Infinity } = await navigator.storage.estimate();
+    const free = quota - usage;
+    if (bytes * 1.05 + (1 << 20) > free) {
+      throw new StoreError(`not enough storage for ${fmtBytes(bytes)}: ${fmtBytes(free)} free of this site's quota ` +
+        `(${fmtBytes(quota)}); delete a model first`);
+    }
+  }
+
+  // Import a model from sources: [{file: 'model.gguf', size?, sha256?, read: async function*() -> Uint8Array chunks}].
+  // meta: {name, role, source, format}. validate(dirFiles) -> may throw (the folder is removed then).
+  // onProgress({loaded, total}). Returns the meta written.
+  async importSources(meta, sources, { validate, onProgress } = {}) {
+    const name = checkName(meta.name);
+    if (await this.get(name)) throw new StoreError(`a model named ${name} already exists: delete it first`);
+    await this.root.removeEntry(name, { recursive: true }).catch(() => {});
+    const total = sources.reduce((s, x) => s + (x.size || 0), 0);
+    await this.checkQuota(total);
+    const dir = await this.root.getDirectoryHandle(name, { create: true });
+    const written = [];
+    let loaded = 0, lastReport = 0;
+    try {
+      for (const src of sources) {
+        const fh = await dir.getFileHandle(src.file, { create: true });
+        const access = await fh.createSyncAccessHandle();
+        const sha = new Sha256();
+        let off = 0;
+        try {
+          access.truncate(0);
+          for await (const chunk of src.read()) {
+            if (src.size && off + chunk.length > src.size) {
+              throw new StoreError(`${src.file}: more bytes than the expected ${src.size}`);
+            }
+            let w = 0;
+            while (w < chunk.length) w += access.write(chunk.subarray(w), { at: off + w });
+            sha.update(chunk);
+            off += chunk.length; loaded += chunk.length;
+            const now = Date.now();
+            if (onProgress && now - lastReport > 100) { lastReport = now; onProgress({ loaded, total }); }
+          }
+          access.flush();
+        } finally {
+          access.close();
+        }
+        const digest = sha.hex();
+        if (src.size && off !== src.size) {
+          throw new StoreError(`${src.file}: got ${off} bytes, expected ${src.size} (truncated download?)`);
+        }
+        if (src.sha256 && digest !== src.sha256) {
+          throw new StoreError(`${src.file}: sha256 ${digest} does not match the expected ${src.sha256}`);
+        }
+        written.push({ file: src.file, size: off, sha256: digest });
+      }
+      if (onProgress) onProgress({ loaded, total: total || loaded });
+      const full = {
+        ...meta, name, files: written, size: written.reduce((s, f) => s + f.size, 0),
+        sha256: written[0] ? written[0].sha256 : '', imported_at: new Date().toISOString(),
+      };
+      if (validate) {
+        const files = [];
+        for (const f of written) files.push(await (await dir.getFileHandle(f.file)).getFile());
+        Object.assign(full, (await validate(full, files)) || {});
+      }
+      const mh = await dir.getFileHandle('meta.json', { create: true });
+      const acc = await mh.createSyncAccessHandle();
+      try {
+        const bytes = new TextEncoder().encode(JSON.stringify(full));
+        acc.truncate(0); acc.write(bytes, { at: 0 }); acc.flush();
+      } finally {
+        acc.close();
+      }
+      return full;
+    } catch (e) {
+      await this.root.removeEntry(name, { recursive: true }).catch(() => {});
+      if (e && e.name === 'QuotaExceededError') {
+        throw new StoreError(`storage quota exceeded while importing ${name}; the partial file was removed`);
+      }
+      throw e;
+    }
+  }
+}
+
+export function checkName(name) {
+  if (typeof name !== 'string' || !NAME_RE.test(name) || name.endsWith('.part')) {
+    throw new StoreError(`invalid model name ${JSON.stringify(name)}: use letters, digits, '.', '_' or '-' (max 100)`);
+  }
+  return name;
+}
+
+export async function* readResponse(resp) {
+  const reader = resp.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    yield value;
+  }
+}
+
+export async function* readBlob(blob) {
+  for (let off = 0; off < blob.size; off += CHUNK) {
+    yield new Uint8Array(await blob.slice(off, Math.min(blob.size, off + CHUNK)).arrayBuffer());
+  }
+}
+
+export function fmtBytes(n) {
+  if (!Number.isFinite(n)) return 'unlimited';
+  const u = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1000 && i < u.length - 1) { n /= 1000; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
+}

@@ -1,0 +1,294 @@
+// The module worker: owns Pyodide, the GPU engine and the OPFS weight store. All Python runs here.
+// Boot stages (each reported as an event.stage): runtime -> packages -> gpu -> weights -> ready.
+
+import { REQ, EVT } from './protocol.js';
+import { WeightStore, StoreError, readResponse, readBlob, modelNameFrom } from './store/opfs.js';
+
+const state = {
+  manifest: null, py: null, session: null, store: null,
+  backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null },
+  booting: null, mounted: new Set(),
+};
+
+function post(msg, transfer) { self.postMessage(msg, transfer || []); }
+function event(kind, payload) { post({ kind, ...payload }); }
+function log(level, message) { event(EVT.LOG, { level, message }); }
+
+// The last meaningful line of a Python traceback (e.g. "FormatError: truncated GGUF: ...").
+function errorText(e) {
+  if (!e) return 'unknown error';
+  const msg = String(e.message || e);
+  if (e.type || /Traceback \(most recent call last\)/.test(msg)) {
+    const lines = msg.split('\n').map((l) => l.trim()).filter(Boolean);
+    const last = lines[lines.length - 1] || msg;
+    return last.replace(/^exactspec\.[\w.]+\./, '');
+  }
+  return msg;
+}
+
+async function stage(name, fn) {
+  const t0 = performance.now();
+  event(EVT.STAGE, { stage: name, state: 'start' });
+  try {
+    const detail = (await fn()) || {};
+    const ms = Math.round(performance.now() - t0);
+    state.stages.push({ stage: name, ms, ...detail });
+    event(EVT.STAGE, { stage: name, state: 'done', ms, detail });
+    return detail;
+  } catch (e) {
+    const ms = Math.round(performance.now() - t0);
+    state.stages.push({ stage: name, ms, error: errorText(e) });
+    event(EVT.STAGE, { stage: name, state: 'error', ms, detail: { error: errorText(e) } });
+    throw e;
+  }
+}
+
+// ---- boot ---------------------------------------------------------------------------------------------------------
+async function boot(params = {}) {
+  const r = await fetch('/manifest.json', { cache: 'no-cache' });
+  if (!r.ok) throw new Error(`cannot read /manifest.json (HTTP ${r.status})`);
+  state.manifest = await r.json();
+  const m = state.manifest;
+
+  await stage('runtime', async () => {
+    const { loadPyodide } = await import(m.pyodide + 'pyodide.mjs');
+    state.py = await loadPyodide({
+      indexURL: m.pyodide,
+      stdout: (s) => log('info', s),
+      stderr: (s) => log('warn', s),
+    });
+    return { pyodide: state.py.version };
+  });
+
+  await stage('packages', async () => {
+    const py = state.py;
+    await py.loadPackage(['numpy', 'micropip'], { messageCallback: () => {}, errorCallback: (s) => log('warn', s) });
+    const micropip = py.pyimport('micropip');
+    await micropip.install(new URL(m.wheel, self.location.origin).href);
+    micropip.destroy();
+    const mod = py.pyimport('exactspec.session');
+    state.sessionMod = mod;
+    return { wheel: m.wheel.split('/').pop() };
+  });
+
+  await stage('gpu', async () => initGpu(params));
+  state.session = state.sessionMod.Session(state.backend);
+
+  await stage('weights', async () => {
+    state.store = await WeightStore.open();
+    const imported = [];
+    for (const dm of m.models || []) {
+      const have = await state.store.get(dm.name);
+      if (have && have.sha256 === dm.sha256) continue;
+      if (have) await state.store.delete(dm.name);
+      await importFromUrl({ url: dm.url, name: dm.name, role: dm.role, size: dm.size, sha256: dm.sha256,
+        source: 'default' });
+      imported.push(dm.name);
+    }
+    const stored = await state.store.list();
+    const pick = (role, wanted) => {
+      if (wanted && stored.find((s) => s.name === wanted)) return wanted;
+      const d = (m.models || []).find((x) => x.role === role && stored.find((s) => s.name === x.name));
+      if (d) return d.name;
+      const s = stored.find((x) => x.role === role);
+      return s ? s.name : null;
+    };
+    const champion = pick('champion', params.champion) || (stored[0] && stored[0].name);
+    const draft = pick('draft', params.draft);
+    const loaded = [];
+    if (champion) { await loadModel(champion, 'champion'); loaded.push(champion); }
+    if (draft && draft !== champion) {
+      try { await loadModel(draft, 'draft'); loaded.push(draft); } catch (e) { log('warn', `draft ${draft}: ${errorText(e)}`); }
+    }
+    return { imported, loaded };
+  });
+
+  await stage('ready', async () => ({ backend: state.backend }));
+  return status();
+}
+
+async function initGpu(params) {
+  if (params.force_cpu) { state.gpuReason = 'CPU requested'; return { backend: 'cpu', reason: state.gpuReason }; }
+  if (!self.navigator.gpu) { state.gpuReason = 'no WebGPU in this browser'; return { backend: 'cpu', reason: state.gpuReason }; }
+  let mod;
+  try {
+    mod = await import('./gpu/engine.js');
+  } catch (e) {
+    state.gpuReason = `no WebGPU engine (${e.message || e})`;
+    return { backend: 'cpu', reason: state.gpuReason };
+  }
+  try {
+    const init = mod.init || mod.createEngine || mod.default;
+    const gpu = typeof init === 'function' ? await init({ gpu: self.navigator.gpu }) : mod;
+    if (!gpu) throw new Error('no WebGPU adapter');
+    state.gpu = { mod, engine: gpu };
+    state.backend = 'webgpu';
+    return { backend: 'webgpu', adapter: gpu.adapterInfo || gpu.info || null };
+  } catch (e) {
+    state.gpuReason = `WebGPU unavailable (${e.message || e})`;
+    return { backend: 'cpu', reason: state.gpuReason };
+  }
+}
+
+function status() {
+  return { backend: state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
+    models: [] };
+}
+
+// ---- models ---------------------------------------------------------------------------------------------------
+function mountDir(name) { return `/models/${name}`; }
+
+function mount(name, files) {
+  const FS = state.py.FS;
+  const dir = mountDir(name);
+  if (state.mounted.has(dir)) { try { FS.unmount(dir); } catch (e) { /* already gone */ } state.mounted.delete(dir); }
+  FS.mkdirTree(dir);
+  FS.mount(FS.filesystems.WORKERFS, { blobs: files.map((f) => ({ name: f.name, data: f })) }, dir);
+  state.mounted.add(dir);
+  return dir;
+}
+
+function unmount(name) {
+  const dir = mountDir(name);
+  if (!state.mounted.has(dir)) return;
+  try { state.py.FS.unmount(dir); } catch (e) { /* ignore */ }
+  state.mounted.delete(dir);
+}
+
+async function loadModel(name, role) {
+  const { meta, files } = await state.store.files(name);
+  if (meta.format && meta.format !== 'gguf') throw new StoreError(`${name}: format ${meta.format} cannot be loaded yet`);
+  const dir = mount(name, files.map((f, i) => new File([f], meta.files[i].file)));
+  const path = `${dir}/${meta.files[0].file}`;
+  let backend;
+  if (state.backend === 'webgpu' && state.gpu) {
+    const bridge = state.py.pyimport('exactspec.bridge');
+    const desc = JSON.parse(state.session.describe(path));
+    const jsModel = await state.gpu.engine.loadModel({ file: files[0], describe: desc, role });
+    backend = bridge.JsBackend(jsModel);
+  }
+  const out = JSON.parse(state.session.load(name, path, role, backend));
+  state.active[role] = name;
+  return out;
+}
+
+async function validate(meta, files) {
+  const tmpName = `validate-${meta.name}`;
+  const dir = mount(tmpName, files.map((f, i) => new File([f], meta.files[i].file)));
+  try {
+    const summary = JSON.parse(state.session.inspect(`${dir}/${meta.files[0].file}`));
+    return { summary, role: meta.role || (summary.has_tokenizer ? 'champion' : 'draft') };
+  } catch (e) {
+    throw new StoreError(`${meta.name} is not a usable model: ${errorText(e)}`);
+  } finally {
+    unmount(tmpName);
+  }
+}
+
+function progress(task, name) {
+  return ({ loaded, total }) => event(EVT.PROGRESS, { task, name, loaded, total });
+}
+
+async function importFromUrl({ url, name, role, size, sha256, source }) {
+  let u;
+  try { u = new URL(url, self.location.origin); } catch (e) { throw new StoreError(`invalid URL ${url}`); }
+  if (u.origin !== self.location.origin) {
+    throw new StoreError(`only this site's own URLs can be imported (${u.origin} is another origin; ` +
+      'download the file and import it from disk)');
+  }
+  name = name || modelNameFrom(decodeURIComponent(u.pathname.split('/').pop() || 'model'));
+  const resp = await fetch(u.href, { cache: 'no-store' });
+  if (!resp.ok) throw new StoreError(`download of ${u.pathname} failed: HTTP ${resp.status}`);
+  const len = Number(resp.headers.get('Content-Length')) || 0;
+  return state.store.importSources(
+    { name, role, source: source || u.pathname, format: 'gguf' },
+    [{ file: 'model.gguf', size: size || len, sha256, read: () => readResponse(resp) }],
+    { validate, onProgress: progress('import', name) });
+}
+
+async function importFiles({ files, name, role }) {
+  files = Array.from(files || []);
+  if (!files.length) throw new StoreError('no file given');
+  const gguf = files.filter((f) => /\.gguf$/i.test(f.name));
+  if (gguf.length === 1 && files.length === 1) {
+    name = name || modelNameFrom(gguf[0].name);
+    return state.store.importSources(
+      { name, role, source: gguf[0].name, format: 'gguf' },
+      [{ file: 'model.gguf', size: gguf[0].size, read: () => readBlob(gguf[0]) }],
+      { validate, onProgress: progress('import', name) });
+  }
+  const names = files.map((f) => f.name);
+  const hf = names.includes('config.json') && names.some((n) => /\.safetensors$/i.test(n));
+  if (hf) {
+    throw new StoreError('Hugging Face folders (config.json + safetensors) cannot be imported yet: convert to GGUF');
+  }
+  throw new StoreError(`pick one .gguf file (got ${names.join(', ')})`);
+}
+
+// ---- requests -------------------------------------------------------------------------------------------------
+function needReady() {
+  if (!state.session) throw new Error('not ready: call boot first');
+}
+
+const handlers = {
+  async [REQ.BOOT](msg) {
+    if (!state.booting) state.booting = boot(msg.params || {});
+    return state.booting;
+  },
+  async [REQ.STATUS]() { return status(); },
+  async [REQ.GENERATE](msg) {
+    needReady();
+    const emit = (json) => {
+      const d = JSON.parse(json);
+      event(EVT.TOKENS, { request_id: msg.id, text: d.text, token_ids: d.token_ids });
+    };
+    const out = await state.session.generate_json(JSON.stringify(msg.params || {}), emit);
+    return JSON.parse(out);
+  },
+  async [REQ.CANCEL]() {
+    return { cancelled: state.session ? Boolean(state.session.cancel()) : false };
+  },
+  async [REQ.LIST_MODELS]() {
+    if (!state.store) state.store = await WeightStore.open();
+    const list = await state.store.list();
+    return list.map((x) => ({
+      name: x.name, size: x.size, sha256: x.sha256, role: x.role, source: x.source, format: x.format,
+      loaded: state.active.champion === x.name ? 'champion' : state.active.draft === x.name ? 'draft' : null,
+    }));
+  },
+  async [REQ.IMPORT_MODEL](msg) {
+    needReady();
+    const p = msg.params || {};
+    const meta = p.url ? await importFromUrl(p) : await importFiles(p);
+    return { name: meta.name, size: meta.size, sha256: meta.sha256, role: meta.role };
+  },
+  async [REQ.DELETE_MODEL](msg) {
+    if (!state.store) state.store = await WeightStore.open();
+    const name = (msg.params || {}).name;
+    if (state.active.champion === name || state.active.draft === name) {
+      state.session.unload(name);
+      unmount(name);
+      if (state.active.champion === name) state.active.champion = null;
+      if (state.active.draft === name) state.active.draft = null;
+    }
+    return { deleted: await state.store.delete(name) };
+  },
+  async [REQ.LOAD_MODEL](msg) {
+    needReady();
+    const { name, role = 'champion' } = msg.params || {};
+    return loadModel(name, role);
+  },
+};
+
+self.onmessage = async (ev) => {
+  const msg = ev.data || {};
+  const h = handlers[msg.kind];
+  if (!h) { post({ id: msg.id, ok: false, error: `unknown request kind ${JSON.stringify(msg.kind)}` }); return; }
+  try {
+    const result = await h(msg);
+    post({ id: msg.id, ok: true, result });
+  } catch (e) {
+    post({ id: msg.id, ok: false, error: errorText(e), detail: String((e && e.message) || e) });
+  }
+};
+

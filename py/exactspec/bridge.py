@@ -1,0 +1,97 @@
+"""The ONLY module that touches the browser (`js` / `pyodide`): adapters between JS objects and the Python core.
+
+JsBackend wraps any JS model object into the Backend protocol of exactspec.backend:
+    js model: {config: {dim, hidden_dim, ...}, length: number,
+               forward(tokens: Int32Array, start_pos, n_out) -> Promise<Float32Array (n_out * vocab_size)>
+                                                              | Float32Array,
+               truncate(n)}
+forward returns an awaitable; exactspec.decode.generate_async awaits it, so the worker's event loop runs while the
+GPU works. Imports of `pyodide` happen inside functions so that CPython can import this module (tests use fakes).
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .backend import ModelConfig
+
+_CONFIG_FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "seq_len",
+                  "rope_theta", "rope_dim", "norm_eps", "tied_embeddings", "arch")
+
+
+def _to_py(obj):
+    """JsProxy -> Python (dict/list/memoryview); plain Python values pass through."""
+    to_py = getattr(obj, "to_py", None)
+    if to_py is not None:
+        return to_py()
+    return obj
+
+
+def _to_js_int32(tokens) -> object:
+    arr = np.ascontiguousarray(np.asarray(tokens, dtype=np.int32))   # (n,)
+    try:
+        from pyodide.ffi import to_js
+    except ImportError:            # CPython (tests): the fake JS object takes numpy
+        return arr
+    return to_js(arr)             # Int32Array copy of the buffer
+
+
+def logits_from_js(result, n_out: int, vocab: int) -> np.ndarray:
+    """A JS Float32Array (or any buffer / sequence) -> float32 (n_out, vocab)."""
+    mv = getattr(result, "to_memoryview", None)
+    if mv is not None:
+        arr = np.frombuffer(mv(), dtype=np.float32)
+    else:
+        arr = np.asarray(_to_py(result), dtype=np.float32)
+    if arr.size != n_out * vocab:
+        raise ValueError(f"JS backend returned {arr.size} logits, expected {n_out} x {vocab} = {n_out * vocab}")
+    return arr.reshape(n_out, vocab).copy()                          # (n_out, vocab) owned by Python
+
+
+def config_from_js(cfg) -> ModelConfig:
+    d = _to_py(cfg)
+    if not isinstance(d, dict):
+        d = {k: getattr(cfg, k) for k in _CONFIG_FIELDS if hasattr(cfg, k)}
+    missing = [k for k in _CONFIG_FIELDS[:8] if k not in d]
+    if missing:
+        raise ValueError(f"JS model config lacks {', '.join(missing)}")
+    return ModelConfig(**{k: d[k] for k in _CONFIG_FIELDS if k in d})
+
+
+class JsBackend:
+    """Backend protocol over a JS model object (the WebGPU engine, or anything shaped like it)."""
+
+    def __init__(self, js_model, config: ModelConfig | None = None):
+        self._js = js_model
+        self.config = config if config is not None else config_from_js(js_model.config)
+
+    @property
+    def length(self) -> int:
+        return int(self._js.length)
+
+    def truncate(self, n: int) -> None:
+        if not 0 <= n <= self.length:
+            raise ValueError(f"truncate({n}) outside [0, {self.length}]")
+        self._js.truncate(int(n))
+
+    def forward(self, tokens, start_pos: int, n_out: int | None = None):
+        n = len(tokens)
+        if start_pos != self.length:
+            raise ValueError(f"forward at start_pos {start_pos} but the KV cache holds {self.length} positions")
+        n_out = n if n_out is None else int(n_out)
+        if not 1 <= n_out <= n:
+            raise ValueError(f"n_out {n_out} must be in [1, {n}]")
+        vocab = self.config.vocab_size
+        pending = self._js.forward(_to_js_int32(tokens), int(start_pos), n_out)
+
+        async def finish():
+            r = await pending if inspect.isawaitable(pending) else pending
+            return logits_from_js(r, n_out, vocab)                   # (n_out, vocab)
+        return finish()
+
+
+def json_to_js(text: str):
+    """A JSON string -> a JS object (for handing describe() output to the engine)."""
+    from js import JSON
+    return JSON.parse(text)

@@ -1,0 +1,293 @@
+"""The worker's Python side: load models, generate with streaming and cancel, describe loaded models.
+
+Runs unchanged in CPython (tests) and in Pyodide (app/worker.js). No `js` import here: the worker passes plain
+callables (`emit`) and, for the WebGPU engine, backends already wrapped by `exactspec.bridge.JsBackend`.
+Everything crossing the JS boundary is a JSON string (no proxies to leak).
+
+    s = Session(backend_name="cpu")
+    s.load("smollm2", "/models/smollm2/model.gguf", role="champion")
+    out = await s.generate_json(json.dumps({"prompt": "Hi", "chat": True, "max_new_tokens": 8}), emit)
+    s.cancel()        # from another task: generate stops at its last committed token
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+GEN_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k", "drafter")
+MAX_PROMPT_CHARS = 1 << 20
+
+
+class SessionError(ValueError):
+    """A request the session cannot serve (no model loaded, bad parameter, ...); the message says why."""
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: str
+    role: str
+    backend: Any                    # Backend protocol
+    tokenizer: Any | None
+    chat_template: str | None
+    config: Any                     # ModelConfig
+    summary: dict = field(default_factory=dict)
+
+
+class YieldingBackend:
+    """Wraps a Backend so that each forward first yields to the event loop.
+
+    In the browser the worker's message handler (cancel, list, ...) can only run while Python awaits; a numpy
+    forward never awaits, so without this a running generate would never see a cancel request.
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.config = inner.config
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def truncate(self, n: int) -> None:
+        self.inner.truncate(n)
+
+    def forward(self, tokens, start_pos, n_out=None):
+        async def run():
+            await asyncio.sleep(0)
+            r = self.inner.forward(tokens, start_pos, n_out)
+            if inspect.isawaitable(r):
+                r = await r
+            return r                # (n_out, vocab) float32
+        return run()
+
+
+def inspect_model(path: str) -> dict:
+    """Validate a stored model file (GGUF) without loading weights: header, tensor extents, config, tokenizer.
+    Returns a JSON-able summary; raises a ValueError subclass naming the problem."""
+    from .formats.gguf import GGUFFile
+    g = GGUFFile(path)                                          # raises FormatError on a truncated/corrupt file
+    cfg = g.config()
+    md = g.metadata
+    has_tok = "tokenizer.ggml.tokens" in md
+    return {
+        "format": "gguf", "arch": md.get("general.architecture"), "model_name": md.get("general.name"),
+        "config": cfg.to_json(), "n_tensors": len(g.tensors), "has_tokenizer": has_tok,
+        "has_chat_template": isinstance(md.get("tokenizer.chat_template"), str),
+        "file_size": g.file_size,
+    }
+
+
+def load_gguf(path: str, backend=None):
+    """(backend, tokenizer, chat_template, config, summary) for a GGUF file; backend defaults to the numpy
+    ReferenceModel (the CPU fallback)."""
+    from .formats.gguf import GGUFFile
+    from .tokenizer import Tokenizer
+    summary = inspect_model(path)
+    g = GGUFFile(path)
+    template = g.metadata.get("tokenizer.chat_template")
+    tok = Tokenizer.from_gguf(path) if summary["has_tokenizer"] else None
+    if backend is None:
+        from .reference import ReferenceModel
+        backend = ReferenceModel.from_file(path)
+    return backend, tok, template if isinstance(template, str) else None, backend.config, summary
+
+
+class Session:
+    """Models and generation state of one worker."""
+
+    def __init__(self, backend_name: str = "cpu", clock: Callable[[], float] | None = None):
+        self.backend_name = backend_name
+        self.models: dict[str, LoadedModel] = {}
+        self.champion: str | None = None
+        self.draft: str | None = None
+        self._cancel = False
+        self._busy = False
+        self._clock = clock
+        self._cont: dict | None = None      # state for `continue`: ids so far and the live stream decoder
+
+    # -- models -----------------------------------------------------------------------------------------------
+    def inspect(self, path: str) -> str:
+        return json.dumps(inspect_model(path))
+
+    def describe(self, path: str) -> str:
+        """GGUF describe() JSON (tensor offsets, config) for the WebGPU engine."""
+        from .formats.gguf import GGUFFile
+        return json.dumps(GGUFFile(path).describe())
+
+    def load(self, name: str, path: str, role: str = "champion", backend=None) -> str:
+        if role not in ("champion", "draft"):
+            raise SessionError(f"role must be 'champion' or 'draft', not {role!r}")
+        if self._busy:
+            raise SessionError("cannot load a model while an answer is being generated: stop it first")
+        be, tok, template, cfg, summary = load_gguf(path, backend)
+        if role == "champion" and tok is None:
+            raise SessionError(f"{name}: the file has no tokenizer (tokenizer.ggml.*): it cannot be used for chat")
+        self.models[name] = LoadedModel(name, path, role, be, tok, template, cfg, summary)
+        if role == "champion":
+            self.champion = name
+            self._cont = None
+        else:
+            self.draft = name
+        return json.dumps({"name": name, "role": role, "config": cfg.to_json(), "summary": summary})
+
+    def unload(self, name: str) -> None:
+        self.models.pop(name, None)
+        if self.champion == name:
+            self.champion = None
+            self._cont = None
+        if self.draft == name:
+            self.draft = None
+
+    def loaded(self) -> str:
+        return json.dumps([{"name": m.name, "role": m.role, "config": m.config.to_json()}
+                           for m in self.models.values()])
+
+    # -- generation ---------------------------------------------------------------------------------------------
+    def cancel(self) -> bool:
+        was = self._busy
+        self._cancel = True
+        return was
+
+    def prompt_ids(self, req: dict) -> list[int]:
+        m = self._champion()
+        tok = m.tokenizer
+        if req.get("continue"):
+            if not self._cont:
+                raise SessionError("nothing to continue: generate an answer first")
+            return list(self._cont["ids"])
+        if req.get("prompt_ids") is not None:
+            ids = [int(i) for i in req["prompt_ids"]]
+            if any(i < 0 or i >= m.config.vocab_size for i in ids):
+                raise SessionError(f"prompt_ids: ids must be in [0, {m.config.vocab_size})")
+            return ids
+        chat = req.get("chat")
+        prompt = req.get("prompt")
+        if isinstance(chat, list):
+            messages = [{"role": str(x["role"]), "content": str(x["content"])} for x in chat]
+        elif chat:
+            if not isinstance(prompt, str):
+                raise SessionError("prompt: a string is required")
+            messages = [{"role": "user", "content": prompt}]
+        else:
+            messages = None
+        if messages is not None:
+            from .chat import render_chat
+            if not m.chat_template:
+                raise SessionError(f"{m.name} has no chat template: send chat=false with a raw prompt")
+            text = render_chat(messages, m.chat_template, add_generation_prompt=True)
+        else:
+            if not isinstance(prompt, str):
+                raise SessionError("prompt: a string is required")
+            text = prompt
+        if len(text) > MAX_PROMPT_CHARS:
+            raise SessionError(f"prompt: too long ({len(text)} characters)")
+        ids = tok.encode(text)
+        if not ids:
+            raise SessionError("prompt: empty after tokenisation")
+        return ids
+
+    def _champion(self) -> LoadedModel:
+        if not self.champion or self.champion not in self.models:
+            raise SessionError("no model loaded")
+        return self.models[self.champion]
+
+    def gen_config(self, req: dict):
+        from .decode import GenerateConfig
+        kw = {k: req[k] for k in GEN_KEYS if req.get(k) is not None}
+        if req.get("speculation") is False:
+            kw["drafter"], kw["k"] = "none", 0
+        if kw.get("drafter") == "none":
+            kw["k"] = 0
+        if int(kw.get("k", 1) or 0) == 0:
+            kw["drafter"] = "none"
+        cfg = GenerateConfig(**kw)
+        try:
+            cfg.validate()
+        except ValueError as e:
+            raise SessionError(str(e)) from None
+        return cfg
+
+    async def generate(self, req: dict, emit: Callable[[str], Any] | None = None) -> dict:
+        """req: {prompt | chat | prompt_ids | continue, max_new_tokens, temperature, top_k, top_p, seed, drafter, k,
+        mode, speculation}. emit(json) gets {text, token_ids} deltas of newly committed tokens."""
+        from .decode import generate_async
+        if self._busy:
+            raise SessionError("a generation is already running: stop it first")
+        m = self._champion()
+        cfg = self.gen_config(req)
+        ids = self.prompt_ids(req)
+        if len(ids) + cfg.max_new_tokens > m.config.seq_len:
+            raise SessionError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
+                               f"context length {m.config.seq_len}")
+        draft = None
+        if cfg.drafter == "model":
+            if not self.draft or self.draft not in self.models:
+                raise SessionError("drafter 'model' needs a draft model: load one or pick n-gram / none")
+            draft = YieldingBackend(self.models[self.draft].backend)
+        stream = self._cont["stream"] if (req.get("continue") and self._cont) else \
+            m.tokenizer.stream(skip_special=True)
+        parts: list[str] = []
+
+        def on_tokens(new_ids):
+            new_ids = [int(i) for i in new_ids]
+            text = "".join(stream.push(i) for i in new_ids)
+            parts.append(text)
+            if emit is not None:
+                emit(json.dumps({"text": text, "token_ids": new_ids}))
+
+        self._busy = True
+        self._cancel = False
+        try:
+            res = await generate_async(YieldingBackend(m.backend), ids, cfg, draft=draft, tokenizer=m.tokenizer,
+                                       on_tokens=on_tokens, should_cancel=lambda: self._cancel,
+                                       **({"clock": self._clock} if self._clock else {}))
+        finally:
+            self._busy = False
+            self._cancel = False
+        out_ids = [int(i) for i in res.token_ids]
+        if res.finish_reason == "cancelled":
+            tail = ""                             # keep partial UTF-8 in the decoder: `continue` completes it
+            self._cont = {"ids": ids + out_ids, "stream": stream}
+        else:
+            tail = stream.flush()
+            self._cont = {"ids": ids + out_ids, "stream": m.tokenizer.stream(skip_special=True)}
+        if tail:
+            parts.append(tail)
+            if emit is not None:
+                emit(json.dumps({"text": tail, "token_ids": []}))
+        stats = {k: _jsonable(v) for k, v in dict(res.stats).items()}
+        stats["backend"] = self.backend_name
+        return {"text": "".join(parts), "token_ids": out_ids, "finish_reason": res.finish_reason,
+                "prompt_tokens": len(ids), "stats": stats}
+
+    async def generate_json(self, req_json: str, emit: Callable[[str], Any] | None = None) -> str:
+        req = json.loads(req_json)
+        if not isinstance(req, dict):
+            raise SessionError("generate: the request must be an object")
+        return json.dumps(await self.generate(req, emit))
+
+
+def _jsonable(v):
+    try:
+        import numpy as np
+        if isinstance(v, np.generic):
+            return v.item()
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+    except ImportError:       # pragma: no cover
+        pass
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return None
+    return v
+
+
+def models_dir(name: str) -> str:
+    """Where the worker mounts a stored model's files (WORKERFS)."""
+    return os.path.join("/models", name)
