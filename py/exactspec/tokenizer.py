@@ -344,11 +344,27 @@ class Tokenizer:
             if self.bos_id is None:
                 raise TokenizerError("this tokenizer has no BOS token")
             out.append(self.bos_id)
-        for seg, tid in self._split_added(text, allow_special):
-            if tid is not None:
+        out.extend(self.encode_parts([(text, allow_special)]))
+        return out
+
+    def encode_parts(self, parts) -> list[int]:
+        """Encode (text, allow_special) pieces as ONE text: pre-tokenizer and BPE see across piece boundaries, but
+        special tokens are recognised only inside pieces that allow them (chat markup yes, user content no)."""
+        out = []
+        pending = []
+        for text, allow in parts:
+            if not isinstance(text, str):
+                raise TypeError(f"encode expects str, got {type(text).__name__}")
+            for seg, tid in self._split_added(text, allow):
+                if tid is None:
+                    pending.append(seg)
+                    continue
+                if pending:
+                    self._encode_segment("".join(pending), out)
+                    pending = []
                 out.append(tid)
-            elif seg:
-                self._encode_segment(seg, out)
+        if pending:
+            self._encode_segment("".join(pending), out)
         return out
 
     def _split_added(self, text, allow_special):
