@@ -66,7 +66,7 @@ class GenerateConfig:
 
     @property
     def sampling(self) -> SamplingParams:
-        return SamplingParams(float(self.temperature), int(self.top_k), float(self.top_p))
+        return SamplingParams(self.temperature, self.top_k, self.top_p)
 
 
 @dataclass
