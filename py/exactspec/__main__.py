@@ -1,0 +1,105 @@
+"""Command line: `python -m exactspec generate ...` on the numpy reference backend.
+
+    python -m exactspec generate --model static/models/smollm2-135m-instruct-q4_1.gguf --prompt "Hi!" --chat \\
+        --drafter ngram --k 4 --max-new-tokens 48 --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _load(path: str, max_len: int | None):
+    from .reference import ReferenceModel
+    from .tokenizer import Tokenizer
+
+    model = ReferenceModel.from_file(path, max_len=max_len)
+    tok = Tokenizer.from_gguf(path) if str(path).endswith(".gguf") else Tokenizer.from_tokenizer_json(
+        f"{path}/tokenizer.json")
+    return model, tok
+
+
+def prompt_ids(tokenizer, prompt: str, chat: bool, system: str | None = None) -> list[int]:
+    if not chat:
+        return tokenizer.encode(prompt)
+    from .chat import encode_chat
+
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    return encode_chat(tokenizer, messages)
+
+
+def cmd_generate(a) -> int:
+    from .decode import GenerateConfig, generate
+
+    cfg = GenerateConfig(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
+                         seed=a.seed, mode=a.mode, k=a.k if a.drafter != "none" else 0, drafter=a.drafter,
+                         stop=tuple(a.stop or ()), adaptive=a.adaptive)
+    cfg.validate()
+    if a.drafter == "model" and not a.draft:
+        raise ValueError("--drafter model needs --draft PATH")
+    champion, tok = _load(a.model, a.max_len)
+    ids = prompt_ids(tok, a.prompt, a.chat, a.system)
+    draft = None
+    if a.drafter == "model":
+        draft, dtok = _load(a.draft, a.max_len)
+        if dtok.vocab_size != tok.vocab_size or any(
+                dtok.token_bytes(i) != tok.token_bytes(i) for i in range(0, tok.vocab_size, 97)):
+            raise ValueError("the draft's tokenizer differs from the champion's: they must share one vocabulary")
+    stream = None
+    if not a.json:
+        stream = tok.stream(skip_special=True)
+
+        def on_tokens(toks):
+            for t in toks:
+                sys.stdout.write(stream.push(t))
+            sys.stdout.flush()
+    else:
+        on_tokens = None
+    res = generate(champion, ids, cfg, draft=draft, tokenizer=tok, on_tokens=on_tokens)
+    text = res.text if res.text is not None else tok.decode(res.token_ids)
+    if a.json:
+        out = {"text": text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
+               "prompt_tokens": len(ids), "stats": dict(res.stats, backend="cpu-reference")}
+        if res.error:
+            out["error"] = res.error
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write(stream.flush() + "\n")
+        s = res.stats
+        print(f"[{res.finish_reason}] {s['new_tokens']} tokens, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tok/s, "
+              f"target passes {s['target_passes']}, draft passes {s['draft_passes']}", file=sys.stderr)
+    return 0 if res.finish_reason != "error" else 3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m exactspec")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="generate text on the numpy reference backend")
+    g.add_argument("--model", required=True, help="champion: a GGUF file or an HF folder (config.json + safetensors)")
+    g.add_argument("--draft", help="draft model path (for --drafter model)")
+    g.add_argument("--drafter", choices=["none", "model", "ngram"], default="none")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
+    g.add_argument("--system", help="system message (with --chat)")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--mode", choices=["coupled", "rejection"], default="coupled")
+    g.add_argument("--k", type=int, default=4)
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--adaptive", action="store_true", help="turn speculation off when it does not pay")
+    g.add_argument("--max-len", type=int, default=None, help="KV cache length to allocate (default: model context)")
+    g.add_argument("--json", action="store_true", help='print {"text", "token_ids", "stats"} as JSON')
+    a = ap.parse_args(argv)
+    try:
+        return cmd_generate(a)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
