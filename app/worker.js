@@ -7,8 +7,9 @@ import { WeightStore, StoreError, readResponse, readBlob, modelNameFrom } from '
 const state = {
   manifest: null, py: null, session: null, store: null,
   backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null },
-  booting: null, mounted: new Set(),
+  booting: null, mounted: new Set(), gpuModels: {}, modelBackend: {},
 };
+const GPU_MAX_CONTEXT = 2048;   // KV capacity on the GPU (SmolLM2's 8192 would take ~380 MB of KV)
 
 function post(msg, transfer) { self.postMessage(msg, transfer || []); }
 function event(kind, payload) { post({ kind, ...payload }); }
@@ -77,7 +78,8 @@ async function boot(params = {}) {
   await stage('weights', async () => {
     state.store = await WeightStore.open();
     const imported = [];
-    for (const dm of m.models || []) {
+    const defaults = (m.models || []).filter((x) => x.default !== false);
+    for (const dm of defaults) {
       const have = await state.store.get(dm.name);
       if (have && have.sha256 === dm.sha256) continue;
       if (have) await state.store.delete(dm.name);
@@ -88,7 +90,7 @@ async function boot(params = {}) {
     const stored = await state.store.list();
     const pick = (role, wanted) => {
       if (wanted && stored.find((s) => s.name === wanted)) return wanted;
-      const d = (m.models || []).find((x) => x.role === role && stored.find((s) => s.name === x.name));
+      const d = defaults.find((x) => x.role === role && stored.find((s) => s.name === x.name));
       if (d) return d.name;
       const s = stored.find((x) => x.role === role);
       return s ? s.name : null;
@@ -118,12 +120,13 @@ async function initGpu(params) {
     return { backend: 'cpu', reason: state.gpuReason };
   }
   try {
-    const init = mod.init || mod.createEngine || mod.default;
-    const gpu = typeof init === 'function' ? await init({ gpu: self.navigator.gpu }) : mod;
-    if (!gpu) throw new Error('no WebGPU adapter');
-    state.gpu = { mod, engine: gpu };
+    if (typeof mod.createEngine !== 'function') throw new Error('gpu/engine.js has no createEngine()');
+    const engine = await mod.createEngine(self.navigator.gpu, { shaderBase: new URL('/shaders/', self.location.origin) });
+    state.gpu = { mod, engine };
     state.backend = 'webgpu';
-    return { backend: 'webgpu', adapter: gpu.adapterInfo || gpu.info || null };
+    const info = engine.adapterInfo || {};
+    return { backend: 'webgpu', adapter: { vendor: info.vendor, architecture: info.architecture,
+      description: info.description, is_fallback_adapter: Boolean(info.isFallbackAdapter) } };
   } catch (e) {
     state.gpuReason = `WebGPU unavailable (${e.message || e})`;
     return { backend: 'cpu', reason: state.gpuReason };
@@ -131,7 +134,7 @@ async function initGpu(params) {
 }
 
 function status() {
-  return { backend: state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
+  return { backend: state.modelBackend.champion || state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
     models: [] };
 }
 
@@ -160,15 +163,26 @@ async function loadModel(name, role) {
   if (meta.format && meta.format !== 'gguf') throw new StoreError(`${name}: format ${meta.format} cannot be loaded yet`);
   const dir = mount(name, files.map((f, i) => new File([f], meta.files[i].file)));
   const path = `${dir}/${meta.files[0].file}`;
-  let backend;
+  let backend, backendName = 'cpu';
   if (state.backend === 'webgpu' && state.gpu) {
-    const bridge = state.py.pyimport('exactspec.bridge');
-    const desc = JSON.parse(state.session.describe(path));
-    const jsModel = await state.gpu.engine.loadModel({ file: files[0], describe: desc, role });
-    backend = bridge.JsBackend(jsModel);
+    try {
+      const desc = JSON.parse(state.session.describe(path));
+      const file = files[0];
+      const readSlice = async (off, n) => file.slice(off, off + n).arrayBuffer();
+      const seqLen = Math.min(desc.config.seq_len, GPU_MAX_CONTEXT);
+      const jsModel = await state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen });
+      if (state.gpuModels[role]) { try { state.gpuModels[role].destroy(); } catch (e) { /* gone */ } }
+      state.gpuModels[role] = jsModel;
+      backend = state.py.pyimport('exactspec.bridge').JsBackend(jsModel);
+      backendName = 'webgpu';
+    } catch (e) {
+      log('warn', `${name}: the WebGPU engine could not load it (${errorText(e)}); using the CPU fallback`);
+    }
   }
-  const out = JSON.parse(state.session.load(name, path, role, backend));
+  const out = JSON.parse(state.session.load(name, path, role, backend, backendName));
+  out.backend = backendName;
   state.active[role] = name;
+  state.modelBackend[role] = backendName;
   return out;
 }
 

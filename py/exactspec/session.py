@@ -36,6 +36,7 @@ class LoadedModel:
     chat_template: str | None
     config: Any                     # ModelConfig
     summary: dict = field(default_factory=dict)
+    backend_name: str = "cpu"       # 'webgpu' | 'cpu'
 
 
 class YieldingBackend:
@@ -119,7 +120,7 @@ class Session:
         from .formats.gguf import GGUFFile
         return json.dumps(GGUFFile(path).describe())
 
-    def load(self, name: str, path: str, role: str = "champion", backend=None) -> str:
+    def load(self, name: str, path: str, role: str = "champion", backend=None, backend_name: str | None = None) -> str:
         if role not in ("champion", "draft"):
             raise SessionError(f"role must be 'champion' or 'draft', not {role!r}")
         if self._busy:
@@ -127,7 +128,9 @@ class Session:
         be, tok, template, cfg, summary = load_gguf(path, backend)
         if role == "champion" and tok is None:
             raise SessionError(f"{name}: the file has no tokenizer (tokenizer.ggml.*): it cannot be used for chat")
-        self.models[name] = LoadedModel(name, path, role, be, tok, template, cfg, summary)
+        if backend_name is None:
+            backend_name = "cpu" if backend is None else self.backend_name
+        self.models[name] = LoadedModel(name, path, role, be, tok, template, cfg, summary, backend_name)
         if role == "champion":
             self.champion = name
             self._cont = None
@@ -176,17 +179,18 @@ class Session:
         else:
             messages = None
         if messages is not None:
-            from .chat import render_chat
+            from .chat import encode_chat
             if not m.chat_template:
                 raise SessionError(f"{m.name} has no chat template: send chat=false with a raw prompt")
-            text = render_chat(messages, m.chat_template, add_generation_prompt=True)
+            if sum(len(x["content"]) for x in messages) > MAX_PROMPT_CHARS:
+                raise SessionError("chat: too long")
+            ids = encode_chat(tok, messages, template=m.chat_template, add_generation_prompt=True)
         else:
             if not isinstance(prompt, str):
                 raise SessionError("prompt: a string is required")
-            text = prompt
-        if len(text) > MAX_PROMPT_CHARS:
-            raise SessionError(f"prompt: too long ({len(text)} characters)")
-        ids = tok.encode(text)
+            if len(prompt) > MAX_PROMPT_CHARS:
+                raise SessionError(f"prompt: too long ({len(prompt)} characters)")
+            ids = tok.encode(prompt)
         if not ids:
             raise SessionError("prompt: empty after tokenisation")
         return ids
@@ -261,7 +265,7 @@ class Session:
             if emit is not None:
                 emit(json.dumps({"text": tail, "token_ids": []}))
         stats = {k: _jsonable(v) for k, v in dict(res.stats).items()}
-        stats["backend"] = self.backend_name
+        stats["backend"] = m.backend_name
         return {"text": "".join(parts), "token_ids": out_ids, "finish_reason": res.finish_reason,
                 "prompt_tokens": len(ids), "stats": stats}
 
