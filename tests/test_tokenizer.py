@@ -460,3 +460,63 @@ def test_bad_conversations_are_refused():
         detect_template("{{ messages }}")
     with pytest.raises(ChatTemplateError, match="no chat template"):
         detect_template(None)
+
+
+# ---------------------------------------------------------------------------- the same code in Pyodide
+_PYODIDE_RUNNER = r"""
+import { loadPyodide } from '%(rt)s/pyodide.mjs';
+const py = await loadPyodide({ indexURL: '%(rt)s/' });
+await py.loadPackage(['numpy']);
+py.FS.mkdir('/host'); py.FS.mount(py.FS.filesystems.NODEFS, { root: '/' }, '/host');
+const r = await py.runPythonAsync(`
+import sys, json, unicodedata
+sys.path.insert(0, '/host' + %(py)s)
+from exactspec.tokenizer import Tokenizer
+exp = json.load(open('/host' + %(exp)s))
+res = {'python': sys.version.split()[0], 'unicode': unicodedata.unidata_version}
+for name, (path, corpus, ref) in exp.items():
+    tok = Tokenizer.from_gguf('/host' + path) if path.endswith('.gguf') else Tokenizer.from_tokenizer_json('/host' + path)
+    bad = 0
+    for s, r in zip(corpus, ref):
+        ids = tok.encode(s)
+        st = tok.stream()
+        streamed = ''.join(st.push(i) for i in ids) + st.flush()
+        bad += ids != r or streamed != tok.decode(ids)
+    res[name] = [len(corpus), bad]
+json.dumps(res)
+`);
+console.log('RESULT ' + r);
+process.exit(0);
+"""
+
+
+@pytest.mark.slow
+def test_same_ids_in_pyodide(tmp_path, smollm, llama3, qwen3):
+    """Pyodide 0.27 (Python 3.12, another unicodedata) tokenizes the corpora id for id like `tokenizers`."""
+    import json
+    import shutil
+    import subprocess
+
+    rt_src = ROOT / "static" / "pyodide" / "0.27.7"
+    node = shutil.which("node")
+    if node is None or not (rt_src / "pyodide.mjs").exists() or not list(rt_src.glob("numpy-*.whl")):
+        pytest.skip("Pyodide runtime not laid out (python build.py setup/build) or node missing")
+    rt = tmp_path / "rt"  # outside the repo: its package.json would make node load pyodide.asm.js as ESM
+    shutil.copytree(rt_src, rt)
+    exp = {}
+    for name, (tok, hf, specials), path, seed in (("smollm2", smollm, GGUF, 20240501),
+                                                  ("llama3", llama3, _json_path("llama3"), 7),
+                                                  ("qwen3", qwen3, _json_path("qwen3"), 99)):
+        corpus = make_corpus(seed, specials, n=2000)
+        exp[name] = [str(path), corpus, [e.ids for e in hf.encode_batch(corpus, add_special_tokens=False)]]
+    (tmp_path / "exp.json").write_text(json.dumps(exp))
+    script = tmp_path / "run.mjs"
+    script.write_text(_PYODIDE_RUNNER % {"rt": rt, "py": json.dumps(str(ROOT / "py")),
+                                         "exp": json.dumps(str(tmp_path / "exp.json"))})
+    proc = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    res = json.loads(line[len("RESULT "):])
+    assert res["python"].startswith("3.12")
+    for name in exp:
+        assert res[name] == [2000, 0], (name, res)
