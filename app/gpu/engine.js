@@ -1,0 +1,413 @@
+// engine.js — the WebGPU llama engine (hand-written WGSL in shaders/), usable in a page, a worker, or Node + Dawn.
+//
+// API
+//   const engine = await createEngine(gpu, opts)
+//     gpu   navigator.gpu in a page/worker, or Dawn's `create([...])` result in Node. The engine never reads
+//           `navigator` itself.
+//     opts  {shaderBase?: URL|string of the folder holding the .wgsl files (default: ../../shaders/ next to this
+//            module), shaderSource?: async (name) -> WGSL text (overrides shaderBase), adapterOptions?, maxRows?:
+//            rows per chunk (default 64), maxBindingBytes?: cap on one storage binding (tests use it to force splits)}
+//   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
+//                        maxStorageBufferBindingSize}
+//   const model = await engine.loadModel(description, readSlice, {seq_len})
+//     description  formats.describe(): {config: ModelConfig fields (dim, hidden_dim, n_layers, n_heads,
+//                  n_kv_heads, head_dim, vocab_size, seq_len, rope_theta, rope_dim, norm_eps, tied_embeddings),
+//                  tensors: [{name, ggml_type ('F32'|'F16'|'BF16'|'Q4_0'|'Q4_1'|'Q8_0'), shape (numpy order),
+//                  offset (absolute), nbytes, qk_permuted?}]}. GGUF names (blk.N.attn_q.weight, ...) or
+//                  Hugging Face names (model.layers.N.self_attn.q_proj.weight, ...).
+//     readSlice    async (offset, nbytes) -> ArrayBuffer of the model file (OPFS slice, fs read, ...).
+//     seq_len      KV capacity (default and maximum: config.seq_len).
+//   model.config             the description's config (seq_len replaced by the KV capacity)
+//   model.length             logical KV length (positions filled)
+//   await model.forward(tokens /* Int32Array|number[] */, start_pos /* === length */, n_out /* default n */)
+//       -> Float32Array (n_out * vocab_size): logits of the LAST n_out positions, row-major. One queue
+//          submission, one readback. Batch-invariant: a position's row is bitwise the same whatever split of
+//          forwards (1 token, k+1 verify blocks, prefill chunks) produced it.
+//   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
+//   model.stats              {dispatches, chunks} of the last forward
+//   model.destroy()          frees GPU buffers
+//   engine.destroy()         destroys the device
+// Errors: device loss makes forward reject with an Error whose message starts with "device lost"; other GPU
+// errors with "gpu error"; bad arguments/files with a message naming the problem. Forwards are serialised.
+
+import { openDevice } from './device.js';
+import { createKernels, defaultShaderSource, MODE, STEP_BYTES, WG_SIZE } from './kernels.js';
+import { readVector, uploadLinear } from './weights.js';
+
+const CONFIG_KEYS = ['dim', 'hidden_dim', 'n_layers', 'n_heads', 'n_kv_heads', 'head_dim', 'vocab_size', 'seq_len'];
+
+function hfToGguf(name) {
+  const m = /^model\.layers\.(\d+)\.(.*)$/.exec(name);
+  const map = {
+    'input_layernorm.weight': 'attn_norm.weight', 'self_attn.q_proj.weight': 'attn_q.weight',
+    'self_attn.k_proj.weight': 'attn_k.weight', 'self_attn.v_proj.weight': 'attn_v.weight',
+    'self_attn.o_proj.weight': 'attn_output.weight', 'post_attention_layernorm.weight': 'ffn_norm.weight',
+    'mlp.gate_proj.weight': 'ffn_gate.weight', 'mlp.up_proj.weight': 'ffn_up.weight',
+    'mlp.down_proj.weight': 'ffn_down.weight',
+  };
+  if (m) return map[m[2]] ? `blk.${m[1]}.${map[m[2]]}` : null;
+  return { 'model.embed_tokens.weight': 'token_embd.weight', 'model.norm.weight': 'output_norm.weight',
+    'lm_head.weight': 'output.weight' }[name] ?? null;
+}
+
+export async function createEngine(gpu, opts = {}) {
+  const { device, adapterInfo, state, lostPromise } = await openDevice(gpu, opts);
+  const shaderSource = opts.shaderSource ?? defaultShaderSource(opts.shaderBase ?? new URL('../../shaders/', import.meta.url));
+  let kernels;
+  try {
+    kernels = await createKernels(device, shaderSource);
+  } catch (e) {
+    device.destroy();
+    throw e;
+  }
+  const maxBinding = device.limits.maxStorageBufferBindingSize;
+  const weightBinding = Math.min(maxBinding, opts.maxBindingBytes ?? Infinity);
+  const models = new Set();
+  return {
+    adapterInfo,
+    device,
+    kernels,
+    async loadModel(description, readSlice, lopts = {}) {
+      const m = await loadModel({ device, kernels, state, lostPromise, maxBinding, weightBinding, maxRows: opts.maxRows ?? 64 },
+        description, readSlice, lopts);
+      models.add(m);
+      return m;
+    },
+    destroy() {
+      for (const m of models) m.destroy();
+      device.destroy();
+    },
+  };
+}
+
+function checkConfig(cfg) {
+  if (!cfg || typeof cfg !== 'object') throw new Error('model description has no config');
+  for (const k of CONFIG_KEYS) {
+    if (!Number.isInteger(cfg[k]) || cfg[k] <= 0) throw new Error(`model config: ${k} must be a positive integer, got ${cfg[k]}`);
+  }
+  if (cfg.n_heads % cfg.n_kv_heads) throw new Error('model config: n_heads must be a multiple of n_kv_heads');
+  if (cfg.head_dim % 4 || cfg.head_dim > 256) throw new Error(`model config: head_dim ${cfg.head_dim} must be a multiple of 4 and <= 256`);
+  const rd = cfg.rope_dim || cfg.head_dim;
+  if (rd % 2 || rd > cfg.head_dim) throw new Error(`model config: bad rope_dim ${cfg.rope_dim}`);
+  if ((cfg.arch ?? 'llama') !== 'llama') throw new Error(`model config: arch ${cfg.arch} is not supported (llama only)`);
+}
+
+async function loadModel(ctx, description, readSlice, lopts) {
+  const { device, kernels, state, maxBinding, weightBinding } = ctx;
+  const cfg0 = description?.config;
+  checkConfig(cfg0);
+  const seqLen = lopts.seq_len ?? cfg0.seq_len;
+  if (!Number.isInteger(seqLen) || seqLen <= 0 || seqLen > cfg0.seq_len) {
+    throw new Error(`seq_len ${seqLen} must be an integer in 1..${cfg0.seq_len}`);
+  }
+  const cfg = { ...cfg0, seq_len: seqLen };
+  const { dim, hidden_dim: hidden, n_layers: nL, n_heads: nH, n_kv_heads: nKV, head_dim: hd, vocab_size: vocab } = cfg;
+  const ropeDim = cfg.rope_dim || hd;
+  const qDim = nH * hd;
+  const kvDim = nKV * hd;
+  const eps = cfg.norm_eps ?? 1e-5;
+  const theta = cfg.rope_theta ?? 10000;
+  const maxRows = Math.max(1, Math.min(ctx.maxRows, seqLen));
+
+  // ---- tensors by GGUF name
+  const T = new Map();
+  for (const t of description.tensors ?? []) {
+    const name = t.name.startsWith('blk.') || ['token_embd.weight', 'output_norm.weight', 'output.weight'].includes(t.name) ? t.name : hfToGguf(t.name);
+    if (name) T.set(name, { ...t, hf: name !== t.name });
+  }
+  const need = (name, rows, cols) => {
+    const t = T.get(name);
+    if (!t) throw new Error(`model file lacks tensor ${name}`);
+    const numel = (t.shape ?? []).reduce((a, b) => a * b, 1);
+    if (numel !== rows * cols) throw new Error(`${t.name}: shape ${JSON.stringify(t.shape)} does not match (${rows}, ${cols})`);
+    if (!Number.isSafeInteger(t.offset) || !Number.isSafeInteger(t.nbytes) || t.offset < 0 || t.nbytes <= 0) {
+      throw new Error(`${t.name}: bad offset/nbytes`);
+    }
+    return t;
+  };
+  const buffers = [];
+  const mk = (label, size, usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC) => {
+    if (size > maxBinding && usage & GPUBufferUsage.STORAGE) throw new Error(`${label}: ${size} bytes exceed the storage binding limit ${maxBinding}; use a smaller seq_len`);
+    const b = device.createBuffer({ label, size: Math.max(16, Math.ceil(size / 16) * 16), usage });
+    buffers.push(b);
+    return b;
+  };
+  const vec = async (name, n) => {
+    const v = await readVector(readSlice, need(name, 1, n), n);
+    const b = mk(name, n * 4);
+    device.queue.writeBuffer(b, 0, v);
+    return b;
+  };
+  // Q/K row order in the GPU buffer: within each head, adjacent rows (2i, 2i+1) are the reference's (HF
+  // rotate-half) RoPE pair (i, i + rope_dim/2) for 2i < rope_dim, then the unrotated dims in order. For GGUF files
+  // (llama.cpp-permuted rows) with rope_dim == head_dim this is exactly the stored order (no gather).
+  const permFor = (t) => {
+    const hfSrc = !!(t.hf || t.qk_permuted === false);
+    const f = (b) => {   // buffer row within a head -> stored row within the head
+      const j = b < ropeDim ? (b % 2) * (ropeDim / 2) + Math.floor(b / 2) : b;   // HF dim
+      return hfSrc ? j : (j < hd / 2 ? 2 * j : 2 * (j - hd / 2) + 1);
+    };
+    let identity = true;
+    for (let b = 0; b < hd; b++) if (f(b) !== b) identity = false;
+    if (identity) return undefined;
+    return (i) => Math.floor(i / hd) * hd + f(i % hd);
+  };
+  const linear = async (srcs, K, label, interleave = false) => {
+    const l = await uploadLinear(device, readSlice, srcs, K, { interleave, maxBinding: weightBinding, label });
+    for (const p of l.parts) buffers.push(p.buffer);
+    return l;
+  };
+
+  const embT = need('token_embd.weight', vocab, dim);
+  const emb = await linear([{ t: embT, rows: vocab }], dim, 'token_embd');
+  const layers = [];
+  for (let i = 0; i < nL; i++) {
+    const p = `blk.${i}.`;
+    const q = need(p + 'attn_q.weight', qDim, dim);
+    const k = need(p + 'attn_k.weight', kvDim, dim);
+    const v = need(p + 'attn_v.weight', kvDim, dim);
+    const qkvSrc = [{ t: q, rows: qDim, perm: permFor(q) }, { t: k, rows: kvDim, perm: permFor(k) }, { t: v, rows: kvDim }];
+    let qkv;
+    if (q.ggml_type === k.ggml_type && k.ggml_type === v.ggml_type) qkv = [await linear(qkvSrc, dim, p + 'qkv')];
+    else {
+      qkv = [];
+      let row0 = 0;
+      for (const s of qkvSrc) {
+        const l = await linear([s], dim, s.t.name);
+        for (const part of l.parts) part.row0 += row0;
+        row0 += s.rows;
+        qkv.push(l);
+      }
+    }
+    layers.push({
+      attnNorm: await vec(p + 'attn_norm.weight', dim),
+      ffnNorm: await vec(p + 'ffn_norm.weight', dim),
+      qkv,
+      o: await linear([{ t: need(p + 'attn_output.weight', dim, qDim), rows: dim }], qDim, p + 'attn_output'),
+      gateUp: await linear([{ t: need(p + 'ffn_gate.weight', hidden, dim), rows: hidden },
+        { t: need(p + 'ffn_up.weight', hidden, dim), rows: hidden }], dim, p + 'ffn_gate_up', true),
+      down: await linear([{ t: need(p + 'ffn_down.weight', dim, hidden), rows: dim }], hidden, p + 'ffn_down'),
+      kv: mk(p + 'kv', 2 * seqLen * kvDim * 4),   // (2, seq_len, kv_dim)
+    });
+  }
+  const outNorm = await vec('output_norm.weight', dim);
+  const head = T.has('output.weight') ? await linear([{ t: need('output.weight', vocab, dim), rows: vocab }], dim, 'output') : emb;
+
+  // ---- activations and tables
+  const resid = mk('resid', maxRows * dim * 4);          // (max_rows, dim)
+  const qbuf = mk('q', maxRows * qDim * 4);              // (max_rows, q_dim)
+  const att = mk('attn_out', maxRows * qDim * 4);        // (max_rows, q_dim)
+  const hid = mk('hidden', maxRows * hidden * 4);        // (max_rows, hidden_dim)
+  const scores = mk('scores', maxRows * nH * seqLen * 4); // (max_rows, n_heads, seq_len)
+  const tokBuf = mk('tokens', seqLen * 4);               // (seq_len) token ids of one forward
+  const dummyR = mk('dummy_r', 16);
+  const dummyW = mk('dummy_w', 16);
+  const rope = mk('rope', seqLen * (ropeDim / 2) * 8);   // (seq_len, rope_dim/2) (cos, sin)
+  {
+    const tab = new Float32Array(seqLen * ropeDim);
+    for (let pos = 0; pos < seqLen; pos++) {
+      for (let i = 0; i < ropeDim / 2; i++) {
+        const a = pos * Math.pow(theta, (-2 * i) / ropeDim);
+        tab[(pos * (ropeDim / 2) + i) * 2] = Math.cos(a);
+        tab[(pos * (ropeDim / 2) + i) * 2 + 1] = Math.sin(a);
+      }
+    }
+    device.queue.writeBuffer(rope, 0, tab);
+  }
+  const slot = Math.max(STEP_BYTES, device.limits.minUniformBufferOffsetAlignment);
+  const maxChunks = Math.ceil(seqLen / maxRows);
+  const stepBuf = mk('step', maxChunks * slot, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+  const stepBinding = { buffer: stepBuf, offset: 0, size: STEP_BYTES };
+
+  const uni = (label, words) => {
+    const b = mk(label, words.byteLength, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    device.queue.writeBuffer(b, 0, words);
+    return b;
+  };
+  // Params of matmul.wgsl: K, N, row0, out_stride, window, q_dim, kv_dim, head_dim, rope_dim, seq_len, n_groups, eps
+  const mmParams = (label, K, part, outStride, window) => {
+    const a = new Uint32Array(12);
+    a.set([K, part.N, part.row0, outStride, window, qDim, kvDim, hd, ropeDim, seqLen, Math.ceil(part.N / 2)]);
+    new Float32Array(a.buffer)[11] = eps;
+    return uni(label, a);
+  };
+  const groupsPerWg = WG_SIZE / 32;
+  const mmDims = (part) => {
+    const n = Math.ceil(Math.ceil(part.N / 2) / groupsPerWg);
+    const x = Math.min(n, 32768);
+    return [x, Math.ceil(n / x)];
+  };
+  const ops = [];   // per chunk, in order: {pipeline, bindGroup, dims: (nc) => [x, y]}
+  const addMatmul = async (label, lin, x, gamma, out, kv, mode, outStride) => {
+    for (const part of lin.parts) {
+      const pipeline = await kernels.matmul(lin.wtype, mode, !!gamma);
+      const bindGroup = device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
+        { binding: 0, resource: { buffer: mmParams(label, lin.K, part, outStride, 0) } },
+        { binding: 1, resource: stepBinding },
+        { binding: 2, resource: { buffer: part.buffer } },
+        { binding: 3, resource: { buffer: x } },
+        { binding: 4, resource: { buffer: gamma ?? dummyR } },
+        { binding: 5, resource: { buffer: mode === MODE.qkv ? rope : dummyR } },
+        { binding: 6, resource: { buffer: out } },
+        { binding: 7, resource: { buffer: kv ?? dummyW } },
+      ] });
+      const d = mmDims(part);
+      ops.push({ label, pipeline, bindGroup, dims: () => d });
+    }
+  };
+  for (const part of emb.parts) {
+    const pipeline = await kernels.embed(emb.wtype);
+    const bindGroup = device.createBindGroup({ layout: kernels.layouts.embed, entries: [
+      { binding: 0, resource: { buffer: uni('embed', new Uint32Array([dim, part.N, part.row0, 0])) } },
+      { binding: 1, resource: stepBinding },
+      { binding: 2, resource: { buffer: part.buffer } },
+      { binding: 3, resource: { buffer: tokBuf } },
+      { binding: 4, resource: { buffer: resid } },
+    ] });
+    ops.push({ label: 'embed', pipeline, bindGroup, dims: (nc) => [nc, 1] });
+  }
+  const attParams = new Uint32Array(8);
+  attParams.set([nH, nKV, hd, seqLen, qDim, kvDim]);
+  new Float32Array(attParams.buffer)[6] = 1 / Math.sqrt(hd);
+  const attParamBuf = uni('attention', attParams);
+  const attPipeline = await kernels.attention();
+  for (let i = 0; i < nL; i++) {
+    const L = layers[i];
+    for (const lin of L.qkv) await addMatmul(`blk.${i}.qkv`, lin, resid, L.attnNorm, qbuf, L.kv, MODE.qkv, qDim);
+    const bindGroup = device.createBindGroup({ layout: kernels.layouts.attention, entries: [
+      { binding: 0, resource: { buffer: attParamBuf } },
+      { binding: 1, resource: stepBinding },
+      { binding: 2, resource: { buffer: qbuf } },
+      { binding: 3, resource: { buffer: L.kv } },
+      { binding: 4, resource: { buffer: scores } },
+      { binding: 5, resource: { buffer: att } },
+    ] });
+    ops.push({ label: `blk.${i}.attention`, pipeline: attPipeline, bindGroup, dims: (nc) => [nH, nc] });
+    await addMatmul(`blk.${i}.attn_output`, L.o, att, null, resid, null, MODE.add, dim);
+    await addMatmul(`blk.${i}.ffn_gate_up`, L.gateUp, resid, L.ffnNorm, hid, null, MODE.swiglu, hidden);
+    await addMatmul(`blk.${i}.ffn_down`, L.down, hid, null, resid, null, MODE.add, dim);
+  }
+  // logits ops are rebuilt when the logits buffer grows
+  let logitsCap = 0;
+  let logitsBuf = null;
+  let staging = null;
+  let logitOps = [];
+  const headPipeline = await kernels.matmul(head.wtype, MODE.store, true);
+  const headParams = head.parts.map((part) => mmParams('logits', dim, part, vocab, 1));
+  const ensureLogits = (rows) => {
+    if (rows <= logitsCap) return;
+    const cap = Math.max(rows, Math.min(maxRows, 16));
+    if (cap * vocab * 4 > maxBinding) throw new Error(`n_out ${rows}: logits exceed the binding limit`);
+    if (logitsBuf) logitsBuf.destroy();
+    if (staging) staging.destroy();
+    logitsBuf = device.createBuffer({ label: 'logits', size: cap * vocab * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+    staging = device.createBuffer({ label: 'staging', size: cap * vocab * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    logitOps = head.parts.map((part, j) => ({
+      label: 'logits', pipeline: headPipeline, dims: (() => { const d = mmDims(part); return () => d; })(),
+      bindGroup: device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
+        { binding: 0, resource: { buffer: headParams[j] } },
+        { binding: 1, resource: stepBinding },
+        { binding: 2, resource: { buffer: part.buffer } },
+        { binding: 3, resource: { buffer: resid } },
+        { binding: 4, resource: { buffer: outNorm } },
+        { binding: 5, resource: { buffer: dummyR } },
+        { binding: 6, resource: { buffer: logitsBuf } },
+        { binding: 7, resource: { buffer: dummyW } },
+      ] }),
+    }));
+    logitsCap = cap;
+  };
+  ensureLogits(1);
+
+  let length = 0;
+  let destroyed = false;
+  let queue = Promise.resolve();
+  const stats = { dispatches: 0, chunks: 0 };
+  const weightBytes = [emb, ...layers.flatMap((L) => [...L.qkv, L.o, L.gateUp, L.down]), ...(head === emb ? [] : [head])]
+    .reduce((a, l) => a + l.bytes, 0);
+
+  async function forwardNow(tokens, startPos, nOut) {
+    if (destroyed) throw new Error('model destroyed');
+    if (state.lost) throw new Error(`device lost: ${state.lost}`);
+    const n = tokens.length;
+    if (!Number.isInteger(n) || n < 1) throw new Error('forward: tokens must be a non-empty sequence');
+    if (startPos !== length) throw new Error(`forward: start_pos ${startPos} must equal length ${length}`);
+    if (startPos + n > seqLen) throw new Error(`forward: ${startPos} + ${n} tokens exceed seq_len ${seqLen}`);
+    nOut = nOut ?? n;
+    if (!Number.isInteger(nOut) || nOut < 1 || nOut > n) throw new Error(`forward: n_out ${nOut} must be in 1..${n}`);
+    const tok = new Uint32Array(n);
+    for (let i = 0; i < n; i++) {
+      const t = tokens[i];
+      if (!Number.isInteger(t) || t < 0 || t >= vocab) throw new Error(`forward: token ${t} at ${i} is outside 0..${vocab - 1}`);
+      tok[i] = t;
+    }
+    ensureLogits(nOut);
+    device.queue.writeBuffer(tokBuf, 0, tok);
+    const nChunks = Math.ceil(n / maxRows);
+    const steps = new Uint32Array((nChunks * slot) / 4);
+    const firstOut = n - nOut;
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    let dispatches = 0;
+    let last = null;
+    const run = (op, off, nc) => {
+      if (op.pipeline !== last) { pass.setPipeline(op.pipeline); last = op.pipeline; }
+      pass.setBindGroup(0, op.bindGroup, [off]);
+      const [x, y] = op.dims(nc);
+      pass.dispatchWorkgroups(x, y);
+      dispatches++;
+    };
+    for (let c = 0; c < nChunks; c++) {
+      const c0 = c * maxRows;
+      const nc = Math.min(maxRows, n - c0);
+      const lo = Math.max(0, firstOut - c0);
+      steps.set([nc, startPos + c0, Math.min(lo, nc), c0 + lo - firstOut, c0], (c * slot) / 4);
+      const off = c * slot;
+      for (const op of ops) run(op, off, nc);
+      if (lo < nc) for (const op of logitOps) run(op, off, nc);
+    }
+    pass.end();
+    const bytes = nOut * vocab * 4;
+    enc.copyBufferToBuffer(logitsBuf, 0, staging, 0, bytes);
+    device.queue.writeBuffer(stepBuf, 0, steps);
+    device.queue.submit([enc.finish()]);
+    stats.dispatches = dispatches;
+    stats.chunks = nChunks;
+    try {
+      await Promise.race([staging.mapAsync(GPUMapMode.READ, 0, bytes),
+        ctx.lostPromise.then((m) => { throw new Error(`device lost: ${m}`); })]);
+    } catch (e) {
+      if (state.lost) throw new Error(`device lost: ${state.lost}`);
+      throw e;
+    }
+    const outArr = new Float32Array(staging.getMappedRange(0, bytes).slice(0));
+    staging.unmap();
+    if (state.error) throw new Error(`gpu error: ${state.error}`);
+    length = startPos + n;
+    return outArr;
+  }
+
+  return {
+    config: cfg,
+    get length() { return length; },
+    stats,
+    weightBytes,
+    maxRows,
+    forward(tokens, startPos, nOut) {
+      const p = queue.then(() => forwardNow(tokens, startPos, nOut));
+      queue = p.catch(() => {});
+      return p;
+    },
+    truncate(n) {
+      if (!Number.isInteger(n) || n < 0 || n > length) throw new Error(`truncate: ${n} must be in 0..${length}`);
+      length = n;
+    },
+    destroy() {
+      if (destroyed) return;
+      destroyed = true;
+      for (const b of buffers) b.destroy();
+      if (logitsBuf) logitsBuf.destroy();
+      if (staging) staging.destroy();
+    },
+  };
+}

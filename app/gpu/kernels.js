@@ -1,0 +1,74 @@
+// kernels.js — WGSL sources, bind group layouts and compute pipelines (specialised by override constants).
+//
+// shaders/matmul.wgsl    bindings 0 params, 1 step(dyn), 2 w, 3 x, 4 gamma, 5 rope, 6 out(rw), 7 kv(rw)
+// shaders/attention.wgsl bindings 0 params, 1 step(dyn), 2 q, 3 kv, 4 scores(rw), 5 out(rw)
+// shaders/embed.wgsl     bindings 0 params, 1 step(dyn), 2 w, 3 tokens, 4 out(rw)
+
+export const WTYPE_IDS = { F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 8, BF16: 30 };
+export const MODE = { store: 0, add: 1, swiglu: 2, qkv: 3 };
+export const WG_SIZE = 64;
+export const STEP_BYTES = 32;   // struct Step: 8 x u32
+
+/** Default shader loader: fetch next to the app (browser), or read the file (Node: file: URLs). */
+export function defaultShaderSource(base) {
+  return async (name) => {
+    const url = new URL(`${name}.wgsl`, base);
+    if (url.protocol === 'file:') {
+      const fs = await import('node:fs/promises');
+      return fs.readFile(url, 'utf8');
+    }
+    const r = await fetch(url);
+    if (!r.ok) throw new Error(`could not load shader ${url}: HTTP ${r.status}`);
+    return r.text();
+  };
+}
+
+function layout(device, kinds) {
+  const entries = kinds.map((k, i) => {
+    const e = { binding: i, visibility: GPUShaderStage.COMPUTE };
+    if (k === 'u') e.buffer = { type: 'uniform' };
+    else if (k === 'ud') e.buffer = { type: 'uniform', hasDynamicOffset: true, minBindingSize: STEP_BYTES };
+    else if (k === 'r') e.buffer = { type: 'read-only-storage' };
+    else e.buffer = { type: 'storage' };
+    return e;
+  });
+  return device.createBindGroupLayout({ entries });
+}
+
+export async function createKernels(device, shaderSource) {
+  const [mmSrc, attSrc, embSrc] = await Promise.all(['matmul', 'attention', 'embed'].map((n) => shaderSource(n)));
+  const modules = {};
+  for (const [name, code] of [['matmul', mmSrc], ['attention', attSrc], ['embed', embSrc]]) {
+    const m = device.createShaderModule({ code, label: name });
+    if (m.getCompilationInfo) {
+      const info = await m.getCompilationInfo();
+      const errs = info.messages.filter((x) => x.type === 'error');
+      if (errs.length) throw new Error(`WGSL ${name}: ${errs.map((e) => `${e.lineNum}:${e.linePos} ${e.message}`).join('; ')}`);
+    }
+    modules[name] = m;
+  }
+  const layouts = {
+    matmul: layout(device, ['u', 'ud', 'r', 'r', 'r', 'r', 's', 's']),
+    attention: layout(device, ['u', 'ud', 'r', 'r', 's', 's']),
+    embed: layout(device, ['u', 'ud', 'r', 'r', 's']),
+  };
+  const plLayouts = {};
+  for (const k in layouts) plLayouts[k] = device.createPipelineLayout({ bindGroupLayouts: [layouts[k]] });
+  const cache = new Map();
+  async function pipeline(kind, constants) {
+    const key = kind + JSON.stringify(constants);
+    if (!cache.has(key)) {
+      cache.set(key, device.createComputePipelineAsync({
+        label: key, layout: plLayouts[kind],
+        compute: { module: modules[kind], entryPoint: 'main', constants: { WG_SIZE, ...constants } },
+      }));
+    }
+    return cache.get(key);
+  }
+  return {
+    layouts,
+    matmul: (wtype, mode, norm) => pipeline('matmul', { WTYPE: wtype, MODE: mode, NORM: norm ? 1 : 0 }),
+    attention: () => pipeline('attention', {}),
+    embed: (wtype) => pipeline('embed', { WTYPE: wtype }),
+  };
+}

@@ -1,0 +1,116 @@
+// attention — causal GQA attention of a chunk of new positions over this layer's KV cache (which already holds
+// the chunk's own keys/values, written by matmul MODE 3).
+//
+// Work split: one workgroup per (head h = wid.x, chunk row t = wid.y); pos = start_pos + t attends keys 0..pos.
+//   1. lane l scores keys j = l, l + WG_SIZE, ... (dot over head_dim in ascending vec4 order), keeps its max;
+//   2. fixed binary tree max over lanes; lane l exponentiates its keys and sums them in ascending j; fixed tree sum;
+//   3. lane l owns output dims d = l, l + WG_SIZE, ...: acc = sum over j = 0..pos ascending of p_j * v[j, d].
+// BATCH INVARIANCE: every reduction is over absolute key positions in an order fixed by pos alone, so a row's
+// result is the same whatever chunk it is computed in.
+//
+// Bindings:
+//   0 params  uniform Params
+//   1 step    uniform Step (dynamic offset: one slot per chunk)
+//   2 q       array<vec4<f32>>  (max_rows, q_dim)   RoPE'd queries, q_dim = n_heads * head_dim
+//   3 kv      array<vec4<f32>>  (2, seq_len, kv_dim) K then V of this layer
+//   4 scores  array<f32>        read_write (max_rows, n_heads, seq_len) scratch
+//   5 out     array<f32>        read_write (max_rows, q_dim)
+
+override WG_SIZE: u32 = 64;
+
+struct Params {
+  n_heads: u32,
+  n_kv_heads: u32,
+  head_dim: u32,
+  seq_len: u32,
+  q_dim: u32,
+  kv_dim: u32,
+  scale: f32,      // 1 / sqrt(head_dim)
+  _p0: u32,
+};
+
+struct Step {
+  n: u32,
+  start_pos: u32,
+  out_lo: u32,
+  out_base: u32,
+  tok0: u32,
+  _p0: u32, _p1: u32, _p2: u32,
+};
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> kv: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> scores: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+
+var<workgroup> red: array<f32, WG_SIZE>;
+var<workgroup> qs: array<vec4<f32>, 64>;   // head_dim <= 256
+
+@compute @workgroup_size(WG_SIZE)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let h = wid.x;
+  let t = wid.y;
+  if (t >= step.n) { return; }              // uniform per workgroup
+  let pos = step.start_pos + t;
+  let nkeys = pos + 1u;
+  let hd4 = params.head_dim / 4u;
+  let kvh = h / (params.n_heads / params.n_kv_heads);
+  let kv4 = params.kv_dim / 4u;
+  let koff = kvh * hd4;                                   // vec4 offset of this kv head within a key row
+  let voff = params.seq_len * kv4 + kvh * hd4;            // V section
+  let sbase = (t * params.n_heads + h) * params.seq_len;  // scores row
+
+  for (var i = lid; i < hd4; i = i + WG_SIZE) {
+    qs[i] = q[t * (params.q_dim / 4u) + h * hd4 + i];
+  }
+  workgroupBarrier();
+
+  // 1. scores and per-lane max
+  var m = -3.4e38;
+  for (var j = lid; j < nkeys; j = j + WG_SIZE) {
+    var s = 0.0;
+    let kb = j * kv4 + koff;
+    for (var i = 0u; i < hd4; i = i + 1u) {
+      s = s + dot(qs[i], kv[kb + i]);
+    }
+    s = s * params.scale;
+    scores[sbase + j] = s;
+    m = max(m, s);
+  }
+  red[lid] = m;
+  workgroupBarrier();
+  for (var s = WG_SIZE / 2u; s > 0u; s = s / 2u) {
+    if (lid < s) { red[lid] = max(red[lid], red[lid + s]); }
+    workgroupBarrier();
+  }
+  let mx = red[0];
+  workgroupBarrier();
+
+  // 2. exponentials and their sum
+  var l = 0.0;
+  for (var j = lid; j < nkeys; j = j + WG_SIZE) {
+    let e = exp(scores[sbase + j] - mx);
+    scores[sbase + j] = e;
+    l = l + e;
+  }
+  red[lid] = l;
+  storageBarrier();
+  workgroupBarrier();
+  for (var s = WG_SIZE / 2u; s > 0u; s = s / 2u) {
+    if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
+    workgroupBarrier();
+  }
+  let inv = 1.0 / red[0];
+
+  // 3. weighted sum of values, one output dim per lane, keys in ascending order
+  for (var d = lid; d < params.head_dim; d = d + WG_SIZE) {
+    var acc = 0.0;
+    for (var j = 0u; j < nkeys; j = j + 1u) {
+      let v4 = kv[voff + j * kv4 + d / 4u];
+      acc = acc + scores[sbase + j] * v4[d % 4u];
+    }
+    out[t * params.q_dim + h * params.head_dim + d] = acc * inv;
+  }
+}

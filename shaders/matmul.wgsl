@@ -1,0 +1,294 @@
+// matmul — thin GEMM over weights read as stored: y[t, r] = sum_k W[r, k] * xin[t, k] for every row t of a chunk,
+// each weight read once per tile of TB rows (a verify block of k+1 <= TB rows reads each weight once).
+//
+// Weight formats (override WTYPE, ggml ids): 0 F32, 1 F16, 30 BF16, 3 Q4_1 (blocks as stored: f16 d, f16 m, 16 B),
+// 2 Q4_0 and 8 Q8_0 (blocks as stored, with the f16 scale padded to 4 bytes so the block is word aligned:
+// Q4_0 20 B = d, pad, qs[16]; Q8_0 36 B = d, pad, qs[32]). Values are never dequantised in the buffer.
+// Optional fused input RMSNorm (override NORM): xin = x * rsqrt(mean(x^2) + eps) * gamma.
+//
+// Work split: rows are processed in PAIRS (2i, 2i+1). One group of 32 lanes owns one pair; a workgroup holds
+// WG_SIZE/32 groups. Lane l accumulates the 8-value units u = l, l+32, ... of the row (ascending), for each of the
+// TB chunk rows of a tile, then the 32 lane partials are summed by a fixed binary tree in workgroup memory.
+// BATCH INVARIANCE: the arithmetic for row t never depends on how many rows the chunk has or where it starts.
+//
+// Epilogue (override MODE) for a pair (y0, y1) at chunk row t:
+//   0 store:  out[orow * out_stride + row0 + 2i + {0,1}] = y        (logits use a row window from Step)
+//   1 add:    out[t * out_stride + row0 + 2i + {0,1}] += y          (residual add)
+//   2 swiglu: rows are interleaved (gate_i, up_i): out[t * out_stride + (row0/2) + i] = silu(y0) * y1
+//   3 qkv:    rows are [q | k | v] in GGUF's interleaved-pair order; q, k pairs get RoPE at pos = start_pos + t
+//             (cos/sin table); q -> out[t * q_dim + r], k -> kv[pos * kv_dim + r - q_dim],
+//             v -> kv[seq_len * kv_dim + pos * kv_dim + r - q_dim - kv_dim]
+//
+// Bindings:
+//   0 params  uniform Params
+//   1 step    uniform Step (dynamic offset: one slot per chunk)
+//   2 w       array<u32>        (N rows of this part, layout per WTYPE)
+//   3 x       array<vec4<f32>>  (max_rows, K) chunk activations
+//   4 gamma   array<vec4<f32>>  (K) RMSNorm weight (dummy unless NORM)
+//   5 rope    array<vec2<f32>>  (seq_len, rope_dim/2) (cos, sin) (dummy unless MODE 3)
+//   6 out     array<f32>        read_write, see MODE
+//   7 kv      array<f32>        read_write (2, seq_len, kv_dim) this layer's K then V cache (dummy unless MODE 3)
+
+override WG_SIZE: u32 = 64;
+override WTYPE: u32 = 0;
+override MODE: u32 = 0;
+override NORM: bool = false;
+
+const LANES: u32 = 32u;
+const TB: u32 = 8u;
+
+struct Params {
+  K: u32,           // in features (multiple of 32)
+  N: u32,           // weight rows in this part
+  row0: u32,        // global row of this part's first row (even)
+  out_stride: u32,  // floats per output row
+  window: u32,      // 1: only chunk rows step.out_lo.. written to out rows step.out_base..
+  q_dim: u32,
+  kv_dim: u32,
+  head_dim: u32,
+  rope_dim: u32,
+  seq_len: u32,
+  n_groups: u32,    // number of row pairs in this part: ceil(N / 2)
+  eps: f32,
+};
+
+struct Step {
+  n: u32,          // rows in this chunk
+  start_pos: u32,  // absolute position of chunk row 0
+  out_lo: u32,     // first chunk row that produces logits
+  out_base: u32,   // logits row of chunk row out_lo
+  tok0: u32,       // index of chunk row 0 in the forward's token list
+  _p0: u32, _p1: u32, _p2: u32,
+};
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> gamma: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> rope: array<vec2<f32>>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+@group(0) @binding(7) var<storage, read_write> kv: array<f32>;
+
+var<workgroup> red: array<f32, WG_SIZE * TB * 2u>;   // (TB, 2, WG_SIZE) lane partials
+var<workgroup> rs: array<f32, TB>;                   // (TB) rmsnorm scales of the tile
+
+struct Unit {
+  w0: vec4<f32>,   // weights (or raw quants) for x vec4 i0
+  w1: vec4<f32>,   // for x vec4 i1
+  i0: u32,         // vec4 index within an x row
+  i1: u32,
+  scale: f32,      // value = scale * q + bias (quantised types)
+  bias: f32,
+};
+
+fn nib_lo(q: u32) -> vec4<f32> {
+  return vec4<f32>(f32(q & 15u), f32((q >> 8u) & 15u), f32((q >> 16u) & 15u), f32((q >> 24u) & 15u));
+}
+fn nib_hi(q: u32) -> vec4<f32> {
+  return vec4<f32>(f32((q >> 4u) & 15u), f32((q >> 12u) & 15u), f32((q >> 20u) & 15u), f32(q >> 28u));
+}
+fn i8x4(q: u32) -> vec4<f32> {
+  let v = vec4<i32>(bitcast<i32>(q << 24u), bitcast<i32>(q << 16u), bitcast<i32>(q << 8u), bitcast<i32>(q)) >> vec4<u32>(24u);
+  return vec4<f32>(v);
+}
+fn bf2(q: u32) -> vec2<f32> {
+  return vec2<f32>(bitcast<f32>(q << 16u), bitcast<f32>(q & 0xffff0000u));
+}
+
+// Unit u (8 consecutive-in-storage values) of weight row r.
+fn load_unit(r: u32, u: u32) -> Unit {
+  var o: Unit;
+  let K = params.K;
+  o.scale = 1.0;
+  o.bias = 0.0;
+  if (WTYPE == 0u) {          // F32: 8 floats
+    let b = r * K + 8u * u;
+    o.w0 = vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + 1u]), bitcast<f32>(w[b + 2u]), bitcast<f32>(w[b + 3u]));
+    o.w1 = vec4<f32>(bitcast<f32>(w[b + 4u]), bitcast<f32>(w[b + 5u]), bitcast<f32>(w[b + 6u]), bitcast<f32>(w[b + 7u]));
+    o.i0 = 2u * u;
+    o.i1 = 2u * u + 1u;
+  } else if (WTYPE == 1u) {   // F16: 4 words of 2 halves
+    let b = r * (K / 2u) + 4u * u;
+    o.w0 = vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + 1u]));
+    o.w1 = vec4<f32>(unpack2x16float(w[b + 2u]), unpack2x16float(w[b + 3u]));
+    o.i0 = 2u * u;
+    o.i1 = 2u * u + 1u;
+  } else if (WTYPE == 30u) {  // BF16
+    let b = r * (K / 2u) + 4u * u;
+    o.w0 = vec4<f32>(bf2(w[b]), bf2(w[b + 1u]));
+    o.w1 = vec4<f32>(bf2(w[b + 2u]), bf2(w[b + 3u]));
+    o.i0 = 2u * u;
+    o.i1 = 2u * u + 1u;
+  } else if (WTYPE == 8u) {   // Q8_0 padded: 9 words per block, unit = 2 words = elements 8*sub .. 8*sub+7
+    let blk = u / 4u;
+    let sub = u % 4u;
+    let b = (r * (K / 32u) + blk) * 9u;
+    o.scale = unpack2x16float(w[b]).x;
+    o.w0 = i8x4(w[b + 1u + 2u * sub]);
+    o.w1 = i8x4(w[b + 2u + 2u * sub]);
+    o.i0 = blk * 8u + 2u * sub;
+    o.i1 = blk * 8u + 2u * sub + 1u;
+  } else {                    // Q4_0 padded / Q4_1: 5 words per block, unit = 1 word of qs
+    let blk = u / 4u;
+    let sub = u % 4u;
+    let b = (r * (K / 32u) + blk) * 5u;
+    let dm = unpack2x16float(w[b]);
+    let q = w[b + 1u + sub];
+    o.w0 = nib_lo(q);           // elements 4*sub .. 4*sub+3
+    o.w1 = nib_hi(q);           // elements 16+4*sub ..
+    o.i0 = blk * 8u + sub;
+    o.i1 = blk * 8u + 4u + sub;
+    o.scale = dm.x;
+    if (WTYPE == 3u) { o.bias = dm.y; } else { o.bias = -8.0 * dm.x; }
+  }
+  return o;
+}
+
+fn xin(t: u32, i: u32) -> vec4<f32> {
+  var v = x[t * (params.K / 4u) + i];
+  if (NORM) {
+    v = v * rs[t % TB] * gamma[i];
+  }
+  return v;
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let wg = wid.y * nwg.x + wid.x;
+  let groups_per_wg = WG_SIZE / LANES;
+  if (wg * groups_per_wg >= params.n_groups) { return; }   // uniform per workgroup
+  let g = lid / LANES;
+  let lane = lid % LANES;
+  let pair = wg * groups_per_wg + g;           // row pair within this part
+  let r0 = 2u * pair;
+  let have0 = r0 < params.N;
+  let have1 = r0 + 1u < params.N;
+  let K = params.K;
+  let n_units = K / 8u;
+
+  var lo = 0u;
+  if (params.window == 1u) { lo = step.out_lo; }
+  let hi = step.n;
+
+  for (var t0 = lo; t0 < hi; t0 = t0 + TB) {
+    let nt = min(TB, hi - t0);
+    // --- fused RMSNorm: scale per row of the tile (fixed-order reduction over the workgroup)
+    if (NORM) {
+      for (var t = 0u; t < TB; t = t + 1u) {
+        var ss = 0.0;
+        if (t < nt) {
+          for (var i = lid; i < K / 4u; i = i + WG_SIZE) {
+            let v = x[(t0 + t) * (K / 4u) + i];
+            ss = ss + dot(v, v);
+          }
+        }
+        red[t * WG_SIZE + lid] = ss;
+      }
+      workgroupBarrier();
+      for (var s = WG_SIZE / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+          for (var t = 0u; t < TB; t = t + 1u) {
+            red[t * WG_SIZE + lid] = red[t * WG_SIZE + lid] + red[t * WG_SIZE + lid + s];
+          }
+        }
+        workgroupBarrier();
+      }
+      if (lid < TB) {
+        rs[(t0 + lid) % TB] = inverseSqrt(red[lid * WG_SIZE] / f32(K) + params.eps);
+      }
+      workgroupBarrier();
+    }
+
+    var a0: array<f32, TB>;
+    var a1: array<f32, TB>;
+    for (var t = 0u; t < TB; t = t + 1u) { a0[t] = 0.0; a1[t] = 0.0; }
+    if (have0) {
+      for (var u = lane; u < n_units; u = u + LANES) {
+        let p = load_unit(r0, u);
+        var q: Unit;
+        if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+        for (var t = 0u; t < TB; t = t + 1u) {
+          if (t < nt) {
+            let x0 = xin(t0 + t, p.i0);
+            let x1 = xin(t0 + t, p.i1);
+            if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
+              a0[t] = a0[t] + (dot(p.w0, x0) + dot(p.w1, x1));
+              a1[t] = a1[t] + (dot(q.w0, x0) + dot(q.w1, x1));
+            } else if (WTYPE == 8u) {
+              a0[t] = a0[t] + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
+              a1[t] = a1[t] + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
+            } else {
+              let sx = dot(x0 + x1, vec4<f32>(1.0));
+              a0[t] = a0[t] + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
+              a1[t] = a1[t] + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
+            }
+          }
+        }
+      }
+    }
+    // --- fixed tree over the 32 lanes of each group
+    workgroupBarrier();
+    for (var t = 0u; t < TB; t = t + 1u) {
+      red[(2u * t) * WG_SIZE + lid] = a0[t];
+      red[(2u * t + 1u) * WG_SIZE + lid] = a1[t];
+    }
+    workgroupBarrier();
+    for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+      if (lane < s) {
+        for (var j = 0u; j < 2u * TB; j = j + 1u) {
+          red[j * WG_SIZE + lid] = red[j * WG_SIZE + lid] + red[j * WG_SIZE + lid + s];
+        }
+      }
+      workgroupBarrier();
+    }
+    // --- epilogue: lane t of the group finishes chunk row t0 + t
+    if (lane < nt && have0) {
+      let t = t0 + lane;
+      let y0 = red[(2u * lane) * WG_SIZE + g * LANES];
+      let y1 = red[(2u * lane + 1u) * WG_SIZE + g * LANES];
+      let r = params.row0 + r0;          // global row of the pair's first row
+      if (MODE == 0u) {
+        var orow = t;
+        if (params.window == 1u) { orow = step.out_base + (t - step.out_lo); }
+        out[orow * params.out_stride + r] = y0;
+        if (have1) { out[orow * params.out_stride + r + 1u] = y1; }
+      } else if (MODE == 1u) {
+        let o = t * params.out_stride + r;
+        out[o] = out[o] + y0;
+        if (have1) { out[o + 1u] = out[o + 1u] + y1; }
+      } else if (MODE == 2u) {
+        let gate = y0;
+        out[t * params.out_stride + r / 2u] = gate / (1.0 + exp(-gate)) * y1;
+      } else {
+        let pos = step.start_pos + t;
+        var v0 = y0;
+        var v1 = y1;
+        let qk = params.q_dim + params.kv_dim;
+        if (r < qk) {
+          var dd = r % params.head_dim;
+          if (r >= params.q_dim) { dd = (r - params.q_dim) % params.head_dim; }
+          if (dd < params.rope_dim) {
+            let cs = rope[pos * (params.rope_dim / 2u) + dd / 2u];
+            v0 = y0 * cs.x - y1 * cs.y;
+            v1 = y0 * cs.y + y1 * cs.x;
+          }
+        }
+        if (r < params.q_dim) {
+          out[t * params.q_dim + r] = v0;
+          out[t * params.q_dim + r + 1u] = v1;
+        } else if (r < qk) {
+          let o = pos * params.kv_dim + (r - params.q_dim);
+          kv[o] = v0;
+          kv[o + 1u] = v1;
+        } else {
+          let o = params.seq_len * params.kv_dim + pos * params.kv_dim + (r - qk);
+          kv[o] = v0;
+          kv[o + 1u] = v1;
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+}

@@ -1,0 +1,75 @@
+"""Run the WebGPU engine (app/gpu/engine.js) under Node + Dawn (npm `webgpu`) from pytest.
+
+Dawn's OpenGL backend on Mesa's llvmpipe is the adapter here (XDG_RUNTIME_DIR=/tmp EGL_PLATFORM=surfaceless,
+featureLevel 'compatibility'); it needs Debian's libegl1 + libgl1-mesa-dri (llvmpipe) + libgles2 at run time.
+`probe()` says why the engine cannot run (no node, no webgpu package, no adapter) so tests skip ONLY then.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "tests" / "gpu" / "driver.mjs"
+ENV = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "EGL_PLATFORM": "surfaceless"}
+
+PROBE_JS = """
+import { create, globals } from 'webgpu';
+Object.assign(globalThis, globals);
+const gpu = create(['backend=opengl']); globalThis.__g = gpu;
+const a = await gpu.requestAdapter({featureLevel: 'compatibility'});
+console.log(a ? 'ADAPTER ' + (a.info?.device ?? '') : 'NO_ADAPTER');
+process.exit(0);
+"""
+
+
+def probe() -> str | None:
+    """None when the engine can run here, else the reason it cannot."""
+    node = shutil.which("node")
+    if not node:
+        return "node is not installed"
+    if not (ROOT / "node_modules" / "webgpu" / "package.json").exists():
+        return "npm package webgpu is not installed (run `python build.py setup`)"
+    try:
+        r = subprocess.run([node, "--input-type=module", "-e", PROBE_JS], cwd=ROOT, env=ENV, capture_output=True,
+                           text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "Dawn adapter probe timed out"
+    if "ADAPTER" in r.stdout and "NO_ADAPTER" not in r.stdout:
+        return None
+    return f"Dawn (OpenGL backend) offers no adapter: rc={r.returncode} {r.stdout.strip()} {r.stderr.strip()[-500:]}"
+
+
+def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, seq_len: int | None = None,
+               max_rows: int | None = None, max_binding_bytes: int | None = None, timeout: int = 600):
+    """Run ops on a fresh engine; returns (results, outputs) with outputs a list of (rows, vocab) float32 arrays,
+    one per forward that succeeded (results[i]['error'] holds the message of one that failed)."""
+    vocab = description["config"]["vocab_size"]
+    with tempfile.TemporaryDirectory() as td:
+        spec = {"model": str(model), "description": description, "ops": ops, "seq_len": seq_len,
+                "max_rows": max_rows, "max_binding_bytes": max_binding_bytes}
+        sp = Path(td) / "spec.json"
+        op = Path(td) / "out.bin"
+        sp.write_text(json.dumps(spec))
+        r = subprocess.run(["node", str(DRIVER), str(sp), str(op)], cwd=ROOT, env=ENV, capture_output=True,
+                           text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"engine driver failed (rc={r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1]
+        info = json.loads(line)
+        flat = np.fromfile(op, dtype=np.float32)
+    outs = []
+    off = 0
+    for res in info["results"]:
+        if res["op"] == "forward" and "error" not in res:
+            n = res["rows"] * vocab
+            outs.append(flat[off:off + n].reshape(res["rows"], vocab))
+            off += n
+    assert off == flat.size
+    return info, outs

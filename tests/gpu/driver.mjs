@@ -1,0 +1,67 @@
+// driver.mjs — run the WebGPU engine (app/gpu/engine.js) under Node + Dawn for tests and benches.
+//
+//   node tests/gpu/driver.mjs SPEC.json OUT.bin
+// SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?,
+//        max_binding_bytes?, ops: [{op: 'forward', tokens, start_pos, n_out?} | {op: 'truncate', n}]}
+// Writes every forward's logits (float32, row-major) back to back into OUT.bin and prints one JSON line:
+// {adapter, results: [{op, rows, dispatches}], load_ms}. If no adapter: prints {"no_adapter": reason}, exit 3.
+import { readFileSync, writeFileSync, openSync, readSync, closeSync } from 'node:fs';
+import { create, globals } from 'webgpu';
+import { createEngine } from '../../app/gpu/engine.js';
+
+Object.assign(globalThis, globals);
+const [specPath, outPath] = process.argv.slice(2);
+const spec = JSON.parse(readFileSync(specPath, 'utf8'));
+const backend = spec.backend ?? 'opengl';
+const flags = [`backend=${backend}`];
+if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
+const gpu = create(flags);
+globalThis.__dawnGPU = gpu;   // keep the reference alive (GC of it crashes Node)
+
+async function main() {
+  let engine;
+  try {
+    engine = await createEngine(gpu, {
+      adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
+      maxRows: spec.max_rows, maxBindingBytes: spec.max_binding_bytes,
+    });
+  } catch (e) {
+    if (/no WebGPU adapter/.test(e.message)) {
+      console.log(JSON.stringify({ no_adapter: e.message }));
+      process.exit(3);
+    }
+    throw e;
+  }
+  const fd = openSync(spec.model, 'r');
+  const readSlice = async (offset, nbytes) => {
+    const b = Buffer.alloc(nbytes);
+    const got = readSync(fd, b, 0, nbytes, offset);
+    return b.buffer.slice(b.byteOffset, b.byteOffset + got);
+  };
+  const t0 = performance.now();
+  const model = await engine.loadModel(spec.description, readSlice, { seq_len: spec.seq_len });
+  const loadMs = performance.now() - t0;
+  const outs = [];
+  const results = [];
+  for (const op of spec.ops) {
+    if (op.op === 'forward') {
+      try {
+        const y = await model.forward(op.tokens, op.start_pos, op.n_out);
+        outs.push(Buffer.from(y.buffer));
+        results.push({ op: 'forward', rows: y.length / model.config.vocab_size, dispatches: model.stats.dispatches });
+      } catch (e) {
+        results.push({ op: 'forward', error: e.message });
+      }
+    } else if (op.op === 'truncate') {
+      try { model.truncate(op.n); results.push({ op: 'truncate', length: model.length }); }
+      catch (e) { results.push({ op: 'truncate', error: e.message }); }
+    } else throw new Error(`unknown op ${op.op}`);
+  }
+  closeSync(fd);
+  writeFileSync(outPath, Buffer.concat(outs));
+  console.log(JSON.stringify({ adapter: engine.adapterInfo, results, load_ms: loadMs }));
+  model.destroy();
+  engine.destroy();
+}
+
+main().then(() => process.exit(0), (e) => { console.error(e.stack ?? String(e)); process.exit(1); });

@@ -1,0 +1,162 @@
+"""The WGSL engine under Node + Dawn (OpenGL on llvmpipe) against the numpy ReferenceModel.
+
+(a) batch invariance, bitwise: every position's logits are the same whether computed in one prefill, one token at
+    a time, in verify blocks of k+1 (k = 1..8), in prefill chunks of several sizes, with internal row-chunking and
+    with weights split across several storage bindings;
+(b) parity with exactspec.reference.ReferenceModel: top-1 equal everywhere, max |diff| <= 1e-3;
+(c) truncate + re-forward reproduces a fresh computation bitwise; bad calls are refused with clear errors.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dawn_harness import probe, run_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
+
+_why = probe()
+pytestmark = pytest.mark.skipif(_why is not None, reason=f"WebGPU engine cannot run here: {_why}")
+if _why is not None:
+    print(f"[tests/gpu] skipping: {_why}")
+
+
+def invariance_ops(toks: list[int], alt: list[int]) -> tuple[list[dict], dict]:
+    """Ops for one engine run, and how to slice the outputs: name -> list of output indices."""
+    n = len(toks)
+    ops: list[dict] = []
+    plan: dict[str, list[int]] = {}
+    k_out = 0
+
+    def fwd(name, tokens, start, n_out=None):
+        nonlocal k_out
+        ops.append({"op": "forward", "tokens": tokens, "start_pos": start, "n_out": n_out})
+        plan.setdefault(name, []).append(k_out)
+        k_out += 1
+
+    def trunc(m):
+        ops.append({"op": "truncate", "n": m})
+
+    fwd("full", toks, 0)
+    trunc(0)
+    for i in range(n):
+        fwd("single", toks[i:i + 1], i)
+    for k in range(1, 9):
+        trunc(0)
+        fwd(f"verify{k}", toks[:2], 0)
+        for s in range(2, n, k + 1):
+            fwd(f"verify{k}", toks[s:s + k + 1], s)
+    for c in (3, 5, 7):
+        trunc(0)
+        for s in range(0, n, c):
+            fwd(f"chunk{c}", toks[s:s + c], s)
+    # truncate: roll back to 10, take a different branch, roll back again and redo the original suffix
+    trunc(10)
+    fwd("branch", alt, 10)
+    trunc(10)
+    fwd("redo", toks[10:], 10, n - 10)
+    trunc(0)
+    fwd("fresh_branch", toks[:10] + alt, 0, len(alt))
+    # refusals
+    fwd("bad_start", toks[:1], 5)
+    fwd("bad_token", [10 ** 6], 10 + len(alt))
+    return ops, plan
+
+
+def rows_of(outs, plan, name):
+    return np.concatenate([outs[i] for i in plan[name]], axis=0)
+
+
+def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3):
+    from exactspec.formats import describe
+    from exactspec.reference import ReferenceModel
+
+    d = describe(path)
+    vocab = d["config"]["vocab_size"]
+    rng = np.random.default_rng(seed)
+    toks = [int(t) for t in rng.integers(0, vocab, n)]
+    alt = [int(t) for t in rng.integers(0, vocab, 6)]
+    ops, plan = invariance_ops(toks, alt)
+    info, outs = run_engine(path, d, ops, max_rows=max_rows, max_binding_bytes=max_binding_bytes)
+    res = [r for r in info["results"] if r["op"] == "forward"]
+    assert "start_pos" in res[-2].get("error", "") and "length" in res[-2]["error"], res[-2]
+    assert "outside" in res[-1].get("error", ""), res[-1]
+    full = rows_of(outs, plan, "full")                      # (n, vocab)
+    assert full.shape == (n, vocab) and np.isfinite(full).all()
+    # (a) batch invariance, bitwise
+    for name in ["single"] + [f"verify{k}" for k in range(1, 9)] + ["chunk3", "chunk5", "chunk7"]:
+        got = rows_of(outs, plan, name)
+        assert got.shape == full.shape, name
+        bad = np.nonzero((got.view(np.uint32) != full.view(np.uint32)).any(axis=1))[0]
+        assert bad.size == 0, f"{name}: rows {bad.tolist()} differ from the one-shot prefill"
+    # (c) truncate + re-forward
+    assert np.array_equal(rows_of(outs, plan, "redo").view(np.uint32), full[10:].view(np.uint32))
+    assert np.array_equal(rows_of(outs, plan, "branch").view(np.uint32),
+                          rows_of(outs, plan, "fresh_branch").view(np.uint32))
+    # (b) parity with the reference
+    ref = ReferenceModel.from_file(path).forward(toks, 0)  # (n, vocab)
+    diff = float(np.abs(ref - full).max())
+    assert (ref.argmax(axis=1) == full.argmax(axis=1)).all(), "top-1 differs from the reference"
+    assert diff <= parity, f"max |diff| {diff} > {parity}"
+    return full, diff, info
+
+
+@pytest.fixture(scope="module")
+def micro_paths(tmp_path_factory):
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    td = tmp_path_factory.mktemp("micro")
+    paths = {}
+    for ty in ("F32", "F16", "Q8_0", "Q4_0", "Q4_1"):
+        p = td / f"micro-{ty}.gguf"
+        write_micro_gguf(p, micro_config(), seed=3, tensor_type=ty)
+        paths[ty] = p
+    return paths
+
+
+@pytest.mark.parametrize("ty", ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"])
+def test_micro_invariance_parity_truncate(micro_paths, ty):
+    full, diff, info = check_engine(micro_paths[ty])
+    print(f"[{ty}] max |diff| vs reference {diff:.3g}; adapter {info['adapter']['device']}")
+
+
+def test_micro_row_chunks_and_split_bindings(micro_paths):
+    """Internal chunking (max_rows 5) and weights split over 4 KiB bindings give the very same bits."""
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = describe(path)
+    toks = [int(t) for t in np.random.default_rng(1).integers(0, d["config"]["vocab_size"], 17)]
+    ops = [{"op": "forward", "tokens": toks, "start_pos": 0}]
+    _, (a,) = run_engine(path, d, ops)
+    _, (b,) = run_engine(path, d, ops, max_rows=5, max_binding_bytes=4096)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_micro_gqa_partial_rope_untied(tmp_path):
+    """Other shapes: 1 kv head for 4 query heads, rotary on half the head, untied output, 3 layers."""
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    p = tmp_path / "m.gguf"
+    write_micro_gguf(p, micro_config(n_kv_heads=1, rope_dim=8, tied_embeddings=False, n_layers=3, vocab_size=301),
+                     seed=5, tensor_type="F32")
+    check_engine(p, n=12)
+
+
+def test_bad_description_is_refused(micro_paths):
+    from exactspec.formats import describe
+
+    d = describe(micro_paths["F32"])
+    d["tensors"] = [t for t in d["tensors"] if t["name"] != "blk.1.ffn_up.weight"]
+    with pytest.raises(RuntimeError, match="lacks tensor blk.1.ffn_up.weight"):
+        run_engine(micro_paths["F32"], d, [])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHAMPION.exists(), reason="champion GGUF not fetched (python build.py setup)")
+def test_smollm2_invariance_parity():
+    full, diff, _ = check_engine(CHAMPION, n=10, seed=7)
+    print(f"[SmolLM2 Q4_1] max |diff| vs reference over 10 positions: {diff:.3g}")
