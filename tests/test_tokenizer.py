@@ -241,6 +241,26 @@ def test_llama2_spm_json_matches_tokenizers(llama2):
     # SentencePiece decoding drops the one leading space the normalizer prepended; byte fallback restores the rest.
     for s, i in zip(corpus[:300], ids[:300]):
         assert tok.decode(i) == hf.decode(i, skip_special_tokens=False)
+        st = tok.stream()
+        assert "".join(st.push(t) for t in i) + st.flush() == tok.decode(i)
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "smollm"])
+def test_tokenizer_json_gpt2_and_digits_pre_tokenizers(smollm, variant):
+    """HF's own ByteLevel(use_regex) (the GPT-2 regex) and Digits+ByteLevel, saved as tokenizer.json and loaded
+    back: the gpt2/smollm scanners against the library's built-in pre-tokenizers, not just a Split regex."""
+    import json
+
+    from tokenizers import pre_tokenizers
+
+    hf = smollm[1]
+    if variant == "gpt2":
+        hf = type(hf).from_str(hf.to_str())
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok = Tokenizer.from_tokenizer_dict(json.loads(hf.to_str()))
+    assert tok.pre == variant
+    corpus = make_corpus(31, smollm[2], n=1000)
+    _compare(tok, hf, corpus)
 
 
 def test_pre_tokenizers_match_regex_splits(llama3):
@@ -370,6 +390,10 @@ def test_bad_tokenizer_json_is_refused(tmp_path):
     p.write_text('{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]},'
                  '"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false}}')
     with pytest.raises(TokenizerError, match="missing from the vocabulary"):
+        Tokenizer.from_tokenizer_json(p)
+    p.write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "added_tokens": [{"content": "x"}],'
+                 '"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false}}')
+    with pytest.raises(TokenizerError, match="malformed"):
         Tokenizer.from_tokenizer_json(p)
     p.write_text("not json")
     with pytest.raises(TokenizerError, match="JSON"):
@@ -520,3 +544,27 @@ def test_same_ids_in_pyodide(tmp_path, smollm, llama3, qwen3):
     assert res["python"].startswith("3.12")
     for name in exp:
         assert res[name] == [2000, 0], (name, res)
+
+
+def test_bad_ids_and_metadata_are_refused(smollm):
+    from exactspec.tokenizer import _gguf_metadata
+
+    tok = smollm[0]
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        tok.decode([5, tok.vocab_size])
+    with pytest.raises(IndexError):
+        tok.stream().push(-1)
+    meta = dict(_gguf_metadata(GGUF))
+    meta["tokenizer.ggml.pre"] = "no-such-pre"
+    with pytest.raises(NotImplementedError, match="no-such-pre"):
+        Tokenizer.from_gguf_metadata(meta)
+    meta["tokenizer.ggml.pre"] = "smollm"
+    meta["tokenizer.ggml.eos_token_id"] = 10**9
+    with pytest.raises(TokenizerError, match="eos id"):
+        Tokenizer.from_gguf_metadata(meta)
+    meta["tokenizer.ggml.eos_token_id"] = 2
+    meta["tokenizer.ggml.merges"] = ["Ġ t", "nospace"]
+    with pytest.raises(TokenizerError, match="merges"):
+        Tokenizer.from_gguf_metadata(meta)
+    with pytest.raises(ValueError, match="surrogate"):
+        tok.encode("a\ud800b")

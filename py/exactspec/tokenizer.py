@@ -73,7 +73,7 @@ class Tokenizer:
 
     def __init__(self, *, tokens, merges, kind="bytelevel", pre="gpt2", added=(), bos_id=None, eos_id=None,
                  eos_ids=None, normalizer=None, ignore_merges=False, chat_template=None, unk_id=None,
-                 add_bos=False, fuse_unk=False):
+                 add_bos=False, fuse_unk=False, added_only=()):
         if kind not in ("bytelevel", "spm"):
             raise TokenizerError(f"unsupported tokenizer kind {kind!r}")
         if kind == "bytelevel" and pre not in _PRE_TOKENIZERS:
@@ -92,9 +92,12 @@ class Tokenizer:
         self.vocab_size = len(self._tokens)
         if self.vocab_size == 0:
             raise TokenizerError("empty vocabulary")
+        # The BPE model's vocabulary: string -> id (ids in `added_only` exist only as added tokens, as in HF
+        # tokenizer.json where added tokens live outside model.vocab; GGUF has one table for both, like llama.cpp).
+        added_only = set(added_only)
         self._vocab = {}
         for i, t in enumerate(self._tokens):
-            if t is not None and t not in self._vocab:
+            if t is not None and t not in self._vocab and i not in added_only:
                 self._vocab[t] = i
         # Added / special tokens: (id, content, special)
         self._added = {}
@@ -166,13 +169,15 @@ class Tokenizer:
             raise TokenizerError("GGUF metadata has no tokenizer.ggml.tokens")
         if not isinstance(merges, list):
             raise TokenizerError("GGUF metadata has no tokenizer.ggml.merges")
+        if not all(isinstance(t, str) for t in tokens) or not all(isinstance(m, str) for m in merges):
+            raise TokenizerError("tokenizer.ggml.tokens / merges must be arrays of strings")
         pre_name = meta.get("tokenizer.ggml.pre", "default")
         pre = _GGUF_PRE.get(pre_name)
         if pre is None:
             raise NotImplementedError(f"GGUF pre-tokenizer {pre_name!r} is not supported "
                                       f"(supported: {', '.join(sorted(_GGUF_PRE))})")
         types = meta.get("tokenizer.ggml.token_type")
-        if types is not None and len(types) != len(tokens):
+        if types is not None and (not isinstance(types, list) or len(types) != len(tokens)):
             raise TokenizerError(f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
         added = []
         if types is not None:
@@ -190,7 +195,11 @@ class Tokenizer:
 
         def opt_id(key):
             v = meta.get(key)
-            return None if v is None else int(v)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TokenizerError(f"{key} must be an integer, got {v!r}")
+            return v
 
         return cls(tokens=tokens, merges=pairs, kind="bytelevel", pre=pre, added=added,
                    bos_id=opt_id("tokenizer.ggml.bos_token_id"), eos_id=opt_id("tokenizer.ggml.eos_token_id"),
@@ -218,6 +227,14 @@ class Tokenizer:
 
     @classmethod
     def from_tokenizer_dict(cls, data: dict, config: dict | None = None):
+        """Tokenizer from parsed tokenizer.json (and optionally tokenizer_config.json) objects."""
+        try:
+            return cls._from_tokenizer_dict(data, config)
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            raise TokenizerError(f"malformed tokenizer.json: {type(e).__name__}: {e}") from None
+
+    @classmethod
+    def _from_tokenizer_dict(cls, data, config):
         if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
             raise TokenizerError("tokenizer.json has no 'model' object")
         model = data["model"]
@@ -237,11 +254,15 @@ class Tokenizer:
         for t, i in vocab.items():
             tokens[i] = t
         added = []
+        added_only = []
         for a in added_list:
+            if not isinstance(a.get("content"), str):
+                raise TokenizerError(f"added token {a!r} has no content")
             if a.get("lstrip") or a.get("rstrip") or a.get("single_word"):
                 raise NotImplementedError(f"added token {a['content']!r} uses lstrip/rstrip/single_word")
             if tokens[a["id"]] is None:
                 tokens[a["id"]] = a["content"]
+                added_only.append(a["id"])
             added.append((a["id"], a["content"], bool(a.get("special"))))
         merges = []
         for k, m in enumerate(model.get("merges") or []):
@@ -295,7 +316,7 @@ class Tokenizer:
                        vocab.get(model["unk_token"]) if model.get("unk_token") else None),
                    normalizer=normalizer, ignore_merges=bool(model.get("ignore_merges")),
                    chat_template=template, fuse_unk=bool(model.get("fuse_unk")),
-                   add_bos=bool(config.get("add_bos_token", False)) if config else False)
+                   add_bos=bool(config.get("add_bos_token", False)) if config else False, added_only=added_only)
 
     # ------------------------------------------------------------------ properties
     def token_bytes(self, tid: int) -> bytes:
@@ -313,13 +334,13 @@ class Tokenizer:
         if t is None:
             return b""
         if tid in self._added_ids:
-            return self._added_ids[tid].encode("utf-8")
+            return self._added_ids[tid].encode("utf-8", errors="surrogateescape")
         if self.kind == "bytelevel":
             c2b = self._char_byte
             try:
                 return bytes(c2b[c] for c in t)
             except KeyError:  # a token outside the byte alphabet: take its text as is
-                return t.encode("utf-8")
+                return t.encode("utf-8", errors="surrogateescape")
         if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
             try:
                 return bytes([int(t[3:5], 16)])
