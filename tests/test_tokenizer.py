@@ -568,3 +568,14 @@ def test_bad_ids_and_metadata_are_refused(smollm):
         Tokenizer.from_gguf_metadata(meta)
     with pytest.raises(ValueError, match="surrogate"):
         tok.encode("a\ud800b")
+
+
+def test_skip_special_in_decode_and_stream(smollm):
+    from exactspec.chat import encode_chat
+
+    tok = smollm[0]
+    ids = encode_chat(tok, [{"role": "user", "content": "Hi 😀"}])
+    assert tok.decode(ids, skip_special=True) == "system\nYou are a helpful AI assistant named SmolLM, trained by " \
+                                                 "Hugging Face\nuser\nHi 😀\nassistant\n"
+    st = tok.stream(skip_special=True)
+    assert "".join(st.push(i) for i in ids) + st.flush() == tok.decode(ids, skip_special=True)
