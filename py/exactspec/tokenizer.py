@@ -146,6 +146,7 @@ class Tokenizer:
             self.missing_bytes = [b for b in range(256) if self._byte_char[b] not in vocab]
         else:
             self._byte_fallback = [vocab.get(f"<0x{b:02X}>") for b in range(256)]  # (256,) byte -> id or None
+            self.missing_bytes = [b for b in range(256) if self._byte_fallback[b] is None]
         self._token_bytes = [None] * self.vocab_size  # (vocab_size,) lazily filled
         # Per-instance caches (no module globals).
         self._cat = {}
@@ -178,7 +179,8 @@ class Tokenizer:
                                       f"(supported: {', '.join(sorted(_GGUF_PRE))})")
         types = meta.get("tokenizer.ggml.token_type")
         if types is not None and (not isinstance(types, list) or len(types) != len(tokens)):
-            raise TokenizerError(f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+            got = f"{len(types)} entries" if isinstance(types, list) else type(types).__name__
+            raise TokenizerError(f"tokenizer.ggml.token_type has {got} for {len(tokens)} tokens")
         added = []
         if types is not None:
             for i, t in enumerate(types):
@@ -222,7 +224,12 @@ class Tokenizer:
                 config_path = cand
         if config_path is not None:
             with open(config_path, "rb") as f:
-                config = json.loads(f.read().decode("utf-8"))
+                try:
+                    config = json.loads(f.read().decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                    raise TokenizerError(f"{config_path}: not a JSON tokenizer config ({e})") from None
+            if not isinstance(config, dict):
+                raise TokenizerError(f"{config_path}: tokenizer config is not a JSON object")
         return cls.from_tokenizer_dict(data, config)
 
     @classmethod
