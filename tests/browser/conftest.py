@@ -1,0 +1,182 @@
+"""Fixtures for the browser tests: one server and one headless Chromium per test session.
+
+The server is build.py's own (`make_server`), serving the page, the Pyodide runtime, the exactspec wheel built from
+the working tree, and test models: a micro chat model (the default champion here, so a first visit imports it), a
+micro draft and SmolLM2 (served, not imported by default). Each test gets a fresh browser context (its own OPFS).
+Chromium: $EXACTSPEC_CHROMIUM, else /usr/bin/chromium, else Playwright's own build.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "py"))
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+import build  # noqa: E402
+
+CHROMIUM_ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
+                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]
+BOOT_TIMEOUT_MS = 180_000
+
+
+def chromium_path() -> str | None:
+    env = os.environ.get("EXACTSPEC_CHROMIUM")
+    if env:
+        return env
+    if os.path.exists("/usr/bin/chromium"):
+        return "/usr/bin/chromium"
+    return None   # Playwright's own
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/browser" in str(item.fspath).replace(os.sep, "/") and item.fspath.basename.startswith("test_page"):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def test_models(tmp_path_factory):
+    """GGUF files: micro chat champion (seed 1), micro draft (seed 7, same tokenizer), user model (seed 2, Q8_0),
+    a truncated copy of the user model, SmolLM2 (when build.py setup placed it)."""
+    from exactspec.micro import micro_config, write_micro_gguf
+    d = tmp_path_factory.mktemp("models")
+    cfg = micro_config()
+    out = {}
+    out["micro-chat"] = d / "micro-chat.gguf"
+    write_micro_gguf(out["micro-chat"], cfg, seed=1)
+    out["micro-draft"] = d / "micro-draft.gguf"
+    write_micro_gguf(out["micro-draft"], micro_config(n_layers=1), seed=7)
+    out["user-model"] = d / "user-model.gguf"
+    write_micro_gguf(out["user-model"], cfg, seed=2, tensor_type="Q8_0")
+    data = out["user-model"].read_bytes()
+    out["broken-model"] = d / "broken-model.gguf"
+    out["broken-model"].write_bytes(data[: len(data) * 2 // 3])
+    champ = build.MODELS / build.CHAMPION["dest"]
+    if champ.exists():
+        out["smollm2"] = champ
+    return out
+
+
+@pytest.fixture(scope="session")
+def server(test_models):
+    build.setup_pyodide()
+    models = [
+        {"name": "micro-chat", "path": test_models["micro-chat"], "size": test_models["micro-chat"].stat().st_size,
+         "sha256": sha256(test_models["micro-chat"]), "role": "champion"},
+        {"name": "micro-draft", "path": test_models["micro-draft"], "size": test_models["micro-draft"].stat().st_size,
+         "sha256": sha256(test_models["micro-draft"]), "role": "draft", "default": False},
+    ]
+    if "smollm2" in test_models:
+        models.append({"name": "smollm2", "path": test_models["smollm2"], "size": build.CHAMPION["size"],
+                       "sha256": build.CHAMPION["sha256"], "role": "champion", "default": False})
+    srv = build.make_server(0, models)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    host, port = srv.server_address[:2]
+    yield f"http://{host}:{port}"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        kw = {"headless": True, "args": CHROMIUM_ARGS}
+        exe = chromium_path()
+        if exe:
+            kw["executable_path"] = exe
+        b = p.chromium.launch(**kw)
+        yield b
+        b.close()
+
+
+class PageSession:
+    """A fresh context (own OPFS) and page, recording every request (page and worker) and console errors."""
+
+    def __init__(self, browser, base: str):
+        self.base = base
+        self.context = browser.new_context()
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.context.on("request", lambda r: self.requests.append(r.url))
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(BOOT_TIMEOUT_MS)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def open(self, query: str = "?cpu=1") -> dict:
+        """Open the page and wait until exactspec.ready() resolves; returns its result."""
+        self.response = self.page.goto(self.base + "/" + query)
+        return self.ready()
+
+    def ready(self) -> dict:
+        return self.page.evaluate("exactspec.ready()")
+
+    def reload(self) -> dict:
+        self.response = self.page.reload()
+        return self.ready()
+
+    def js(self, expr: str, arg=None):
+        return self.page.evaluate(expr, arg)
+
+    def generate(self, **params) -> dict:
+        return self.page.evaluate("(p) => exactspec.generate(p)", params)
+
+    def model_requests(self) -> list[str]:
+        return [u for u in self.requests if "/models/" in u]
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def session(browser, server):
+    s = PageSession(browser, server)
+    yield s
+    s.close()
+
+
+def cli_generate(model: Path, prompt: str, chat: bool = True, max_new_tokens: int = 16, **kw) -> dict:
+    """The CPython oracle: `python -m exactspec generate ... --json`."""
+    import json
+    import subprocess
+    cmd = [sys.executable, "-m", "exactspec", "generate", "--model", str(model), "--prompt", prompt,
+           "--max-new-tokens", str(max_new_tokens), "--json"]
+    if chat:
+        cmd.append("--chat")
+    for k, v in kw.items():
+        cmd += [f"--{k.replace('_', '-')}", str(v)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "py") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="session")
+def cli():
+    return cli_generate
+
+
+@pytest.fixture(scope="session")
+def models_dir(test_models):
+    return test_models
+
+
+def copy_to(tmp: Path, src: Path, name: str) -> Path:
+    dst = tmp / name
+    shutil.copyfile(src, dst)
+    return dst

@@ -1,0 +1,294 @@
+"""The chat page driven in headless Chromium: boot, offline, OPFS store, exactness vs the CPython CLI, speculation
+toggle, stop/continue, user imports, broken imports, settings. Most tests force the CPU fallback (`?cpu=1`,
+fast and deterministic on this 2-core machine); test_greedy_matches_cli_default_backend runs on whatever the
+page picks (WebGPU when the engine and an adapter are present)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+STAGES = ["runtime", "packages", "gpu", "weights", "ready"]
+
+
+def wait_js(page, expr: str, timeout: float = 120.0):
+    """Poll a JS expression until truthy (Playwright's wait_for_function evaluates strings with eval, which the
+    page's CSP forbids, as it should)."""
+    t_end = time.time() + timeout
+    while True:
+        v = page.evaluate(f"() => ({expr})")
+        if v:
+            return v
+        if time.time() > t_end:
+            raise TimeoutError(f"timed out waiting for {expr}")
+        time.sleep(0.05)
+
+
+def test_boot_stages_offline_and_csp(session, server):
+    r = session.open("?cpu=1")
+    names = [s["stage"] for s in r["stages"]]
+    assert names == STAGES, r["stages"]
+    assert all("error" not in s for s in r["stages"])
+    assert r["backend"] == "cpu"
+    assert r["active"]["champion"] == "micro-chat"
+    # every stage was reported as events too, start and done, in order
+    events = session.js("exactspec.stages.map((e) => [e.stage, e.state])")
+    done = [s for s, st in events if st == "done"]
+    assert done == STAGES
+    # nothing left the origin: page and worker requests all hit the test server
+    assert session.requests, "no request recorded"
+    foreign = [u for u in session.requests if not (u.startswith(server + "/") or u.startswith("data:")
+                                                  or u.startswith("blob:"))]
+    assert foreign == [], foreign
+    assert any("/static/pyodide/" in u and u.endswith(".wasm") for u in session.requests)
+    assert any(u.endswith(".whl") and "exactspec" in u for u in session.requests)
+    # CSP on the page
+    csp = session.response.headers.get("content-security-policy", "")
+    assert "connect-src 'self'" in csp and "default-src 'self'" in csp
+    assert session.page.locator("#status").inner_text().startswith("Ready")
+    assert session.errors == []
+
+
+def test_first_visit_imports_reload_requests_no_weights_delete(session):
+    session.open()
+    first = session.model_requests()
+    assert any(u.endswith("/models/micro-chat.gguf") for u in first), first
+    models = session.js("exactspec.listModels()")
+    assert [m["name"] for m in models] == ["micro-chat"]
+    assert models[0]["sha256"] and models[0]["size"] > 0
+    session.requests.clear()
+    r = session.reload()
+    assert r["active"]["champion"] == "micro-chat"
+    assert session.model_requests() == []           # weights come from OPFS only
+    assert not any(u.endswith(".gguf") for u in session.requests)
+    out = session.generate(prompt="Hi", max_new_tokens=4)
+    assert len(out["token_ids"]) == 4
+    # delete: gone from the list and from OPFS; a reload imports it again
+    assert session.js("exactspec.deleteModel('micro-chat')") == {"deleted": True}
+    assert session.js("exactspec.listModels()") == []
+    assert session.js("""async () => {
+        const root = await navigator.storage.getDirectory();
+        const d = await (await root.getDirectoryHandle('exactspec')).getDirectoryHandle('models');
+        const names = []; for await (const [n] of d.entries()) names.push(n); return names; }""") == []
+    session.requests.clear()
+    session.reload()
+    assert any(u.endswith("/models/micro-chat.gguf") for u in session.model_requests())
+
+
+@pytest.mark.parametrize("query", ["?cpu=1", ""], ids=["cpu", "default_backend"])
+def test_greedy_matches_cli(session, models_dir, cli, query):
+    r = session.open(query)
+    n = 12 if r["backend"] == "cpu" else 6
+    prompt = "Tell me about the sea."
+    want = cli(models_dir["micro-chat"], prompt, chat=True, max_new_tokens=n)
+    got = session.generate(prompt=prompt, chat=True, max_new_tokens=n)
+    assert got["token_ids"] == want["token_ids"]
+    assert got["text"] == want["text"]
+    assert got["stats"]["backend"] == r["backend"]
+    for key in ("target_passes", "draft_passes", "tau", "acceptance_by_position", "ttft_ms", "tokens_per_s"):
+        assert key in got["stats"], key
+    # raw prompt (no chat template) too
+    want_raw = cli(models_dir["micro-chat"], "Once upon a time", chat=False, max_new_tokens=n)
+    got_raw = session.generate(prompt="Once upon a time", chat=False, max_new_tokens=n)
+    assert got_raw["token_ids"] == want_raw["token_ids"]
+
+
+def _ui_answer(page, text: str) -> str:
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+    wait_js(page, "document.querySelector('#send').disabled === false && "
+                           "document.querySelectorAll('.msg.assistant').length > 0 && "
+                           "!document.querySelector('.msg.streaming')")
+    return page.locator(".msg.assistant").last.inner_text()
+
+
+def _set_settings(page, **kw):
+    for k, v in kw.items():
+        el = page.locator(f"#{k}")
+        if isinstance(v, bool):
+            el.set_checked(v)
+        elif el.evaluate("e => e.tagName") == "SELECT":
+            el.select_option(str(v))
+        else:
+            el.fill(str(v))
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "coupled_sampled"])
+def test_speculation_toggle_keeps_answer(session, sampled):
+    session.open()
+    page = session.page
+    page.click("#new-chat")
+    base = dict(max_new_tokens=24, seed=11, mode="coupled")
+    base.update(temperature=0.9, top_k=50, top_p=0.95) if sampled else base.update(temperature=0)
+    answers = {}
+    stats = {}
+    for label, spec in [("off", dict(speculation=False)), ("ngram", dict(speculation=True, drafter="ngram", k=3))]:
+        _set_settings(page, **base, **spec)
+        page.click("#new-chat")
+        answers[label] = _ui_answer(page, "Write a short poem about rivers.")
+        stats[label] = {"target": page.locator("#m-target").inner_text(), "tau": page.locator("#m-tau").inner_text()}
+    assert answers["off"] == answers["ngram"]
+    assert answers["off"]
+    assert page.locator("#metrics").is_visible()
+    # the draft model drafter through the API (a micro draft with the same tokenizer)
+    session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'micro-draft', role: 'draft'})")
+    session.js("exactspec.loadModel('micro-draft', 'draft')")
+    p = dict(prompt="Write a short poem about rivers.", chat=True, **base)
+    none = session.generate(**p, drafter="none")
+    model = session.generate(**p, drafter="model", k=4)
+    assert model["token_ids"] == none["token_ids"]
+    assert model["stats"]["draft_passes"] > 0
+    assert len(model["stats"]["acceptance_by_position"]) == 4
+
+
+def test_stop_mid_answer_then_continue(session):
+    session.open()
+    prompt = dict(prompt="Count with me please", chat=True, max_new_tokens=200, temperature=0)
+    full = session.generate(**prompt)
+    assert full["finish_reason"] in ("length", "eos")
+    n_full = len(full["token_ids"])
+    assert n_full > 20, "the micro-model must answer at length for this test"
+    # start, wait for some streamed tokens, cancel
+    stopped = session.js("""async (p) => {
+        let seen = 0, streamed = '';
+        const off = exactspec.on('tokens', (e) => { seen += e.token_ids.length; streamed += e.text;
+                                                    if (seen >= 5) exactspec.cancel(); });
+        const r = await exactspec.generate(p);
+        off();
+        return {r, streamed};
+    }""", prompt)
+    r = stopped["r"]
+    assert r["finish_reason"] == "cancelled"
+    k = len(r["token_ids"])
+    assert 5 <= k < n_full
+    assert r["token_ids"] == full["token_ids"][:k]          # ends at the last committed token
+    assert stopped["streamed"].startswith(r["text"]) or r["text"] == stopped["streamed"]
+    cont = session.js("(p) => exactspec.continue(p)", dict(max_new_tokens=n_full - k, temperature=0))
+    assert r["token_ids"] + cont["token_ids"] == full["token_ids"]
+    assert r["text"] + cont["text"] == full["text"]
+
+
+def test_stop_and_continue_buttons(session):
+    session.open()
+    page = session.page
+    _set_settings(page, speculation=False, max_new_tokens=200, temperature=0)
+    # press Stop (the real button) from inside the page once a few tokens have streamed: a Playwright round trip
+    # is slower than this micro-model's whole answer
+    page.evaluate("""() => { let n = 0; const off = exactspec.on('tokens', (e) => {
+        n += e.token_ids.length; if (n >= 8) { off(); document.querySelector('#stop').click(); } }); }""")
+    page.fill("#prompt", "Count with me please")
+    page.press("#prompt", "Enter")
+    wait_js(page, "document.querySelector('#send').disabled === false")
+    partial = page.locator(".msg.assistant").last.inner_text()
+    assert partial
+    assert "Stopped" in page.locator("#status").inner_text()
+    assert page.locator("#continue").is_enabled()
+    page.click("#continue")
+    wait_js(page, "document.querySelector('#send').disabled === false && !document.querySelector('.streaming')")
+    final = page.locator(".msg.assistant").last.inner_text()
+    assert final.startswith(partial) and len(final) > len(partial)
+    n = int(page.locator(".msg.assistant").last.get_attribute("data-tokens"))
+    assert n > 200
+    full = session.generate(prompt="Count with me please", chat=True, max_new_tokens=n, temperature=0)
+    assert final == full["text"]
+    # a new message after that works
+    page.click("#new-chat")
+    assert _ui_answer(page, "Hello")
+
+
+def test_import_user_gguf_and_chat(session, models_dir, cli):
+    session.open()
+    page = session.page
+    page.set_input_files("#import-file", str(models_dir["user-model"]))
+    wait_js(page, "document.querySelector('#import-status').textContent.startsWith('Imported')")
+    names = [m["name"] for m in session.js("exactspec.listModels()")]
+    assert "user-model" in names
+    page.click("#models li[data-name='user-model'] button:has-text('Use')")
+    wait_js(page, "document.querySelector('#status').textContent.startsWith('Ready: user-model')")
+    _set_settings(page, speculation=False, temperature=0, max_new_tokens=10)
+    ui_text = _ui_answer(page, "Good morning")
+    want = cli(models_dir["user-model"], "Good morning", chat=True, max_new_tokens=10)
+    assert ui_text == want["text"]
+    got = session.generate(prompt="Good morning", max_new_tokens=10)
+    assert got["token_ids"] == want["token_ids"]
+
+
+def test_truncated_gguf_clear_error_page_stays_usable(session, models_dir):
+    session.open()
+    page = session.page
+    before = session.js("exactspec.listModels()")
+    page.set_input_files("#import-file", str(models_dir["broken-model"]))
+    wait_js(page, "document.querySelector('#import-status').textContent.startsWith('Import failed')")
+    msg = page.locator("#import-status").inner_text()
+    assert "truncated" in msg.lower() or "corrupt" in msg.lower(), msg
+    assert "broken-model" in msg
+    assert session.js("exactspec.listModels()") == before        # nothing half-written left
+    names = session.js("""async () => {
+        const root = await navigator.storage.getDirectory();
+        const d = await (await root.getDirectoryHandle('exactspec')).getDirectoryHandle('models');
+        const n = []; for await (const [x] of d.entries()) n.push(x); return n.sort(); }""")
+    assert names == ["micro-chat"]
+    # a foreign URL is refused with a reason, and the page still chats
+    with pytest.raises(Exception, match="only this site"):
+        session.js("exactspec.importModel({url: 'http://example.com/x.gguf'})")
+    assert _ui_answer(page, "Still there?")
+
+
+def test_settings_validation_and_persistence(session):
+    session.open()
+    page = session.page
+    _set_settings(page, k=2, temperature=0.5, seed=42)
+    page.locator("#k").fill("99")
+    err = page.locator("#settings-error")
+    assert err.is_visible() and "k" in err.inner_text()
+    page.locator("#k").fill("3")
+    page.locator("#top_p").fill("1.5")
+    assert err.is_visible() and "top_p" in err.inner_text()
+    page.locator("#top_p").fill("0.9")
+    assert not err.is_visible()
+    session.reload()
+    assert page.locator("#k").input_value() == "3"
+    assert page.locator("#seed").input_value() == "42"
+    assert page.locator("#top_p").input_value() == "0.9"
+    # the API refuses invalid values with a message naming the field
+    with pytest.raises(Exception, match="top_p|temperature"):
+        session.generate(prompt="x", temperature=-1, max_new_tokens=2)
+
+
+def test_phone_width_and_keyboard(session):
+    session.page.set_viewport_size({"width": 360, "height": 740})
+    session.open()
+    page = session.page
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    # keyboard: the prompt has focus after boot, Enter sends
+    assert page.evaluate("document.activeElement.id") == "prompt"
+    page.keyboard.type("Hi")
+    page.keyboard.press("Enter")
+    wait_js(page, "document.querySelectorAll('.msg.assistant').length === 1 && !document.querySelector('.streaming')")
+    # the settings panel opens from a button reachable by Tab
+    page.focus("#toggle-side")
+    page.keyboard.press("Enter")
+    assert page.locator("#settings").is_visible()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+@pytest.mark.slow
+def test_smollm2_matches_cli(session, models_dir, cli):
+    if "smollm2" not in models_dir:
+        pytest.skip("SmolLM2 not placed (python build.py setup)")
+    session.open()
+    t0 = time.time()
+    imp = session.js("exactspec.importModel({url: '/models/smollm2.gguf', name: 'smollm2'})")
+    t_import = time.time() - t0
+    assert imp["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    t0 = time.time()
+    session.js("exactspec.loadModel('smollm2', 'champion')")
+    t_load = time.time() - t0
+    prompt = "What is the capital of France?"
+    got = session.generate(prompt=prompt, chat=True, max_new_tokens=4)
+    want = cli(models_dir["smollm2"], prompt, chat=True, max_new_tokens=4)
+    assert got["token_ids"] == want["token_ids"]
+    assert got["text"] == want["text"]
+    print(json.dumps({"smollm2_import_s": round(t_import, 2), "smollm2_load_s": round(t_load, 2),
+                      "cpu_tokens_per_s": got["stats"]["tokens_per_s"], "ttft_ms": got["stats"]["ttft_ms"]}))
