@@ -209,3 +209,36 @@ def test_rejection_mode_speculative_matches_distribution_of_plain():
         obs = np.array([counts[k] for k in keys], float)
         expd = np.array([exact[k] for k in keys]) * obs.sum()
         assert chisquare(obs, expd).pvalue > 1e-3
+
+
+def test_kv_reuse_across_turns_is_exact():
+    from exactspec.kv import TrackedCache
+    champ, draft = TrackedCache(ToyLM(V, seed=0)), TrackedCache(ToyLM(V, seed=0, blend=(2, 0.4)))
+    turn1 = [1, 2, 3, 4]
+    cfg = GenerateConfig(max_new_tokens=15, k=3, drafter="model", temperature=0.9, seed=4)
+    r1 = generate(champ, turn1, cfg, draft=draft)
+    assert r1.stats["reused_prefix_tokens"] == 0
+    turn2 = turn1 + r1.token_ids + [7, 8, 9]
+    r2 = generate(champ, turn2, cfg, draft=draft)
+    fresh = generate(ToyLM(V, seed=0), turn2, cfg, draft=ToyLM(V, seed=0, blend=(2, 0.4)))
+    assert r2.token_ids == fresh.token_ids
+    assert r2.stats["reused_prefix_tokens"] >= len(turn1) + len(r1.token_ids) - 1
+    # the prefill fed only the new part
+    assert champ.backend.forward_calls[len(champ.backend.forward_calls) - r2.stats["target_passes"] - 1][0] <= 4
+    # an edited history reuses only the common part and stays exact
+    turn3 = [1, 2, 5] + r1.token_ids
+    r3 = generate(champ, turn3, cfg, draft=draft)
+    assert r3.stats["reused_prefix_tokens"] == 2
+    plain = GenerateConfig(max_new_tokens=15, temperature=0.9, seed=4)
+    assert r3.token_ids == generate(ToyLM(V, seed=0), turn3, plain).token_ids
+
+
+def test_fault_invalidates_tracked_cache():
+    from exactspec.kv import TrackedCache
+    champ = TrackedCache(ToyLM(V, seed=0, fail_at_pass=3))
+    r = generate(champ, [1, 2, 3], GenerateConfig(max_new_tokens=10))
+    assert r.finish_reason == "error"
+    assert len(champ.tokens) == champ.length
+    champ.backend.fail_at_pass = None
+    r2 = generate(champ, [1, 2, 3], GenerateConfig(max_new_tokens=10))
+    assert r2.token_ids == generate(ToyLM(V, seed=0), [1, 2, 3], GenerateConfig(max_new_tokens=10)).token_ids

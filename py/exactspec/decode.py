@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .drafters import make_drafter
+from .kv import track
 from .drafters.model import call_backend
 from .sampling import STREAM_DRAFT, STREAM_SAMPLE, Rng, SamplingParams, probs_from_scaled, sample_index, scaled_logits
 from .schedule import SpecScheduler
@@ -85,6 +86,7 @@ class _Counters:
     prefill_passes: int = 0
     draft_passes: int = 0
     rounds: int = 0
+    reused_prefix: int = 0
     proposed: int = 0
     accepted: int = 0
     emitted: int = 0
@@ -151,6 +153,9 @@ async def generate_async(
     cfg.validate()
     clock = clock or time.perf_counter
     t_start = clock()
+    # Pass TrackedCache objects (exactspec.kv) to reuse the common prefix of the previous turn's caches.
+    champion = track(champion)
+    draft = track(draft) if cfg.drafter == "model" else draft
     C = champion.config
     V = C.vocab_size
     prompt = [int(x) for x in prompt_ids]
@@ -189,18 +194,18 @@ async def generate_async(
             raise BackendError(f"champion forward failed: {e}") from e
 
     try:
-        try:
-            champion.truncate(0)
-            if draft is not None and cfg.drafter == "model":
-                draft.truncate(0)
-            if len(prompt) > 1:
-                try:
-                    await call_backend(champion.forward(prompt[:-1], 0, 1), 1, V)
-                except Exception as e:
-                    raise BackendError(f"champion prefill failed: {e}") from e
-                n.prefill_passes += 1
-        except BackendError:
-            raise
+        # prefill: everything but the last prompt token, reusing what the cache already holds
+        keep = min(champion.common_prefix(prompt), len(prompt) - 1)
+        champion.truncate(keep)
+        if draft is not None and cfg.drafter == "model":
+            draft.truncate(min(draft.common_prefix(prompt), len(prompt) - 1))
+        if keep < len(prompt) - 1:
+            try:
+                await call_backend(champion.forward(prompt[keep:-1], keep, 1), 1, V)
+            except Exception as e:
+                raise BackendError(f"champion prefill failed: {e}") from e
+            n.prefill_passes += 1
+        n.reused_prefix = keep
         while True:
             if should_cancel is not None and should_cancel():
                 finish = "cancelled"
@@ -290,12 +295,12 @@ async def generate_async(
         error = str(e)
         # roll both caches back to the committed prefix; a dead device may refuse even that
         for b in (champion, draft):
-            if b is None:
+            if b is None or not hasattr(b, "invalidate"):
                 continue
             try:
-                b.truncate(max(0, min(b.length, len(seq) - 1)))
+                b.truncate(max(0, min(b.length, len(b.tokens), len(seq) - 1)))
             except Exception:
-                pass
+                b.invalidate()
     t_end = clock()
     if text is None and tokenizer is not None:
         text = tokenizer.decode(generated)
@@ -313,6 +318,7 @@ async def generate_async(
         "elapsed_ms": elapsed * 1000.0,
         "new_tokens": len(generated),
         "rounds": n.rounds,
+        "reused_prefix_tokens": n.reused_prefix,
         "proposed": n.proposed,
         "accepted": n.accepted,
         "k": cfg.k,

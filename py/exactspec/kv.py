@@ -1,0 +1,71 @@
+"""KV transactions: remember which tokens a backend's cache holds, so rollback and reuse are exact.
+
+A `TrackedCache` wraps any Backend. It records the token at every cached position; `truncate` is the backend's O(1)
+logical rollback. Between chat turns the session keeps the TrackedCache, and the next generate reuses the longest
+common prefix of the cache and the new prompt instead of prefilling the whole conversation again. Reuse is exact
+because the backends are batch-invariant: a position's logits do not depend on how the prefix was chunked.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Sequence
+
+
+class TrackedCache:
+    def __init__(self, backend):
+        if isinstance(backend, TrackedCache):
+            raise TypeError("already tracked")
+        self.backend = backend
+        self.config = backend.config
+        self.tokens: list[int] = []  # (length,) token at each cached position
+
+    @property
+    def length(self) -> int:
+        return self.backend.length
+
+    def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None):
+        toks = [int(t) for t in tokens]
+        res = self.backend.forward(toks, start_pos, n_out)
+
+        def record():
+            del self.tokens[start_pos:]
+            self.tokens.extend(toks)
+
+        if inspect.isawaitable(res):
+            async def done():
+                try:
+                    out = await res
+                except Exception:
+                    self.invalidate()
+                    raise
+                record()
+                return out
+            return done()
+        record()
+        return res
+
+    def truncate(self, n: int) -> None:
+        self.backend.truncate(n)
+        del self.tokens[n:]
+
+    def invalidate(self) -> None:
+        """Forget what the cache holds (after a fault): the next use prefills from scratch."""
+        self.tokens = []
+        try:
+            self.backend.truncate(0)
+        except Exception:
+            pass
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        n = min(len(self.tokens), self.backend.length, len(seq))
+        i = 0
+        while i < n and self.tokens[i] == seq[i]:
+            i += 1
+        return i
+
+
+def track(backend):
+    """Wrap a backend (or return an existing TrackedCache unchanged)."""
+    if backend is None or isinstance(backend, TrackedCache):
+        return backend
+    return TrackedCache(backend)
