@@ -1,0 +1,221 @@
+"""CPython-side tests of the browser runtime: build.py's serve pieces (Pyodide layout with lock-checked wheels,
+exactspec wheel, HTTP server headers) and the worker's Python side (session.py, bridge.JsBackend)."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import shutil
+import threading
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import build
+from exactspec.micro import micro_config, write_micro_gguf
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    p = tmp_path_factory.mktemp("serve") / "m.gguf"
+    write_micro_gguf(p, micro_config(), seed=1)
+    return p
+
+
+@pytest.fixture(scope="module")
+def plain_server(micro):
+    build.setup_pyodide()
+    srv = build.make_server(0, [{"name": "m", "path": micro, "size": micro.stat().st_size,
+                                 "sha256": hashlib.sha256(micro.read_bytes()).hexdigest(), "role": "champion"}])
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def fetch(url, method="GET"):
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_server_mime_cache_csp(plain_server):
+    base = plain_server
+    st, h, body = fetch(base + "/manifest.json")
+    assert st == 200
+    man = json.loads(body)
+    cases = {
+        "/": "text/html",
+        man["pyodide"] + "pyodide.mjs": "text/javascript",
+        man["pyodide"] + "pyodide.asm.wasm": "application/wasm",
+        man["wheel"]: "application/zip",
+        "/models/m.gguf": "application/octet-stream",
+        "/app/worker.js": "text/javascript",
+    }
+    for path, ctype in cases.items():
+        st, h, _ = fetch(base + path, "HEAD")
+        assert st == 200, path
+        assert h["Content-Type"].startswith(ctype), (path, h["Content-Type"])
+        csp = h["Content-Security-Policy"]
+        assert "default-src 'self'" in csp and "connect-src 'self'" in csp
+        assert "http" not in csp                                     # no other origin allowed
+    assert "immutable" in fetch(base + man["pyodide"] + "pyodide.asm.wasm", "HEAD")[1]["Cache-Control"]
+    assert "max-age=31536000" in fetch(base + man["wheel"], "HEAD")[1]["Cache-Control"]
+    assert fetch(base + "/app/main.js", "HEAD")[1]["Cache-Control"] == "no-cache"
+    assert fetch(base + "/models/m.gguf", "HEAD")[1]["Cache-Control"] == "no-store"
+    m = man["models"][0]
+    assert m["url"] == "/models/m.gguf" and len(m["sha256"]) == 64 and m["role"] == "champion"
+
+
+@pytest.mark.parametrize("path", ["/app/../build.py", "/app/%2e%2e/build.py", "/node_modules/pyodide/package.json",
+                                  "/static/../pyproject.toml", "/.git/HEAD", "/models/../build.py", "/app/",
+                                  "/models/other.gguf", "/app/.hidden"])
+def test_server_refuses_outside_paths(plain_server, path):
+    st, _, _ = fetch(plain_server + path)
+    assert st == 404
+
+
+def test_setup_pyodide_refuses_lock_mismatch(tmp_path):
+    npm = tmp_path / "npm"
+    shutil.copytree(build.ROOT / "node_modules" / "pyodide", npm)
+    lock = json.loads((npm / "pyodide-lock.json").read_text())
+    lock["packages"]["micropip"]["sha256"] = "0" * 64
+    (npm / "pyodide-lock.json").write_text(json.dumps(lock))
+    dest = tmp_path / "out"
+    with pytest.raises(build.SetupError, match="sha256"):
+        build.setup_pyodide(npm_dir=npm, dest=dest)
+    assert not (dest / lock["packages"]["micropip"]["file_name"]).exists()
+    # the untouched lock works, and each wheel matches it
+    good = build.setup_pyodide()
+    real = json.loads((build.ROOT / "node_modules" / "pyodide" / "pyodide-lock.json").read_text())
+    for pkg in ("numpy", "micropip", "packaging"):
+        e = real["packages"][pkg]
+        assert build.sha256_file(good / e["file_name"]) == e["sha256"]
+
+
+def test_exactspec_wheel_is_valid_and_deterministic():
+    w1 = build.build_exactspec_wheel()
+    w2 = build.build_exactspec_wheel()
+    assert w1 == w2 and w1.parent.parent == build.WHEELS
+    with zipfile.ZipFile(w1) as z:
+        names = z.namelist()
+        assert "exactspec/session.py" in names and "exactspec/bridge.py" in names
+        assert "exactspec/formats/gguf.py" in names
+        record = z.read("exactspec-0.1.0.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            arc, digest, size = line.rsplit(",", 2)
+            if not digest:
+                continue
+            data = z.read(arc)
+            want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert digest == f"sha256={want}" and int(size) == len(data), arc
+        assert "Root-Is-Purelib: true" in z.read("exactspec-0.1.0.dist-info/WHEEL").decode()
+    assert w1.parent.name == hashlib.sha256(b"".join(
+        n.encode() + b"\0" + hashlib.sha256(d).digest() for n, d in _entries(w1))).hexdigest()[:16]
+
+
+def _entries(wheel: Path):
+    with zipfile.ZipFile(wheel) as z:
+        return [(n, z.read(n)) for n in z.namelist()]
+
+
+# ---- session.py and bridge.py in CPython ------------------------------------------------------------------------
+class FakeJsModel:
+    """Shaped like the WebGPU engine's model: async forward -> flat float32 buffer, sync truncate, length."""
+
+    def __init__(self, ref):
+        self.ref = ref
+        self.config = ref.config.to_json()
+        self.calls = 0
+
+    @property
+    def length(self):
+        return self.ref.length
+
+    def truncate(self, n):
+        self.ref.truncate(n)
+
+    def forward(self, tokens, start_pos, n_out):
+        self.calls += 1
+        out = self.ref.forward(list(tokens), start_pos, n_out).ravel()     # (n_out * vocab,)
+
+        async def later():
+            await asyncio.sleep(0)
+            return memoryview(out.tobytes()).cast("f").tolist()
+        return later()
+
+
+def test_jsbackend_matches_reference(micro):
+    from exactspec.bridge import JsBackend
+    from exactspec.reference import ReferenceModel
+    from exactspec.session import Session
+    s_ref = Session()
+    s_ref.load("m", str(micro))
+    fake = FakeJsModel(ReferenceModel.from_file(micro))
+    s_js = Session(backend_name="webgpu")
+    s_js.load("m", str(micro), backend=JsBackend(fake))
+    req = {"prompt": "Hello", "chat": True, "max_new_tokens": 12, "drafter": "ngram", "k": 3}
+    a = asyncio.run(s_ref.generate(req))
+    b = asyncio.run(s_js.generate(req))
+    assert a["token_ids"] == b["token_ids"] and a["text"] == b["text"]
+    assert b["stats"]["backend"] == "webgpu" and a["stats"]["backend"] == "cpu"
+    assert fake.calls > 0
+    jb = JsBackend(fake)
+    with pytest.raises(ValueError, match="start_pos"):
+        jb.forward([1, 2], start_pos=jb.length + 5)
+    with pytest.raises(ValueError, match="lacks"):
+        JsBackend(type("X", (), {"config": {"dim": 4}})())
+
+
+def test_session_stream_cancel_continue_errors(micro):
+    from exactspec.session import Session, SessionError
+    s = Session()
+    with pytest.raises(SessionError, match="no model"):
+        asyncio.run(s.generate({"prompt": "x"}))
+    s.load("m", str(micro))
+    full = asyncio.run(s.generate({"prompt": "Count", "chat": True, "max_new_tokens": 40}))
+    events = []
+
+    def emit(j):
+        d = json.loads(j)
+        events.append(d)
+        if sum(len(e["token_ids"]) for e in events) >= 7:
+            s.cancel()
+    part = asyncio.run(s.generate({"prompt": "Count", "chat": True, "max_new_tokens": 40}, emit))
+    assert part["finish_reason"] == "cancelled"
+    k = len(part["token_ids"])
+    assert 7 <= k < 40 and part["token_ids"] == full["token_ids"][:k]
+    assert "".join(e["text"] for e in events) == part["text"]
+    rest = asyncio.run(s.generate({"continue": True, "max_new_tokens": 40 - k}))
+    assert part["token_ids"] + rest["token_ids"] == full["token_ids"]
+    assert part["text"] + rest["text"] == full["text"]
+    with pytest.raises(SessionError, match="draft"):
+        asyncio.run(s.generate({"prompt": "x", "drafter": "model", "k": 2}))
+    with pytest.raises(SessionError, match="temperature"):
+        asyncio.run(s.generate({"prompt": "x", "temperature": -1}))
+    with pytest.raises(SessionError, match="context"):
+        asyncio.run(s.generate({"prompt": "x", "max_new_tokens": 10_000}))
+    with pytest.raises(SessionError, match="role"):
+        s.load("m2", str(micro), role="judge")
+
+
+def test_inspect_rejects_truncated_file(micro, tmp_path):
+    from exactspec.formats.quant import FormatError
+    from exactspec.session import inspect_model
+    ok = inspect_model(str(micro))
+    assert ok["has_tokenizer"] and ok["config"]["vocab_size"] == 300
+    bad = tmp_path / "bad.gguf"
+    data = micro.read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FormatError, match="truncated"):
+        inspect_model(str(bad))
+    (tmp_path / "junk.gguf").write_bytes(b"not a model at all")
+    with pytest.raises(FormatError, match="not a GGUF"):
+        inspect_model(str(tmp_path / "junk.gguf"))
