@@ -1,0 +1,76 @@
+"""Measure the page the way a person meets it (prints figures; not a test):
+cold boot (fresh profile: runtime + SmolLM2 import to OPFS + load), warm boot (reload: OPFS only), the import
+time of SmolLM2, and the CPU fallback's decode speed.
+
+    python tests/browser/measure_page.py [--tokens 32] [--backend cpu|default]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "py"))
+
+import build  # noqa: E402
+from conftest import CHROMIUM_ARGS, chromium_path  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--backend", choices=["cpu", "default"], default="cpu")
+    a = ap.parse_args()
+    build.setup_pyodide()
+    srv = build.make_server(0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/" + ("?cpu=1" if a.backend == "cpu" else "")
+    from playwright.sync_api import sync_playwright
+    out = {}
+    with tempfile.TemporaryDirectory() as prof, sync_playwright() as p:
+        kw = {"headless": True, "args": CHROMIUM_ARGS}
+        if chromium_path():
+            kw["executable_path"] = chromium_path()
+        ctx = p.chromium.launch_persistent_context(prof, **kw)
+        page = ctx.new_page()
+        page.set_default_timeout(600_000)
+        for label in ("cold", "warm"):
+            t0 = time.time()
+            page.goto(url)
+            r = page.evaluate("exactspec.ready()")
+            out[f"boot_{label}_s"] = round(time.time() - t0, 2)
+            out[f"stages_{label}_ms"] = {s["stage"]: s["ms"] for s in r["stages"]}
+            out["backend"] = r["backend"]
+        # the cold weights stage = import to OPFS (download + streaming sha256 + validation) + load; warm = load
+        out["import_smollm2_s"] = round((out["stages_cold_ms"]["weights"] - out["stages_warm_ms"]["weights"]) / 1000,
+                                        2)
+        # decode speed: a short and a long answer, the difference removes prefill and first-token costs
+        prompt = "Write a long story about a lighthouse keeper."
+        g = {"prompt": prompt, "chat": True, "temperature": 0, "drafter": "none"}
+        short = page.evaluate("(p) => exactspec.generate(p)", {**g, "max_new_tokens": 2})
+        long = page.evaluate("(p) => exactspec.generate(p)", {**g, "max_new_tokens": a.tokens})
+        n = len(long["token_ids"]) - len(short["token_ids"])
+        dt = (long["stats"]["elapsed_ms"] - short["stats"]["elapsed_ms"]) / 1000
+        out["decode_tokens_per_s"] = round(n / dt, 2) if dt > 0 else None
+        out["ttft_ms"] = round(long["stats"]["ttft_ms"])
+        out["prompt_tokens"] = long["prompt_tokens"]
+        out["tokens_per_s_overall"] = round(long["stats"]["tokens_per_s"], 2)
+        ng = page.evaluate("(p) => exactspec.generate(p)", {**g, "max_new_tokens": a.tokens, "drafter": "ngram",
+                                                             "k": 4})
+        assert ng["token_ids"] == long["token_ids"], "n-gram speculation changed the greedy answer"
+        out["ngram_tau"] = round(ng["stats"]["tau"], 3)
+        out["ngram_tokens_per_s_overall"] = round(ng["stats"]["tokens_per_s"], 2)
+        ctx.close()
+    srv.shutdown()
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
