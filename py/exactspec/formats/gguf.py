@@ -237,9 +237,8 @@ class GGUFFile:
         if unpermute and self.metadata.get("general.architecture") == "llama":
             m = _QK_RE.match(name)
             if m:
-                arch = "llama"
-                n_heads = int(self.metadata[f"{arch}.attention.head_count"])
-                n_kv = int(self.metadata.get(f"{arch}.attention.head_count_kv", n_heads))
+                n_heads = _pos_int(self.metadata, "llama.attention.head_count")
+                n_kv = _pos_int(self.metadata, "llama.attention.head_count_kv", n_heads)
                 arr = unpermute_qk(arr, n_heads if m.group(1) == "q" else n_kv)
         return arr
 
@@ -320,8 +319,9 @@ def config_from_gguf(metadata: Mapping, tensor_shapes: Mapping[str, tuple]) -> M
     emb = tensor_shapes["token_embd.weight"]
     if len(emb) != 2 or emb[1] != dim:
         raise FormatError(f"token_embd.weight shape {emb} does not match embedding_length {dim}")
-    theta = float(metadata.get(p + "rope.freq_base", 10000.0))
-    eps = float(metadata.get(p + "attention.layer_norm_rms_epsilon", 1e-5))
+    # FLOAT32 metadata: shortest decimal that round-trips in float32 (1e-05, not 9.999999747378752e-06)
+    theta = float(str(np.float32(metadata.get(p + "rope.freq_base", 10000.0))))
+    eps = float(str(np.float32(metadata.get(p + "attention.layer_norm_rms_epsilon", 1e-5))))
     if not (theta > 0 and 0 < eps < 1):
         raise FormatError(f"bad rope.freq_base {theta} or rms epsilon {eps}")
     return ModelConfig(
