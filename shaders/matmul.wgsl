@@ -6,9 +6,11 @@
 // Q4_0 20 B = d, pad, qs[16]; Q8_0 36 B = d, pad, qs[32]). Values are never dequantised in the buffer.
 // Optional fused input RMSNorm (override NORM): xin = x * rsqrt(mean(x^2) + eps) * gamma.
 //
-// Work split: rows are processed in PAIRS (2i, 2i+1). One group of 32 lanes owns one pair; a workgroup holds
-// WG_SIZE/32 groups. Lane l accumulates the 8-value units u = l, l+32, ... of the row (ascending), for each of the
-// TB chunk rows of a tile, then the 32 lane partials are summed by a fixed binary tree in workgroup memory.
+// Work split: rows are processed in PAIRS (2i, 2i+1). One group of LANES invocations owns one pair; a workgroup
+// holds WG_SIZE/LANES groups. Lane l accumulates the 8-value units u = l, l+LANES, ... of the row (ascending), for
+// each of the TB chunk rows of a tile, then the LANES partials are summed by a fixed binary tree in workgroup memory.
+// LANES = 32 on GPUs; LANES = 1 on CPU adapters (SwiftShader, llvmpipe), where barriers cost far more than the
+// redundant work: then one invocation computes a whole pair (and its rows' RMSNorm scales) with no barrier at all.
 // BATCH INVARIANCE: the arithmetic for row t never depends on how many rows the chunk has or where it starts.
 //
 // Epilogue (override MODE) for a pair (y0, y1) at chunk row t:
@@ -34,7 +36,7 @@ override WTYPE: u32 = 0;
 override MODE: u32 = 0;
 override NORM: bool = false;
 
-const LANES: u32 = 32u;
+override LANES: u32 = 32;   // 1, 2, 4, 8, 16 or 32; divides WG_SIZE
 const TB: u32 = 8u;
 
 struct Params {
@@ -145,12 +147,94 @@ fn load_unit(r: u32, u: u32) -> Unit {
   return o;
 }
 
-fn xin(t: u32, i: u32) -> vec4<f32> {
+fn xin(t: u32, i: u32, sc: f32) -> vec4<f32> {
   var v = x[t * (params.K / 4u) + i];
   if (NORM) {
-    v = v * rs[t % TB] * gamma[i];
+    v = v * sc * gamma[i];
   }
   return v;
+}
+
+fn row_scale(t: u32) -> f32 {   // RMSNorm scale of chunk row t, one invocation (LANES == 1 path)
+  var ss = 0.0;
+  for (var i = 0u; i < params.K / 4u; i = i + 1u) {
+    let v = x[t * (params.K / 4u) + i];
+    ss = ss + dot(v, v);
+  }
+  return inverseSqrt(ss / f32(params.K) + params.eps);
+}
+
+fn epilogue(t: u32, y0: f32, y1: f32, r: u32, have1: bool) {
+  if (MODE == 0u) {
+    var orow = t;
+    if (params.window == 1u) { orow = step.out_base + (t - step.out_lo); }
+    out[orow * params.out_stride + r] = y0;
+    if (have1) { out[orow * params.out_stride + r + 1u] = y1; }
+  } else if (MODE == 1u) {
+    let o = t * params.out_stride + r;
+    out[o] = out[o] + y0;
+    if (have1) { out[o + 1u] = out[o + 1u] + y1; }
+  } else if (MODE == 2u) {
+    let gate = y0;
+    out[t * params.out_stride + r / 2u] = gate / (1.0 + exp(-gate)) * y1;
+  } else {
+    let pos = step.start_pos + t;
+    var v0 = y0;
+    var v1 = y1;
+    let qk = params.q_dim + params.kv_dim;
+    if (r < qk) {
+      var dd = r % params.head_dim;
+      if (r >= params.q_dim) { dd = (r - params.q_dim) % params.head_dim; }
+      if (dd < params.rope_dim) {
+        let cs = rope[pos * (params.rope_dim / 2u) + dd / 2u];
+        v0 = y0 * cs.x - y1 * cs.y;
+        v1 = y0 * cs.y + y1 * cs.x;
+      }
+    }
+    if (r < params.q_dim) {
+      out[t * params.q_dim + r] = v0;
+      out[t * params.q_dim + r + 1u] = v1;
+    } else if (r < qk) {
+      let o = pos * params.kv_dim + (r - params.q_dim);
+      kv[o] = v0;
+      kv[o + 1u] = v1;
+    } else {
+      let o = params.seq_len * params.kv_dim + pos * params.kv_dim + (r - qk);
+      kv[o] = v0;
+      kv[o + 1u] = v1;
+    }
+  }
+}
+
+// One pair's partial dot products over this lane's units for the TB rows of a tile (shared by both paths).
+struct Acc { a0: array<f32, TB>, a1: array<f32, TB>, };
+
+fn accumulate(r0: u32, have1: bool, lane: u32, t0: u32, nt: u32, sc: array<f32, TB>) -> Acc {
+  var acc: Acc;
+  for (var t = 0u; t < TB; t = t + 1u) { acc.a0[t] = 0.0; acc.a1[t] = 0.0; }
+  for (var u = lane; u < params.K / 8u; u = u + LANES) {
+    let p = load_unit(r0, u);
+    var q: Unit;
+    if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+    for (var t = 0u; t < TB; t = t + 1u) {
+      if (t < nt) {
+        let x0 = xin(t0 + t, p.i0, sc[t]);
+        let x1 = xin(t0 + t, p.i1, sc[t]);
+        if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
+          acc.a0[t] = acc.a0[t] + (dot(p.w0, x0) + dot(p.w1, x1));
+          acc.a1[t] = acc.a1[t] + (dot(q.w0, x0) + dot(q.w1, x1));
+        } else if (WTYPE == 8u) {
+          acc.a0[t] = acc.a0[t] + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
+          acc.a1[t] = acc.a1[t] + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
+        } else {
+          let sx = dot(x0 + x1, vec4<f32>(1.0));
+          acc.a0[t] = acc.a0[t] + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
+          acc.a1[t] = acc.a1[t] + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
+        }
+      }
+    }
+  }
+  return acc;
 }
 
 @compute @workgroup_size(WG_SIZE)
@@ -166,15 +250,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let have0 = r0 < params.N;
   let have1 = r0 + 1u < params.N;
   let K = params.K;
-  let n_units = K / 8u;
 
   var lo = 0u;
   if (params.window == 1u) { lo = step.out_lo; }
   let hi = step.n;
 
+  if (LANES == 1u) {
+    // ---- CPU adapters: no barriers; this invocation owns the pair for every row
+    for (var t0 = lo; t0 < hi && have0; t0 = t0 + TB) {
+      let nt = min(TB, hi - t0);
+      var sc: array<f32, TB>;
+      for (var t = 0u; t < TB; t = t + 1u) {
+        sc[t] = 1.0;
+        if (NORM && t < nt) { sc[t] = row_scale(t0 + t); }
+      }
+      let acc = accumulate(r0, have1, 0u, t0, nt, sc);
+      for (var t = 0u; t < TB; t = t + 1u) {
+        if (t < nt) { epilogue(t0 + t, acc.a0[t], acc.a1[t], params.row0 + r0, have1); }
+      }
+    }
+    return;
+  }
+
   for (var t0 = lo; t0 < hi; t0 = t0 + TB) {
     let nt = min(TB, hi - t0);
     // --- fused RMSNorm: scale per row of the tile (fixed-order reduction over the workgroup)
+    var sc: array<f32, TB>;
     if (NORM) {
       for (var t = 0u; t < TB; t = t + 1u) {
         var ss = 0.0;
@@ -196,43 +297,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
       }
       if (lid < TB) {
-        rs[(t0 + lid) % TB] = inverseSqrt(red[lid * WG_SIZE] / f32(K) + params.eps);
+        rs[lid] = inverseSqrt(red[lid * WG_SIZE] / f32(K) + params.eps);
       }
       workgroupBarrier();
+      for (var t = 0u; t < TB; t = t + 1u) { sc[t] = rs[t]; }
+    } else {
+      for (var t = 0u; t < TB; t = t + 1u) { sc[t] = 1.0; }
     }
 
-    var a0: array<f32, TB>;
-    var a1: array<f32, TB>;
-    for (var t = 0u; t < TB; t = t + 1u) { a0[t] = 0.0; a1[t] = 0.0; }
+    var acc: Acc;
     if (have0) {
-      for (var u = lane; u < n_units; u = u + LANES) {
-        let p = load_unit(r0, u);
-        var q: Unit;
-        if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
-        for (var t = 0u; t < TB; t = t + 1u) {
-          if (t < nt) {
-            let x0 = xin(t0 + t, p.i0);
-            let x1 = xin(t0 + t, p.i1);
-            if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
-              a0[t] = a0[t] + (dot(p.w0, x0) + dot(p.w1, x1));
-              a1[t] = a1[t] + (dot(q.w0, x0) + dot(q.w1, x1));
-            } else if (WTYPE == 8u) {
-              a0[t] = a0[t] + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
-              a1[t] = a1[t] + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
-            } else {
-              let sx = dot(x0 + x1, vec4<f32>(1.0));
-              a0[t] = a0[t] + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
-              a1[t] = a1[t] + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
-            }
-          }
-        }
-      }
+      acc = accumulate(r0, have1, lane, t0, nt, sc);
+    } else {
+      for (var t = 0u; t < TB; t = t + 1u) { acc.a0[t] = 0.0; acc.a1[t] = 0.0; }
     }
-    // --- fixed tree over the 32 lanes of each group
+    // --- fixed tree over the LANES lanes of each group
     workgroupBarrier();
     for (var t = 0u; t < TB; t = t + 1u) {
-      red[(2u * t) * WG_SIZE + lid] = a0[t];
-      red[(2u * t + 1u) * WG_SIZE + lid] = a1[t];
+      red[(2u * t) * WG_SIZE + lid] = acc.a0[t];
+      red[(2u * t + 1u) * WG_SIZE + lid] = acc.a1[t];
     }
     workgroupBarrier();
     for (var s = LANES / 2u; s > 0u; s = s / 2u) {
@@ -244,49 +327,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       workgroupBarrier();
     }
     // --- epilogue: lane t of the group finishes chunk row t0 + t
-    if (lane < nt && have0) {
-      let t = t0 + lane;
-      let y0 = red[(2u * lane) * WG_SIZE + g * LANES];
-      let y1 = red[(2u * lane + 1u) * WG_SIZE + g * LANES];
-      let r = params.row0 + r0;          // global row of the pair's first row
-      if (MODE == 0u) {
-        var orow = t;
-        if (params.window == 1u) { orow = step.out_base + (t - step.out_lo); }
-        out[orow * params.out_stride + r] = y0;
-        if (have1) { out[orow * params.out_stride + r + 1u] = y1; }
-      } else if (MODE == 1u) {
-        let o = t * params.out_stride + r;
-        out[o] = out[o] + y0;
-        if (have1) { out[o + 1u] = out[o + 1u] + y1; }
-      } else if (MODE == 2u) {
-        let gate = y0;
-        out[t * params.out_stride + r / 2u] = gate / (1.0 + exp(-gate)) * y1;
-      } else {
-        let pos = step.start_pos + t;
-        var v0 = y0;
-        var v1 = y1;
-        let qk = params.q_dim + params.kv_dim;
-        if (r < qk) {
-          var dd = r % params.head_dim;
-          if (r >= params.q_dim) { dd = (r - params.q_dim) % params.head_dim; }
-          if (dd < params.rope_dim) {
-            let cs = rope[pos * (params.rope_dim / 2u) + dd / 2u];
-            v0 = y0 * cs.x - y1 * cs.y;
-            v1 = y0 * cs.y + y1 * cs.x;
-          }
-        }
-        if (r < params.q_dim) {
-          out[t * params.q_dim + r] = v0;
-          out[t * params.q_dim + r + 1u] = v1;
-        } else if (r < qk) {
-          let o = pos * params.kv_dim + (r - params.q_dim);
-          kv[o] = v0;
-          kv[o + 1u] = v1;
-        } else {
-          let o = params.seq_len * params.kv_dim + pos * params.kv_dim + (r - qk);
-          kv[o] = v0;
-          kv[o + 1u] = v1;
-        }
+    if (have0) {
+      for (var t = lane; t < nt; t = t + LANES) {
+        epilogue(t0 + t, red[(2u * t) * WG_SIZE + g * LANES], red[(2u * t + 1u) * WG_SIZE + g * LANES],
+                 params.row0 + r0, have1);
       }
     }
     workgroupBarrier();

@@ -6,7 +6,8 @@
 //           `navigator` itself.
 //     opts  {shaderBase?: URL|string of the folder holding the .wgsl files (default: ../../shaders/ next to this
 //            module), shaderSource?: async (name) -> WGSL text (overrides shaderBase), adapterOptions?, maxRows?:
-//            rows per chunk (default 64), maxBindingBytes?: cap on one storage binding (tests use it to force splits)}
+//            rows per chunk (default 64), lanes?: invocations per weight-row pair in matmul (default 32 on GPUs,
+//            1 on CPU adapters), timestamps?: GPU time per forward in model.stats.gpu_ms, maxBindingBytes?: cap on one storage binding (tests use it to force splits)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize}
 //   const model = await engine.loadModel(description, readSlice, {seq_len})
@@ -55,7 +56,7 @@ export async function createEngine(gpu, opts = {}) {
   const shaderSource = opts.shaderSource ?? defaultShaderSource(opts.shaderBase ?? new URL('../../shaders/', import.meta.url));
   let kernels;
   try {
-    kernels = await createKernels(device, shaderSource);
+    kernels = await createKernels(device, shaderSource, { lanes: opts.lanes ?? (isCpuAdapter(adapterInfo) ? 1 : 32) });
   } catch (e) {
     device.destroy();
     throw e;
@@ -68,7 +69,8 @@ export async function createEngine(gpu, opts = {}) {
     device,
     kernels,
     async loadModel(description, readSlice, lopts = {}) {
-      const m = await loadModel({ device, kernels, state, lostPromise, maxBinding, weightBinding, maxRows: opts.maxRows ?? 64 },
+      const m = await loadModel({ device, kernels, state, lostPromise, maxBinding, weightBinding,
+        timestamps: !!opts.timestamps && device.features.has('timestamp-query'), maxRows: opts.maxRows ?? 64 },
         description, readSlice, lopts);
       models.add(m);
       return m;
@@ -78,6 +80,12 @@ export async function createEngine(gpu, opts = {}) {
       device.destroy();
     },
   };
+}
+
+/** SwiftShader / llvmpipe / WARP: workgroup barriers are very expensive there, so matmul runs barrier-free. */
+export function isCpuAdapter(info) {
+  return !!info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe|warp|software/i.test(
+    `${info.vendor} ${info.architecture} ${info.device} ${info.description}`);
 }
 
 function checkConfig(cfg) {
@@ -322,7 +330,13 @@ async function loadModel(ctx, description, readSlice, lopts) {
   let length = 0;
   let destroyed = false;
   let queue = Promise.resolve();
-  const stats = { dispatches: 0, chunks: 0 };
+  const stats = { dispatches: 0, chunks: 0, encode_ms: 0, gpu_ms: null };
+  let ts = null;   // timestamp queries around the forward's compute pass (bench only: opts.timestamps)
+  if (ctx.timestamps) {
+    ts = { set: device.createQuerySet({ type: 'timestamp', count: 2 }),
+      buf: device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC }),
+      read: device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }) };
+  }
   const weightBytes = [emb, ...layers.flatMap((L) => [...L.qkv, L.o, L.gateUp, L.down]), ...(head === emb ? [] : [head])]
     .reduce((a, l) => a + l.bytes, 0);
 
@@ -346,8 +360,10 @@ async function loadModel(ctx, description, readSlice, lopts) {
     const nChunks = Math.ceil(n / maxRows);
     const steps = new Uint32Array((nChunks * slot) / 4);
     const firstOut = n - nOut;
+    const tEnc = performance.now();
     const enc = device.createCommandEncoder();
-    const pass = enc.beginComputePass();
+    const pass = enc.beginComputePass(ts ? { timestampWrites: { querySet: ts.set, beginningOfPassWriteIndex: 0,
+      endOfPassWriteIndex: 1 } } : {});
     let dispatches = 0;
     let last = null;
     const run = (op, off, nc) => {
@@ -369,8 +385,13 @@ async function loadModel(ctx, description, readSlice, lopts) {
     pass.end();
     const bytes = nOut * vocab * 4;
     enc.copyBufferToBuffer(logitsBuf, 0, staging, 0, bytes);
+    if (ts) {
+      enc.resolveQuerySet(ts.set, 0, 2, ts.buf, 0);
+      enc.copyBufferToBuffer(ts.buf, 0, ts.read, 0, 16);
+    }
     device.queue.writeBuffer(stepBuf, 0, steps);
     device.queue.submit([enc.finish()]);
+    stats.encode_ms = performance.now() - tEnc;
     stats.dispatches = dispatches;
     stats.chunks = nChunks;
     try {
@@ -382,6 +403,12 @@ async function loadModel(ctx, description, readSlice, lopts) {
     }
     const outArr = new Float32Array(staging.getMappedRange(0, bytes).slice(0));
     staging.unmap();
+    if (ts) {
+      await ts.read.mapAsync(GPUMapMode.READ);
+      const q = new BigUint64Array(ts.read.getMappedRange());
+      stats.gpu_ms = Number(q[1] - q[0]) / 1e6;
+      ts.read.unmap();
+    }
     if (state.error) throw new Error(`gpu error: ${state.error}`);
     length = startPos + n;
     return outArr;

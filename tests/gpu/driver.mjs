@@ -1,7 +1,7 @@
 // driver.mjs — run the WebGPU engine (app/gpu/engine.js) under Node + Dawn for tests and benches.
 //
 //   node tests/gpu/driver.mjs SPEC.json OUT.bin
-// SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?,
+// SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?, lanes?,
 //        max_binding_bytes?, ops: [{op: 'forward', tokens, start_pos, n_out?} | {op: 'truncate', n}]}
 // Writes every forward's logits (float32, row-major) back to back into OUT.bin and prints one JSON line:
 // {adapter, results: [{op, rows, dispatches}], load_ms}. If no adapter: prints {"no_adapter": reason}, exit 3.
@@ -23,7 +23,7 @@ async function main() {
   try {
     engine = await createEngine(gpu, {
       adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
-      maxRows: spec.max_rows, maxBindingBytes: spec.max_binding_bytes,
+      maxRows: spec.max_rows, maxBindingBytes: spec.max_binding_bytes, lanes: spec.lanes,
     });
   } catch (e) {
     if (/no WebGPU adapter/.test(e.message)) {

@@ -70,7 +70,7 @@ def rows_of(outs, plan, name):
     return np.concatenate([outs[i] for i in plan[name]], axis=0)
 
 
-def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3):
+def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3, lanes=None):
     from exactspec.formats import describe
     from exactspec.reference import ReferenceModel
 
@@ -80,7 +80,7 @@ def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, pari
     toks = [int(t) for t in rng.integers(0, vocab, n)]
     alt = [int(t) for t in rng.integers(0, vocab, 6)]
     ops, plan = invariance_ops(toks, alt)
-    info, outs = run_engine(path, d, ops, max_rows=max_rows, max_binding_bytes=max_binding_bytes)
+    info, outs = run_engine(path, d, ops, max_rows=max_rows, max_binding_bytes=max_binding_bytes, lanes=lanes)
     res = [r for r in info["results"] if r["op"] == "forward"]
     assert "start_pos" in res[-2].get("error", "") and "length" in res[-2]["error"], res[-2]
     assert "outside" in res[-1].get("error", ""), res[-1]
@@ -119,8 +119,15 @@ def micro_paths(tmp_path_factory):
 
 @pytest.mark.parametrize("ty", ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"])
 def test_micro_invariance_parity_truncate(micro_paths, ty):
+    """The CPU-adapter matmul path (one invocation per row pair, no barriers: what SwiftShader/llvmpipe run)."""
     full, diff, info = check_engine(micro_paths[ty])
     print(f"[{ty}] max |diff| vs reference {diff:.3g}; adapter {info['adapter']['device']}")
+
+
+@pytest.mark.parametrize("ty", ["F32", "Q8_0", "Q4_1"])
+def test_micro_invariance_parity_gpu_path(micro_paths, ty):
+    """The GPU matmul path (32 lanes per row pair, fixed tree reduction in workgroup memory), forced here."""
+    check_engine(micro_paths[ty], n=20, lanes=32)
 
 
 def test_micro_row_chunks_and_split_bindings(micro_paths):

@@ -1,0 +1,233 @@
+// bench.mjs — speed of the WebGPU engine under Node + Dawn (H200 over Vulkan, or llvmpipe over OpenGL here).
+//
+//   node tests/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick]
+// Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
+// Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
+// Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
+// T_verify(k) / T_single for k = 1..8, tokens/s decoding alone, dispatches per forward, GPU vs encode time.
+import { readFileSync, openSync, readSync } from 'node:fs';
+import { create, globals } from 'webgpu';
+import { createEngine } from '../../app/gpu/engine.js';
+import { MODE } from '../../app/gpu/kernels.js';
+import { rowBytes } from '../../app/gpu/weights.js';
+
+Object.assign(globalThis, globals);
+const args = process.argv.slice(2);
+const arg = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
+const backend = arg('--backend', 'vulkan');
+const quick = args.includes('--quick');
+const flags = [`backend=${backend}`];
+if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
+const gpu = create(flags);
+globalThis.__dawnGPU = gpu;
+const out = {};
+const log = (...a) => console.log(...a);
+const median = (a) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]; };
+
+function smolDescription() {
+  const config = { dim: 576, hidden_dim: 1536, n_layers: 30, n_heads: 9, n_kv_heads: 3, head_dim: 64,
+    vocab_size: 49152, seq_len: 8192, rope_theta: 100000, rope_dim: 64, norm_eps: 1e-5, tied_embeddings: true, arch: 'llama' };
+  const tensors = [];
+  let off = 0;
+  const add = (name, ggml_type, shape) => {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const nbytes = ggml_type === 'F32' ? 4 * n : rowBytes(ggml_type, shape[shape.length - 1]).stored * (n / shape[shape.length - 1]);
+    tensors.push({ name, ggml_type, shape, offset: off, nbytes, qk_permuted: /attn_[qk]/.test(name) });
+    off += nbytes;
+  };
+  add('token_embd.weight', 'Q8_0', [49152, 576]);
+  for (let i = 0; i < 30; i++) {
+    const p = `blk.${i}.`;
+    add(p + 'attn_norm.weight', 'F32', [576]);
+    add(p + 'attn_q.weight', 'Q4_1', [576, 576]);
+    add(p + 'attn_k.weight', 'Q4_1', [192, 576]);
+    add(p + 'attn_v.weight', 'Q4_1', [192, 576]);
+    add(p + 'attn_output.weight', 'Q4_1', [576, 576]);
+    add(p + 'ffn_norm.weight', 'F32', [576]);
+    add(p + 'ffn_gate.weight', 'Q4_1', [1536, 576]);
+    add(p + 'ffn_up.weight', 'Q4_1', [1536, 576]);
+    add(p + 'ffn_down.weight', 'Q4_1', [576, 1536]);
+  }
+  add('output_norm.weight', 'F32', [576]);
+  return { config, tensors };
+}
+
+let seed = 12345;
+const rnd = () => { seed ^= seed << 13; seed ^= seed >>> 17; seed ^= seed << 5; return seed >>> 0; };
+function synthBytes(desc, offset, nbytes) {
+  const b = new Uint8Array(nbytes);
+  for (let i = 0; i < nbytes; i += 4) { const r = rnd(); b[i] = r; b[i + 1] = r >> 8; b[i + 2] = r >> 16; b[i + 3] = r >> 24; }
+  const t = desc.tensors.find((x) => offset >= x.offset && offset < x.offset + x.nbytes);
+  if (t.ggml_type === 'F32') { new Float32Array(b.buffer).fill(1.0); return b.buffer; }
+  const bs = t.ggml_type === 'Q8_0' ? 34 : 20;
+  for (let p = (bs - ((offset - t.offset) % bs)) % bs; p < nbytes; p += bs) {
+    if (t.ggml_type === 'Q8_0') { b[p] = 0x1f; b[p + 1] = 0x21; }       // d = 0.01
+    else { b[p] = 0x1f; b[p + 1] = 0x25; b[p + 2] = 0xcd; b[p + 3] = 0xb0; }   // d = 0.02, m = -0.15
+  }
+  return b.buffer;
+}
+
+async function timeSubmit(device, fn) {
+  const t0 = performance.now();
+  fn();
+  await device.queue.onSubmittedWorkDone();
+  return performance.now() - t0;
+}
+
+async function main() {
+  const engine = await createEngine(gpu, {
+    adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
+    timestamps: true,
+  });
+  const { device, kernels } = engine;
+  const hasTs = device.features.has('timestamp-query');
+  out.adapter = engine.adapterInfo;
+  log('adapter:', JSON.stringify(engine.adapterInfo.description || engine.adapterInfo.device), 'timestamps:', hasTs);
+
+  // ---- copy bandwidth
+  {
+    const size = Math.min(1 << 30, device.limits.maxBufferSize, quick ? 64 << 20 : 1 << 30);
+    const a = device.createBuffer({ size, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+    const b = device.createBuffer({ size, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+    const reps = 10;
+    const go = () => { const e = device.createCommandEncoder(); for (let i = 0; i < reps; i++) e.copyBufferToBuffer(a, 0, b, 0, size); device.queue.submit([e.finish()]); };
+    await timeSubmit(device, go);
+    const ms = Math.min(await timeSubmit(device, go), await timeSubmit(device, go));
+    out.copy_GBps = (2 * size * reps) / (ms / 1e3) / 1e9;
+    log(`copy bandwidth (read+write, ${size >> 20} MiB x ${reps}, wall): ${out.copy_GBps.toFixed(0)} GB/s`);
+    a.destroy(); b.destroy();
+  }
+
+  // ---- matmul effective bandwidth
+  out.matmul = {};
+  const K = 4096;
+  const N = 8192;
+  const qs = hasTs ? device.createQuerySet({ type: 'timestamp', count: 2 }) : null;
+  const qbuf = device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
+  const qread = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  for (const type of quick ? ['Q4_1'] : ['Q4_1', 'Q8_0', 'F32']) {
+    const wtype = { Q4_1: 3, Q8_0: 8, F32: 0 }[type];
+    const rb = rowBytes(type, K).packed;
+    const wBytes = rb * N;
+    const copies = Math.max(2, Math.ceil((256 << 20) / wBytes));
+    const ws = [];
+    for (let c = 0; c < copies; c++) {
+      const buf = device.createBuffer({ size: wBytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
+      const row = new Uint8Array(synthBytes({ tensors: [{ offset: 0, nbytes: 1 << 30, ggml_type: type === 'F32' ? 'F32' : type }] }, 0, Math.min(wBytes, 16 << 20)));
+      if (type === 'Q8_0') { /* already padded-agnostic random; scales at 34-byte stride are fine for timing */ }
+      for (let o = 0; o < wBytes; o += row.byteLength) device.queue.writeBuffer(buf, o, row, 0, Math.min(row.byteLength, wBytes - o));
+      ws.push(buf);
+    }
+    const maxB = 9;
+    const x = device.createBuffer({ size: maxB * K * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
+    device.queue.writeBuffer(x, 0, new Float32Array(maxB * K).map(() => Math.random() - 0.5));
+    const o = device.createBuffer({ size: maxB * N * 4, usage: GPUBufferUsage.STORAGE });
+    const dummy = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
+    const dummyW = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
+    const p = new Uint32Array(12);
+    p.set([K, N, 0, N, 0, 0, 0, 0, 0, 0, N / 2]);
+    const pb = device.createBuffer({ size: 48, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    device.queue.writeBuffer(pb, 0, p);
+    const sb = device.createBuffer({ size: 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    const pipe = await kernels.matmul(wtype, MODE.store, false);
+    const bgs = ws.map((w) => device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
+      { binding: 0, resource: { buffer: pb } }, { binding: 1, resource: { buffer: sb, offset: 0, size: 32 } },
+      { binding: 2, resource: { buffer: w } }, { binding: 3, resource: { buffer: x } },
+      { binding: 4, resource: { buffer: dummy } }, { binding: 5, resource: { buffer: dummy } },
+      { binding: 6, resource: { buffer: o } }, { binding: 7, resource: { buffer: dummyW } }] }));
+    const wg = Math.ceil(N / 2 / 2);
+    const res = {};
+    for (const B of [1, 2, 4, 5, 8, 9]) {
+      device.queue.writeBuffer(sb, 0, new Uint32Array([B, 0, 0, 0, 0, 0, 0, 0]));
+      const D = quick ? 8 : 60;
+      const run = async () => {
+        const e = device.createCommandEncoder();
+        const pass = e.beginComputePass(hasTs ? { timestampWrites: { querySet: qs, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } } : {});
+        pass.setPipeline(pipe);
+        for (let i = 0; i < D; i++) { pass.setBindGroup(0, bgs[i % copies], [0]); pass.dispatchWorkgroups(wg); }
+        pass.end();
+        if (hasTs) { e.resolveQuerySet(qs, 0, 2, qbuf, 0); e.copyBufferToBuffer(qbuf, 0, qread, 0, 16); }
+        const t0 = performance.now();
+        device.queue.submit([e.finish()]);
+        if (hasTs) {
+          await qread.mapAsync(GPUMapMode.READ);
+          const q = new BigUint64Array(qread.getMappedRange());
+          const ns = Number(q[1] - q[0]);
+          qread.unmap();
+          return ns / 1e6 / D;
+        }
+        await device.queue.onSubmittedWorkDone();
+        return (performance.now() - t0) / D;
+      };
+      await run();
+      const ms = Math.min(await run(), await run(), await run());
+      res[B] = { us: ms * 1e3, GBps: wBytes / (ms / 1e3) / 1e9 };
+    }
+    out.matmul[type] = res;
+    log(`matmul ${type} ${N}x${K} (${(wBytes / 1e6).toFixed(1)} MB, ${copies} copies rotated): ` +
+      Object.entries(res).map(([B, r]) => `B=${B} ${r.us.toFixed(1)}us ${r.GBps.toFixed(0)}GB/s (x${(r.us / res[1].us).toFixed(2)})`).join(' | '));
+    for (const b of [...ws, x, o, dummy, dummyW, pb, sb]) b.destroy();
+  }
+  log(`matmul Q4_1 B=1 effective bandwidth / copy bandwidth: ${(100 * out.matmul.Q4_1[1].GBps / out.copy_GBps).toFixed(0)}%`);
+
+  // ---- the model
+  const modelPath = arg('--model', null);
+  let desc;
+  let readSlice;
+  if (modelPath) {
+    desc = JSON.parse(readFileSync(arg('--desc'), 'utf8'));
+    const fd = openSync(modelPath, 'r');
+    readSlice = async (offset, nbytes) => { const b = Buffer.alloc(nbytes); readSync(fd, b, 0, nbytes, offset); return b.buffer.slice(b.byteOffset, b.byteOffset + nbytes); };
+  } else {
+    desc = smolDescription();
+    readSlice = async (offset, nbytes) => synthBytes(desc, offset, nbytes);
+  }
+  const t0 = performance.now();
+  const model = await engine.loadModel(desc, readSlice, { seq_len: 1024 });
+  out.load_ms = performance.now() - t0;
+  log(`model: ${modelPath ?? 'SmolLM2-135M-shaped synthetic (Q4_1 + Q8_0 embd)'}; weights on GPU ${(model.weightBytes / 1e6).toFixed(1)} MB; load ${out.load_ms.toFixed(0)} ms`);
+  const V = desc.config.vocab_size;
+  const tok = (n) => Array.from({ length: n }, (_, i) => (i * 7919 + 13) % V);
+  const P = 64;
+  let tp = performance.now();
+  await model.forward(tok(P), 0, 1);
+  log(`prefill ${P} tokens (one forward, ${model.stats.chunks} chunk): ${(performance.now() - tp).toFixed(1)} ms`);
+  const iters = quick ? 3 : 40;
+  const measure = async (n) => {
+    const wall = []; const gpuMs = []; const enc = [];
+    for (let i = 0; i < iters; i++) {
+      const t = performance.now();
+      await model.forward(tok(n), P, n);
+      wall.push(performance.now() - t);
+      if (model.stats.gpu_ms != null) gpuMs.push(model.stats.gpu_ms);
+      enc.push(model.stats.encode_ms);
+      model.truncate(P);
+    }
+    return { wall: median(wall), gpu: gpuMs.length ? median(gpuMs) : null, enc: median(enc), dispatches: model.stats.dispatches };
+  };
+  await measure(1);
+  const single = await measure(1);
+  out.single = single;
+  out.dispatches_per_forward = single.dispatches;
+  log(`T_single at pos ${P}: wall ${single.wall.toFixed(3)} ms (GPU ${single.gpu?.toFixed(3)} ms, encode+submit ${single.enc.toFixed(3)} ms), ${single.dispatches} dispatches/forward`);
+  out.verify = {};
+  for (let k = 1; k <= 8; k++) {
+    const r = await measure(k + 1);
+    out.verify[k] = { ...r, ratio_wall: r.wall / single.wall, ratio_gpu: r.gpu && single.gpu ? r.gpu / single.gpu : null };
+    log(`T_verify(k=${k}) / T_single: wall ${(r.wall / single.wall).toFixed(3)} (${r.wall.toFixed(3)} ms)` +
+      (r.gpu ? `, GPU ${(r.gpu / single.gpu).toFixed(3)} (${r.gpu.toFixed(3)} ms)` : ''));
+  }
+  // sequential decoding alone: one token per forward, logits read back each step
+  const nDec = quick ? 8 : 200;
+  model.truncate(P);
+  const td = performance.now();
+  for (let i = 0; i < nDec; i++) await model.forward([(i * 31) % V], P + i, 1);
+  const decMs = performance.now() - td;
+  out.decode_tok_s = nDec / (decMs / 1e3);
+  log(`decode alone: ${nDec} tokens from pos ${P} in ${decMs.toFixed(1)} ms = ${out.decode_tok_s.toFixed(0)} tok/s`);
+  console.log('JSON ' + JSON.stringify(out));
+  model.destroy();
+  engine.destroy();
+}
+
+main().then(() => process.exit(0), (e) => { console.error(e.stack ?? String(e)); process.exit(1); });
