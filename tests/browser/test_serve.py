@@ -37,6 +37,23 @@ def plain_server(micro):
     srv.server_close()
 
 
+def run(coro):
+    """asyncio.run in a fresh thread: the Playwright fixtures keep an event loop running in this one."""
+    box = {}
+
+    def target():
+        try:
+            box["v"] = asyncio.run(coro)
+        except BaseException as e:  # re-raised in the caller
+            box["e"] = e
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
 def fetch(url, method="GET"):
     req = urllib.request.Request(url, method=method)
     try:
@@ -162,8 +179,8 @@ def test_jsbackend_matches_reference(micro):
     s_js = Session(backend_name="webgpu")
     s_js.load("m", str(micro), backend=JsBackend(fake))
     req = {"prompt": "Hello", "chat": True, "max_new_tokens": 12, "drafter": "ngram", "k": 3}
-    a = asyncio.run(s_ref.generate(req))
-    b = asyncio.run(s_js.generate(req))
+    a = run(s_ref.generate(req))
+    b = run(s_js.generate(req))
     assert a["token_ids"] == b["token_ids"] and a["text"] == b["text"]
     assert b["stats"]["backend"] == "webgpu" and a["stats"]["backend"] == "cpu"
     assert fake.calls > 0
@@ -178,9 +195,9 @@ def test_session_stream_cancel_continue_errors(micro):
     from exactspec.session import Session, SessionError
     s = Session()
     with pytest.raises(SessionError, match="no model"):
-        asyncio.run(s.generate({"prompt": "x"}))
+        run(s.generate({"prompt": "x"}))
     s.load("m", str(micro))
-    full = asyncio.run(s.generate({"prompt": "Count", "chat": True, "max_new_tokens": 40}))
+    full = run(s.generate({"prompt": "Count", "chat": True, "max_new_tokens": 40}))
     events = []
 
     def emit(j):
@@ -188,20 +205,20 @@ def test_session_stream_cancel_continue_errors(micro):
         events.append(d)
         if sum(len(e["token_ids"]) for e in events) >= 7:
             s.cancel()
-    part = asyncio.run(s.generate({"prompt": "Count", "chat": True, "max_new_tokens": 40}, emit))
+    part = run(s.generate({"prompt": "Count", "chat": True, "max_new_tokens": 40}, emit))
     assert part["finish_reason"] == "cancelled"
     k = len(part["token_ids"])
     assert 7 <= k < 40 and part["token_ids"] == full["token_ids"][:k]
     assert "".join(e["text"] for e in events) == part["text"]
-    rest = asyncio.run(s.generate({"continue": True, "max_new_tokens": 40 - k}))
+    rest = run(s.generate({"continue": True, "max_new_tokens": 40 - k}))
     assert part["token_ids"] + rest["token_ids"] == full["token_ids"]
     assert part["text"] + rest["text"] == full["text"]
     with pytest.raises(SessionError, match="draft"):
-        asyncio.run(s.generate({"prompt": "x", "drafter": "model", "k": 2}))
+        run(s.generate({"prompt": "x", "drafter": "model", "k": 2}))
     with pytest.raises(SessionError, match="temperature"):
-        asyncio.run(s.generate({"prompt": "x", "temperature": -1}))
+        run(s.generate({"prompt": "x", "temperature": -1}))
     with pytest.raises(SessionError, match="context"):
-        asyncio.run(s.generate({"prompt": "x", "max_new_tokens": 10_000}))
+        run(s.generate({"prompt": "x", "max_new_tokens": 10_000}))
     with pytest.raises(SessionError, match="role"):
         s.load("m2", str(micro), role="judge")
 
