@@ -1,0 +1,222 @@
+"""exactspec.reference: correctness against an independent float64 implementation, BITWISE batch invariance
+(one token at a time == verify blocks == prefills of any chunking, with rollbacks), KV contract, clear errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exactspec.micro import micro_config, micro_model, micro_weights, tiny_config
+from exactspec.reference import ReferenceModel, log_softmax, softmax
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
+
+CONFIGS = {
+    "gqa": micro_config(),
+    "mha_untied": micro_config(n_kv_heads=4, tied_embeddings=False, vocab_size=120),
+    "partial_rope": micro_config(rope_dim=8, rope_theta=500.0, n_layers=3),
+    "mqa_wide": micro_config(dim=96, n_heads=6, n_kv_heads=1, hidden_dim=160, head_dim=16, rope_dim=16),
+    "tiny": tiny_config(),
+}
+
+
+def naive_forward(cfg, w, tokens):
+    """Independent float64 implementation, written like HF's modeling_llama (full causal mask, repeat_kv)."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    n, hd, nh, nkv = len(tokens), cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    r = cfg.rope_dim or hd
+    inv = 1.0 / cfg.rope_theta ** (np.arange(0, r, 2) / r)
+    ang = np.outer(np.arange(n), inv)
+    cos, sin = np.concatenate([np.cos(ang)] * 2, 1), np.concatenate([np.sin(ang)] * 2, 1)   # (n, r)
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps) * g
+
+    def rope(x):                                   # (heads, n, hd)
+        xr, xp = x[..., :r], x[..., r:]
+        rot = np.concatenate([-xr[..., r // 2:], xr[..., : r // 2]], -1)
+        return np.concatenate([xr * cos + rot * sin, xp], -1)
+
+    h = w["token_embd.weight"][tokens]
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        x = rms(h, w[p + "attn_norm.weight"])
+        q = (x @ w[p + "attn_q.weight"].T).reshape(n, nh, hd).transpose(1, 0, 2)
+        k = (x @ w[p + "attn_k.weight"].T).reshape(n, nkv, hd).transpose(1, 0, 2)
+        v = (x @ w[p + "attn_v.weight"].T).reshape(n, nkv, hd).transpose(1, 0, 2)
+        q, k = rope(q), rope(k)
+        k, v = np.repeat(k, nh // nkv, 0), np.repeat(v, nh // nkv, 0)
+        s = q @ k.transpose(0, 2, 1) / np.sqrt(hd) + mask
+        a = np.exp(s - s.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        o = (a @ v).transpose(1, 0, 2).reshape(n, nh * hd)
+        h = h + o @ w[p + "attn_output.weight"].T
+        x = rms(h, w[p + "ffn_norm.weight"])
+        g, u = x @ w[p + "ffn_gate.weight"].T, x @ w[p + "ffn_up.weight"].T
+        h = h + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+    out = w.get("output.weight", w["token_embd.weight"])
+    return rms(h, w["output_norm.weight"]) @ out.T
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_matches_independent_float64(name):
+    cfg = CONFIGS[name]
+    w = micro_weights(cfg, 11)
+    toks = np.random.default_rng(0).integers(0, cfg.vocab_size, 37).tolist()
+    ours = ReferenceModel.from_weights(cfg, w).forward(toks, 0)                # (37, vocab)
+    ref = naive_forward(cfg, w, toks)
+    assert ours.dtype == np.float32 and ours.shape == (37, cfg.vocab_size)
+    assert np.max(np.abs(ours - ref)) < 2e-4 * max(1.0, np.abs(ref).max())
+    assert np.array_equal(ours.argmax(1), ref.argmax(1))
+    # logits are not flat (micro-models are useful for sampling tests)
+    assert softmax(ours).max(axis=1).mean() > 0.1
+
+
+def one_at_a_time(model, toks):
+    model.truncate(0)
+    return np.concatenate([model.forward([t], i) for i, t in enumerate(toks)])
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_batch_invariance_bitwise(name):
+    cfg = CONFIGS[name]
+    m = micro_model(cfg, 3)
+    rng = np.random.default_rng(1)
+    toks = rng.integers(0, cfg.vocab_size, 48).tolist()
+    ref = one_at_a_time(m, toks)                                                # (48, vocab)
+    m.truncate(0)
+    assert np.array_equal(m.forward(toks, 0), ref), "full prefill differs from one-at-a-time"
+    for trial in range(6):                                                      # random chunkings
+        m.truncate(0)
+        pos, rows = 0, []
+        while pos < len(toks):
+            n = int(rng.integers(1, 12))
+            rows.append(m.forward(toks[pos: pos + n], pos))
+            pos += len(rows[-1])
+        assert np.array_equal(np.concatenate(rows), ref), f"chunking trial {trial}"
+    # speculative shape: blocks of k+1 with rejected tails rolled back, then re-fed
+    m.truncate(0)
+    m.forward(toks[:5], 0)
+    pos = 5
+    while pos < len(toks):
+        k = int(rng.integers(1, 6))
+        junk = rng.integers(0, cfg.vocab_size, k + 1).tolist()
+        m.forward(junk, pos)                                                    # a wrong draft, rolled back
+        m.truncate(pos)
+        block = toks[pos: pos + k + 1]
+        got = m.forward(block, pos)
+        assert np.array_equal(got, ref[pos: pos + len(block)])
+        accepted = int(rng.integers(0, len(block) + 1))
+        m.truncate(pos + accepted)                                              # keep a prefix only
+        pos += max(accepted, 1) if accepted else 0
+        if accepted == 0:
+            m.forward([toks[pos]], pos)
+            pos += 1
+    # n_out returns the last rows bitwise
+    m.truncate(0)
+    assert np.array_equal(m.forward(toks, 0, n_out=3), ref[-3:])
+
+
+def test_kv_contract_and_errors():
+    cfg = micro_config(seq_len=40)
+    m = micro_model(cfg, 0)
+    assert m.length == 0
+    out = m.forward([1, 2, 3], 0)
+    assert out.shape == (3, cfg.vocab_size) and m.length == 3
+    assert m.forward([4], 3, n_out=0).shape == (0, cfg.vocab_size) and m.length == 4
+    with pytest.raises(ValueError, match="start_pos"):
+        m.forward([5], 2)
+    with pytest.raises(ValueError, match="truncate"):
+        m.truncate(5)
+    with pytest.raises(ValueError, match="token id"):
+        m.forward([cfg.vocab_size], 4)
+    with pytest.raises(ValueError, match="token id"):
+        m.forward([-1], 4)
+    with pytest.raises(ValueError, match="n_out"):
+        m.forward([1, 2], 4, n_out=3)
+    with pytest.raises(ValueError, match="at least one"):
+        m.forward([], 4)
+    assert m.length == 4                       # failed calls changed nothing
+    m.truncate(1)
+    a = m.forward([9, 9], 1)
+    fresh = micro_model(cfg, 0)
+    assert np.array_equal(a, fresh.forward([1, 9, 9], 0)[1:])
+    m.forward(list(range(37)), 3)
+    assert m.length == 40
+    with pytest.raises(ValueError, match="overflow"):
+        m.forward([1], 40)
+    small = micro_model(cfg, 0, max_len=8)      # max_len caps the cache below seq_len
+    small.forward(list(range(8)), 0)
+    with pytest.raises(ValueError, match="overflow"):
+        small.forward([1], 8)
+
+
+def test_cache_growth_is_invisible():
+    """The cache starts small and grows; rows after a growth equal a model that never grew."""
+    cfg = micro_config(seq_len=600)
+    toks = np.random.default_rng(2).integers(0, cfg.vocab_size, 300).tolist()
+    a = micro_model(cfg, 1)
+    ra = np.concatenate([a.forward(toks[:250], 0), a.forward(toks[250:], 250)])   # grows 256 -> 512 mid-way
+    b = micro_model(cfg, 1)
+    b._grow(600)
+    rb = b.forward(toks, 0)
+    assert np.array_equal(ra, rb)
+
+
+def test_bad_weights_rejected():
+    cfg = micro_config()
+    w = micro_weights(cfg, 0)
+    bad = dict(w)
+    bad["blk.0.attn_q.weight"] = bad["blk.0.attn_q.weight"][:, :10]
+    with pytest.raises(ValueError, match="attn_q"):
+        ReferenceModel.from_weights(cfg, bad)
+    bad = dict(w)
+    del bad["blk.1.ffn_up.weight"]
+    with pytest.raises(ValueError, match="missing"):
+        ReferenceModel.from_weights(cfg, bad)
+    bad = dict(w)
+    bad["output_norm.weight"] = np.full(cfg.dim, np.nan, np.float32)
+    with pytest.raises(ValueError, match="non-finite"):
+        ReferenceModel.from_weights(cfg, bad)
+
+
+def test_softmax_helpers():
+    x = np.array([[1.0, 2.0, -np.inf], [0.0, 0.0, 0.0]], np.float32)
+    p = softmax(x)
+    assert np.allclose(p.sum(1), 1) and p[0, 2] == 0 and np.allclose(p[1], 1 / 3)
+    assert np.allclose(np.exp(log_softmax(x)), p)
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    if not CHAMPION.exists():
+        pytest.skip("champion GGUF missing: run `python build.py setup`")
+    return ReferenceModel.from_file(CHAMPION, max_len=128)
+
+
+def test_smollm2_batch_invariance_and_greedy(smollm):
+    m = smollm
+    # "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    toks = [1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
+    ref = one_at_a_time(m, toks)                                                # (16, vocab)
+    for chunks in ([16], [5, 11], [1, 4, 3, 8], [7, 7, 2]):
+        m.truncate(0)
+        pos, rows = 0, []
+        for n in chunks:
+            rows.append(m.forward(toks[pos: pos + n], pos))
+            pos += n
+        assert np.array_equal(np.concatenate(rows), ref), chunks
+    m.truncate(10)
+    assert np.array_equal(m.forward(toks[10:], 10, n_out=2), ref[-2:])
+    # greedy answer mentions Paris (a sanity check of the whole pipeline; golden logits are in test_golden.py)
+    m.truncate(0)
+    logits = m.forward(toks, 0, n_out=1)
+    out = []
+    for _ in range(8):
+        t = int(logits[-1].argmax())
+        out.append(t)
+        logits = m.forward([t], m.length)
+    assert 7042 in out        # " Paris"
