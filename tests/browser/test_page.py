@@ -212,6 +212,15 @@ def test_import_user_gguf_and_chat(session, models_dir, cli):
     assert ui_text == want["text"]
     got = session.generate(prompt="Good morning", max_new_tokens=10)
     assert got["token_ids"] == want["token_ids"]
+    # drag and drop onto the drop zone imports too
+    page.evaluate("""async () => {
+        const buf = await (await fetch('/models/micro-draft.gguf')).arrayBuffer();
+        const dt = new DataTransfer();
+        dt.items.add(new File([buf], 'dropped-model.gguf'));
+        document.querySelector('#dropzone').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true}));
+    }""")
+    wait_js(page, "document.querySelector('#import-status').textContent.startsWith('Imported dropped-model')")
+    assert "dropped-model" in [m["name"] for m in session.js("exactspec.listModels()")]
 
 
 def test_truncated_gguf_clear_error_page_stays_usable(session, models_dir):
