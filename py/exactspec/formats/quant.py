@@ -55,7 +55,13 @@ def tensor_nbytes(type_id_: int, n_elements: int, row_len: int) -> int:
 
 
 def dequantize(raw: np.ndarray, type_name_: str, n_elements: int) -> np.ndarray:
-    """raw (nbytes,) uint8 -> (n_elements,) float32."""
+    """raw (nbytes,) uint8 -> (n_elements,) float32. Corrupt scales (inf/NaN halves) give non-finite values without
+    warnings; consumers that need finite weights check (ReferenceModel does)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _dequantize(raw, type_name_, n_elements)
+
+
+def _dequantize(raw: np.ndarray, type_name_: str, n_elements: int) -> np.ndarray:
     raw = np.ascontiguousarray(raw, dtype=np.uint8)   # (nbytes,)
     if type_name_ not in SUPPORTED_TYPES:
         raise FormatError(f"ggml type {type_name_} is not supported (supported: {', '.join(SUPPORTED_TYPES)})")
