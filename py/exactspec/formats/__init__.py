@@ -1,7 +1,8 @@
 """Model file formats: GGUF (read + write) and safetensors (read), all errors as `FormatError`.
 
 `load_model_file(path) -> (ModelConfig, weights)` picks the reader: a .gguf file, or a folder / .safetensors /
-config.json of a Hugging Face checkpoint. Weights are float32, C-contiguous, under GGUF names
+config.json of a Hugging Face checkpoint. weights is a mapping (for GGUF a lazy one that dequantises on lookup, so
+a consumer that converts tensor by tensor never holds two copies) of float32, C-contiguous arrays under GGUF names
 (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight, output.weight when untied), in HF order.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ def load_model_file(path: str | os.PathLike):
             magic = f.read(4)
         if magic == b"GGUF":
             g = GGUFFile(path)
-            return g.config(), g.load_weights()
+            return g.config(), g.lazy_weights()
         if path.endswith((".safetensors", "config.json")):
             return load_safetensors_model(path)
         raise FormatError(f"{path!r} is neither GGUF (magic {magic!r}) nor safetensors")

@@ -249,6 +249,11 @@ class GGUFFile:
         """All tensors, dequantised to float32 (C-contiguous), Q/K in HF order. Names are GGUF names."""
         return {name: np.ascontiguousarray(self.tensor(name)) for name in self.tensors}
 
+    def lazy_weights(self) -> "LazyWeights":
+        """A read-only mapping that dequantises each tensor when it is looked up (keeps peak memory to one tensor
+        beyond what the consumer keeps)."""
+        return LazyWeights(self)
+
     def describe(self) -> dict:
         """JSON-able description so a JS engine can stream raw tensor bytes without parsing GGUF itself.
 
@@ -270,6 +275,27 @@ class GGUFFile:
                         for t in self.tensors.values()],
             "metadata": md,
         }
+
+
+class LazyWeights(Mapping):
+    """name -> float32 array (HF order), dequantised on each lookup; nothing cached."""
+
+    def __init__(self, g: GGUFFile):
+        self._g = g
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._g.tensors:
+            raise KeyError(name)
+        return np.ascontiguousarray(self._g.tensor(name))
+
+    def __iter__(self):
+        return iter(self._g.tensors)
+
+    def __len__(self) -> int:
+        return len(self._g.tensors)
+
+    def __contains__(self, name) -> bool:
+        return name in self._g.tensors
 
 
 def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
