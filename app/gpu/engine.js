@@ -300,6 +300,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
   let logitsBuf = null;
   let staging = null;
   let logitOps = [];
+  let logitsGen = 0;   // bumps when the logits buffer (and so the commands reading it) changes
   const headPipeline = await kernels.matmul(head.wtype, MODE.store, true);
   const headParams = head.parts.map((part) => mmParams('logits', dim, part, vocab, 1));
   const ensureLogits = (rows) => {
@@ -324,6 +325,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       ] }),
     }));
     logitsCap = cap;
+    logitsGen++;
   };
   ensureLogits(1);
 
@@ -339,6 +341,42 @@ async function loadModel(ctx, description, readSlice, lopts) {
   }
   const weightBytes = [emb, ...layers.flatMap((L) => [...L.qkv, L.o, L.gateUp, L.down]), ...(head === emb ? [] : [head])]
     .reduce((a, l) => a + l.bytes, 0);
+
+  let pre = null;   // command buffer pre-encoded for the next forward of the same shape
+
+  /** Encode one forward of n rows (chunked by maxRows) producing the last nOut rows of logits. */
+  function encode(n, nOut) {
+    const nChunks = Math.ceil(n / maxRows);
+    const firstOut = n - nOut;
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass(ts ? { timestampWrites: { querySet: ts.set, beginningOfPassWriteIndex: 0,
+      endOfPassWriteIndex: 1 } } : {});
+    let dispatches = 0;
+    let last = null;
+    const offs = [0];
+    const run = (op, nc) => {
+      if (op.pipeline !== last) { pass.setPipeline(op.pipeline); last = op.pipeline; }
+      pass.setBindGroup(0, op.bindGroup, offs);
+      const [x, y] = op.dims(nc);
+      pass.dispatchWorkgroups(x, y);
+      dispatches++;
+    };
+    for (let c = 0; c < nChunks; c++) {
+      const c0 = c * maxRows;
+      const nc = Math.min(maxRows, n - c0);
+      const lo = Math.max(0, firstOut - c0);
+      offs[0] = c * slot;
+      for (const op of ops) run(op, nc);
+      if (lo < nc) for (const op of logitOps) run(op, nc);
+    }
+    pass.end();
+    enc.copyBufferToBuffer(logitsBuf, 0, staging, 0, nOut * vocab * 4);
+    if (ts) {
+      enc.resolveQuerySet(ts.set, 0, 2, ts.buf, 0);
+      enc.copyBufferToBuffer(ts.buf, 0, ts.read, 0, 16);
+    }
+    return { cb: enc.finish(), dispatches, key: `${n}:${nOut}:${logitsGen}` };
+  }
 
   async function forwardNow(tokens, startPos, nOut) {
     if (destroyed) throw new Error('model destroyed');
@@ -360,40 +398,31 @@ async function loadModel(ctx, description, readSlice, lopts) {
     const nChunks = Math.ceil(n / maxRows);
     const steps = new Uint32Array((nChunks * slot) / 4);
     const firstOut = n - nOut;
-    const tEnc = performance.now();
-    const enc = device.createCommandEncoder();
-    const pass = enc.beginComputePass(ts ? { timestampWrites: { querySet: ts.set, beginningOfPassWriteIndex: 0,
-      endOfPassWriteIndex: 1 } } : {});
-    let dispatches = 0;
-    let last = null;
-    const run = (op, off, nc) => {
-      if (op.pipeline !== last) { pass.setPipeline(op.pipeline); last = op.pipeline; }
-      pass.setBindGroup(0, op.bindGroup, [off]);
-      const [x, y] = op.dims(nc);
-      pass.dispatchWorkgroups(x, y);
-      dispatches++;
-    };
     for (let c = 0; c < nChunks; c++) {
       const c0 = c * maxRows;
       const nc = Math.min(maxRows, n - c0);
       const lo = Math.max(0, firstOut - c0);
       steps.set([nc, startPos + c0, Math.min(lo, nc), c0 + lo - firstOut, c0], (c * slot) / 4);
-      const off = c * slot;
-      for (const op of ops) run(op, off, nc);
-      if (lo < nc) for (const op of logitOps) run(op, off, nc);
     }
-    pass.end();
-    const bytes = nOut * vocab * 4;
-    enc.copyBufferToBuffer(logitsBuf, 0, staging, 0, bytes);
-    if (ts) {
-      enc.resolveQuerySet(ts.set, 0, 2, ts.buf, 0);
-      enc.copyBufferToBuffer(ts.buf, 0, ts.read, 0, 16);
-    }
+    const tEnc = performance.now();
+    const key = `${n}:${nOut}:${logitsGen}`;
+    let cmd;
+    if (pre && pre.key === key) cmd = pre;
+    else cmd = encode(n, nOut);
+    pre = null;
     device.queue.writeBuffer(stepBuf, 0, steps);
-    device.queue.submit([enc.finish()]);
+    device.queue.submit([cmd.cb]);
     stats.encode_ms = performance.now() - tEnc;
-    stats.dispatches = dispatches;
+    stats.dispatches = cmd.dispatches;
     stats.chunks = nChunks;
+    stats.pre_encoded = cmd.pre === true;
+    // While the GPU runs, encode the command buffer for the next forward of the same shape (the decode loop
+    // repeats shapes; positions and tokens travel in buffers written at submit time, not in the commands).
+    if (n <= maxRows) {
+      pre = encode(n, nOut);
+      pre.pre = true;
+    }
+    const bytes = nOut * vocab * 4;
     try {
       await Promise.race([staging.mapAsync(GPUMapMode.READ, 0, bytes),
         ctx.lostPromise.then((m) => { throw new Error(`device lost: ${m}`); })]);

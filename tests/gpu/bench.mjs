@@ -6,6 +6,7 @@
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
 // T_verify(k) / T_single for k = 1..8, tokens/s decoding alone, dispatches per forward, GPU vs encode time.
 import { readFileSync, openSync, readSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
 import { MODE } from '../../app/gpu/kernels.js';
@@ -16,6 +17,7 @@ const args = process.argv.slice(2);
 const arg = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
 const backend = arg('--backend', 'vulkan');
 const quick = args.includes('--quick');
+const only = args.includes('--matmul-only');
 const flags = [`backend=${backend}`];
 if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
 const gpu = create(flags);
@@ -78,6 +80,8 @@ async function main() {
   const engine = await createEngine(gpu, {
     adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
     timestamps: true,
+    shaderBase: process.env.SHADER_BASE ? pathToFileURL(process.env.SHADER_BASE + '/') : undefined,
+    lanes: process.env.LANES ? Number(process.env.LANES) : undefined,
   });
   const { device, kernels } = engine;
   const hasTs = device.features.has('timestamp-query');
@@ -170,6 +174,7 @@ async function main() {
   }
   log(`matmul Q4_1 B=1 effective bandwidth / copy bandwidth: ${(100 * out.matmul.Q4_1[1].GBps / out.copy_GBps).toFixed(0)}%`);
 
+  if (only) { console.log('JSON ' + JSON.stringify(out)); engine.destroy(); return; }
   // ---- the model
   const modelPath = arg('--model', null);
   let desc;
