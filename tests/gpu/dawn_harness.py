@@ -17,13 +17,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "gpu" / "driver.mjs"
+BACKEND = os.environ.get("EXACTSPEC_DAWN_BACKEND", "opengl")   # 'vulkan' on a GPU host (H200 bench machine)
 ENV = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "EGL_PLATFORM": "surfaceless"}
 
 PROBE_JS = """
 import { create, globals } from 'webgpu';
 Object.assign(globalThis, globals);
-const gpu = create(['backend=opengl']); globalThis.__g = gpu;
-const a = await gpu.requestAdapter({featureLevel: 'compatibility'});
+const gpu = create(['backend=BACKEND']); globalThis.__g = gpu;
+const a = await gpu.requestAdapter(BACKEND_OPTS);
 console.log(a ? 'ADAPTER ' + (a.info?.device ?? '') : 'NO_ADAPTER');
 process.exit(0);
 """
@@ -37,13 +38,14 @@ def probe() -> str | None:
     if not (ROOT / "node_modules" / "webgpu" / "package.json").exists():
         return "npm package webgpu is not installed (run `python build.py setup`)"
     try:
-        r = subprocess.run([node, "--input-type=module", "-e", PROBE_JS], cwd=ROOT, env=ENV, capture_output=True,
+        js = PROBE_JS.replace("BACKEND_OPTS", "{featureLevel: 'compatibility'}" if BACKEND == "opengl" else "{}")
+        r = subprocess.run([node, "--input-type=module", "-e", js.replace("BACKEND", BACKEND)], cwd=ROOT, env=ENV, capture_output=True,
                            text=True, timeout=60)
     except subprocess.TimeoutExpired:
         return "Dawn adapter probe timed out"
     if "ADAPTER" in r.stdout and "NO_ADAPTER" not in r.stdout:
         return None
-    return f"Dawn (OpenGL backend) offers no adapter: rc={r.returncode} {r.stdout.strip()} {r.stderr.strip()[-500:]}"
+    return f"Dawn ({BACKEND} backend) offers no adapter: rc={r.returncode} {r.stdout.strip()} {r.stderr.strip()[-500:]}"
 
 
 def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, seq_len: int | None = None,
@@ -54,7 +56,7 @@ def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, 
     vocab = description["config"]["vocab_size"]
     with tempfile.TemporaryDirectory() as td:
         spec = {"model": str(model), "description": description, "ops": ops, "seq_len": seq_len,
-                "max_rows": max_rows, "max_binding_bytes": max_binding_bytes, "lanes": lanes}
+                "max_rows": max_rows, "max_binding_bytes": max_binding_bytes, "lanes": lanes, "backend": BACKEND}
         sp = Path(td) / "spec.json"
         op = Path(td) / "out.bin"
         sp.write_text(json.dumps(spec))
