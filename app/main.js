@@ -303,14 +303,28 @@ function wire() {
     if (f) importModel({ file: f });
     e.target.value = '';
   });
+  $('import-folder').addEventListener('change', (e) => {
+    const files = Array.from(e.target.files || []);
+    if (files.length) importModel({ files });
+    e.target.value = '';
+  });
   const dz = $('dropzone');
   dz.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); $('import-file').click(); } });
   dz.addEventListener('dragover', (e) => { e.preventDefault(); dz.classList.add('over'); });
   dz.addEventListener('dragleave', () => dz.classList.remove('over'));
-  dz.addEventListener('drop', (e) => {
+  dz.addEventListener('drop', async (e) => {
     e.preventDefault();
     dz.classList.remove('over');
-    const files = Array.from(e.dataTransfer.files || []);
+    const items = Array.from(e.dataTransfer.items || []);
+    const entries = items.map((it) => (it.webkitGetAsEntry ? it.webkitGetAsEntry() : null));
+    let files = Array.from(e.dataTransfer.files || []);
+    const dir = entries.find((en) => en && en.isDirectory);
+    if (dir) {   // a dropped folder: its files (one level)
+      files = await new Promise((resolve, reject) => dir.createReader().readEntries((es) => Promise.all(
+        es.filter((x) => x.isFile).map((x) => new Promise((res, rej) => x.file(res, rej)))).then(resolve, reject), reject));
+      if (files.length) importModel({ files, name: dir.name.replace(/[^A-Za-z0-9._-]+/g, '-') });
+      return;
+    }
     if (files.length) importModel(files.length === 1 ? { file: files[0] } : { files });
   });
   $('import-url-form').addEventListener('submit', (e) => {

@@ -9,6 +9,7 @@ const state = {
   backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null },
   booting: null, mounted: new Set(), gpuModels: {}, modelBackend: {},
 };
+const HF_FILE_RE = /^(config\.json|tokenizer\.json|tokenizer_config\.json|generation_config\.json|[\w.-]+\.safetensors)$/;
 const GPU_MAX_CONTEXT = 2048;   // KV capacity on the GPU (SmolLM2's 8192 would take ~380 MB of KV)
 
 function post(msg, transfer) { self.postMessage(msg, transfer || []); }
@@ -160,11 +161,12 @@ function unmount(name) {
 
 async function loadModel(name, role) {
   const { meta, files } = await state.store.files(name);
-  if (meta.format && meta.format !== 'gguf') throw new StoreError(`${name}: format ${meta.format} cannot be loaded yet`);
+  const hf = meta.format === 'hf';
   const dir = mount(name, files.map((f, i) => new File([f], meta.files[i].file)));
-  const path = `${dir}/${meta.files[0].file}`;
+  const path = hf ? dir : `${dir}/${meta.files[0].file}`;
   let backend, backendName = 'cpu';
-  if (state.backend === 'webgpu' && state.gpu) {
+  if (hf && state.backend === 'webgpu') log('info', `${name}: Hugging Face folders run on the CPU fallback`);
+  if (!hf && state.backend === 'webgpu' && state.gpu) {
     try {
       const desc = JSON.parse(state.session.describe(path));
       const file = files[0];
@@ -190,7 +192,7 @@ async function validate(meta, files) {
   const tmpName = `validate-${meta.name}`;
   const dir = mount(tmpName, files.map((f, i) => new File([f], meta.files[i].file)));
   try {
-    const summary = JSON.parse(state.session.inspect(`${dir}/${meta.files[0].file}`));
+    const summary = JSON.parse(state.session.inspect(meta.format === 'hf' ? dir : `${dir}/${meta.files[0].file}`));
     return { summary, role: meta.role || (summary.has_tokenizer ? 'champion' : 'draft') };
   } catch (e) {
     throw new StoreError(`${meta.name} is not a usable model: ${errorText(e)}`);
@@ -231,12 +233,24 @@ async function importFiles({ files, name, role }) {
       [{ file: 'model.gguf', size: gguf[0].size, read: () => readBlob(gguf[0]) }],
       { validate, onProgress: progress('import', name) });
   }
-  const names = files.map((f) => f.name);
-  const hf = names.includes('config.json') && names.some((n) => /\.safetensors$/i.test(n));
-  if (hf) {
-    throw new StoreError('Hugging Face folders (config.json + safetensors) cannot be imported yet: convert to GGUF');
+  // A Hugging Face folder: config.json + *.safetensors (+ tokenizer.json, tokenizer_config.json); other files ignored.
+  const keep = files.filter((f) => HF_FILE_RE.test(f.name));
+  const names = keep.map((f) => f.name);
+  if (!names.includes('config.json') || !names.some((n) => /\.safetensors$/i.test(n))) {
+    throw new StoreError('pick one .gguf file, or a Hugging Face folder with config.json and .safetensors files ' +
+      `(got ${files.map((f) => f.name).join(', ')})`);
   }
-  throw new StoreError(`pick one .gguf file (got ${names.join(', ')})`);
+  if (new Set(names).size !== names.length) throw new StoreError('the folder has two files with the same name');
+  if (!name) {
+    const rel = files[0].webkitRelativePath || '';
+    name = modelNameFrom(rel.includes('/') ? rel.split('/')[0] : 'hf-model');
+  }
+  // config.json first: it is what identifies the model (meta.sha256 is the first file's)
+  keep.sort((a, b) => (a.name === 'config.json' ? -1 : b.name === 'config.json' ? 1 : a.name.localeCompare(b.name)));
+  return state.store.importSources(
+    { name, role, source: 'folder', format: 'hf' },
+    keep.map((f) => ({ file: f.name, size: f.size, read: () => readBlob(f) })),
+    { validate, onProgress: progress('import', name) });
 }
 
 // ---- requests -------------------------------------------------------------------------------------------------

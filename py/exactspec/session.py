@@ -68,8 +68,11 @@ class YieldingBackend:
 
 
 def inspect_model(path: str) -> dict:
-    """Validate a stored model file (GGUF) without loading weights: header, tensor extents, config, tokenizer.
-    Returns a JSON-able summary; raises a ValueError subclass naming the problem."""
+    """Validate a stored model without loading weights: a GGUF file (header, tensor extents, config, tokenizer) or a
+    Hugging Face folder (config.json, safetensors headers, tokenizer.json). Returns a JSON-able summary; raises a
+    ValueError subclass naming the problem."""
+    if os.path.isdir(path):
+        return _inspect_hf(path)
     from .formats.gguf import GGUFFile
     g = GGUFFile(path)                                          # raises FormatError on a truncated/corrupt file
     cfg = g.config()
@@ -83,18 +86,59 @@ def inspect_model(path: str) -> dict:
     }
 
 
-def load_gguf(path: str, backend=None):
-    """(backend, tokenizer, chat_template, config, summary) for a GGUF file; backend defaults to the numpy
-    ReferenceModel (the CPU fallback)."""
-    from .formats.gguf import GGUFFile
+def _inspect_hf(folder: str) -> dict:
+    from .formats.quant import FormatError
+    from .formats.safetensors import SafetensorsFile, config_from_hf, hf_to_gguf_name
+    cfg_path = os.path.join(folder, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise FormatError("a Hugging Face folder needs config.json")
+    try:
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = config_from_hf(json.load(f))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"config.json is not valid JSON: {e}") from None
+    files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    if not files:
+        raise FormatError("a Hugging Face folder needs at least one .safetensors file")
+    names = set()
+    size = 0
+    for n in files:
+        st = SafetensorsFile(os.path.join(folder, n))          # raises FormatError on truncation
+        names.update(x for x in (hf_to_gguf_name(t) for t in st.tensors) if x)
+        size += os.path.getsize(os.path.join(folder, n))
+    if "token_embd.weight" not in names:
+        raise FormatError("the safetensors files hold no model.embed_tokens.weight: not a llama checkpoint")
+    has_tok = os.path.isfile(os.path.join(folder, "tokenizer.json"))
+    template = None
+    tc = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(tc):
+        try:
+            with open(tc, encoding="utf-8") as f:
+                template = json.load(f).get("chat_template")
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+            raise FormatError(f"tokenizer_config.json is not a valid JSON object: {e}") from None
+    return {"format": "hf", "arch": cfg.arch, "model_name": os.path.basename(folder.rstrip("/")),
+            "config": cfg.to_json(), "n_tensors": len(names), "has_tokenizer": has_tok,
+            "has_chat_template": isinstance(template, str), "file_size": size}
+
+
+def load_model_files(path: str, backend=None):
+    """(backend, tokenizer, chat_template, config, summary) for a GGUF file or a Hugging Face folder; backend
+    defaults to the numpy ReferenceModel (the CPU fallback)."""
     from .tokenizer import Tokenizer
     summary = inspect_model(path)
-    g = GGUFFile(path)
-    template = g.metadata.get("tokenizer.chat_template")
-    tok = Tokenizer.from_gguf(path) if summary["has_tokenizer"] else None
+    if summary["format"] == "hf":
+        tok = Tokenizer.from_tokenizer_json(os.path.join(path, "tokenizer.json")) if summary["has_tokenizer"] else None
+        template = getattr(tok, "chat_template", None)
+    else:
+        from .formats.gguf import GGUFFile
+        template = GGUFFile(path).metadata.get("tokenizer.chat_template")
+        tok = Tokenizer.from_gguf(path) if summary["has_tokenizer"] else None
     if backend is None:
         from .reference import ReferenceModel
         backend = ReferenceModel.from_file(path)
+    if tok is not None and tok.vocab_size > backend.config.vocab_size:
+        raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model only {backend.config.vocab_size}")
     return backend, tok, template if isinstance(template, str) else None, backend.config, summary
 
 
@@ -125,9 +169,10 @@ class Session:
             raise SessionError(f"role must be 'champion' or 'draft', not {role!r}")
         if self._busy:
             raise SessionError("cannot load a model while an answer is being generated: stop it first")
-        be, tok, template, cfg, summary = load_gguf(path, backend)
+        be, tok, template, cfg, summary = load_model_files(path, backend)
         if role == "champion" and tok is None:
-            raise SessionError(f"{name}: the file has no tokenizer (tokenizer.ggml.*): it cannot be used for chat")
+            raise SessionError(f"{name}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json): "
+                               "it can only be a draft")
         if backend_name is None:
             backend_name = "cpu" if backend is None else self.backend_name
         self.models[name] = LoadedModel(name, path, role, be, tok, template, cfg, summary, backend_name)

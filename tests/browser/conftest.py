@@ -65,6 +65,7 @@ def test_models(tmp_path_factory):
     data = out["user-model"].read_bytes()
     out["broken-model"] = d / "broken-model.gguf"
     out["broken-model"].write_bytes(data[: len(data) * 2 // 3])
+    out["hf-model"] = write_micro_hf(d / "hf-model", seed=3)
     champ = build.MODELS / build.CHAMPION["dest"]
     if champ.exists():
         out["smollm2"] = champ
@@ -103,6 +104,56 @@ def browser():
         b = p.chromium.launch(**kw)
         yield b
         b.close()
+
+
+LLAMA2_TOKENIZER = ROOT / "node_modules" / "@lenml" / "tokenizer-llama2" / "models"
+
+
+def write_safetensors(path: Path, tensors: dict) -> None:
+    """Minimal safetensors writer (F32): 8-byte header length, JSON header, raw little-endian data."""
+    import json
+    import numpy as np
+    header, blobs, off = {}, [], 0
+    for name, arr in tensors.items():
+        b = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def write_micro_hf(folder: Path, seed: int) -> Path:
+    """A Hugging Face folder: micro llama weights (vocab 32000) in safetensors + the llama-2 tokenizer (npm)."""
+    import json
+    from exactspec.formats.safetensors import _HF_GLOBAL, _HF_TO_GGUF
+    from exactspec.micro import micro_config, micro_weights
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = micro_config(vocab_size=32000)
+    g2h = {v: k for k, v in _HF_GLOBAL.items()}
+    layer = {v: k for k, v in _HF_TO_GGUF.items()}
+    tensors = {}
+    for name, w in micro_weights(cfg, seed).items():
+        if name in g2h:
+            tensors[g2h[name]] = w
+        else:
+            _, i, rest = name.split(".", 2)
+            tensors[f"model.layers.{i}.{layer[rest]}"] = w
+    write_safetensors(folder / "model.safetensors", tensors)
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": cfg.dim,
+        "intermediate_size": cfg.hidden_dim, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.seq_len, "rope_theta": cfg.rope_theta, "rms_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": True}))
+    shutil.copyfile(LLAMA2_TOKENIZER / "tokenizer.json", folder / "tokenizer.json")
+    shutil.copyfile(LLAMA2_TOKENIZER / "tokenizer_config.json", folder / "tokenizer_config.json")
+    return folder
 
 
 class PageSession:

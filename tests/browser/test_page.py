@@ -223,6 +223,25 @@ def test_import_user_gguf_and_chat(session, models_dir, cli):
     assert "dropped-model" in [m["name"] for m in session.js("exactspec.listModels()")]
 
 
+def test_import_hf_folder_and_generate(session, models_dir, cli):
+    session.open()
+    page = session.page
+    page.set_input_files("#import-folder", str(models_dir["hf-model"]))
+    wait_js(page, "/^Import(ed| failed)/.test(document.querySelector('#import-status').textContent)")
+    assert page.locator("#import-status").inner_text().startswith("Imported hf-model"), \
+        page.locator("#import-status").inner_text()
+    m = [x for x in session.js("exactspec.listModels()") if x["name"] == "hf-model"][0]
+    assert m["format"] == "hf"
+    session.js("exactspec.loadModel('hf-model', 'champion')")
+    prompt = "The quick brown fox"
+    want = cli(models_dir["hf-model"], prompt, chat=False, max_new_tokens=8)
+    got = session.generate(prompt=prompt, chat=False, max_new_tokens=8)
+    assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"]
+    # no chat template in this folder: a chat request says so
+    with pytest.raises(Exception, match="chat template"):
+        session.generate(prompt=prompt, chat=True, max_new_tokens=2)
+
+
 def test_truncated_gguf_clear_error_page_stays_usable(session, models_dir):
     session.open()
     page = session.page

@@ -236,3 +236,24 @@ def test_inspect_rejects_truncated_file(micro, tmp_path):
     (tmp_path / "junk.gguf").write_bytes(b"not a model at all")
     with pytest.raises(FormatError, match="not a GGUF"):
         inspect_model(str(tmp_path / "junk.gguf"))
+
+
+def test_inspect_hf_folder(tmp_path):
+    from conftest import write_micro_hf
+    from exactspec.formats.quant import FormatError
+    from exactspec.session import Session, inspect_model
+    folder = write_micro_hf(tmp_path / "hf", seed=3)
+    info = inspect_model(str(folder))
+    assert info["format"] == "hf" and info["config"]["vocab_size"] == 32000 and info["has_tokenizer"]
+    s = Session()
+    s.load("hf", str(folder))
+    out = run(s.generate({"prompt": "The quick brown fox", "max_new_tokens": 4}))
+    assert len(out["token_ids"]) == 4
+    st = folder / "model.safetensors"
+    data = st.read_bytes()
+    st.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FormatError, match="outside the data"):
+        inspect_model(str(folder))
+    st.unlink()
+    with pytest.raises(FormatError, match="safetensors"):
+        inspect_model(str(folder))
