@@ -108,10 +108,11 @@ export class ExactSpecClient {
   deleteModel(name) { return this.request(REQ.DELETE_MODEL, { name }); }
   loadModel(name, role = 'champion') { return this.request(REQ.LOAD_MODEL, { name, role }); }
 
-  // {url} (this site's own) | {file: File} | {files: File[]}; optional name, role.
+  // {url} (this site's own) | {file: File} | {files: File[]}; optional name, role, size, sha256.
   async importModel(src) {
     await this.ready();
-    const params = { name: src.name, role: src.role };
+    // size / sha256: optional expected values (checked against quota before, and against the bytes after)
+    const params = { name: src.name, role: src.role, size: src.size, sha256: src.sha256 };
     if (src.url) params.url = src.url;
     else params.files = src.files ? Array.from(src.files) : [src.file];
     return this.request(REQ.IMPORT_MODEL, params);

@@ -222,7 +222,7 @@ async function importFromUrl({ url, name, role, size, sha256, source }) {
     { validate, onProgress: progress('import', name) });
 }
 
-async function importFiles({ files, name, role }) {
+async function importFiles({ files, name, role, sha256 }) {
   files = Array.from(files || []);
   if (!files.length) throw new StoreError('no file given');
   const gguf = files.filter((f) => /\.gguf$/i.test(f.name));
@@ -230,7 +230,7 @@ async function importFiles({ files, name, role }) {
     name = name || modelNameFrom(gguf[0].name);
     return state.store.importSources(
       { name, role, source: gguf[0].name, format: 'gguf' },
-      [{ file: 'model.gguf', size: gguf[0].size, read: () => readBlob(gguf[0]) }],
+      [{ file: 'model.gguf', size: gguf[0].size, sha256, read: () => readBlob(gguf[0]) }],
       { validate, onProgress: progress('import', name) });
   }
   // A Hugging Face folder: config.json + *.safetensors (+ tokenizer.json, tokenizer_config.json); other files ignored.

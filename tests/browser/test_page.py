@@ -130,6 +130,11 @@ def test_speculation_toggle_keeps_answer(session, sampled):
         stats[label] = {"target": page.locator("#m-target").inner_text(), "tau": page.locator("#m-tau").inner_text()}
     assert answers["off"] == answers["ngram"]
     assert answers["off"]
+    # regenerate: same settings and seed -> the same answer again (replacing the last one)
+    page.click("#regenerate")
+    wait_js(page, "document.querySelector('#send').disabled === false && !document.querySelector('.streaming')")
+    assert page.locator(".msg.assistant").count() == 1
+    assert page.locator(".msg.assistant").last.inner_text() == answers["ngram"]
     assert page.locator("#metrics").is_visible()
     # the draft model drafter through the API (a micro draft with the same tokenizer)
     session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'micro-draft', role: 'draft'})")
@@ -257,6 +262,13 @@ def test_truncated_gguf_clear_error_page_stays_usable(session, models_dir):
         const d = await (await root.getDirectoryHandle('exactspec')).getDirectoryHandle('models');
         const n = []; for await (const [x] of d.entries()) n.push(x); return n.sort(); }""")
     assert names == ["micro-chat"]
+    # an import larger than the free quota is refused before any byte is written
+    with pytest.raises(Exception, match="not enough storage"):
+        session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'huge', size: 1e15})")
+    # a wrong expected sha256 is refused after the download, and the file is removed
+    with pytest.raises(Exception, match="sha256"):
+        session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'badsum', sha256: '0'.repeat(64)})")
+    assert session.js("exactspec.listModels()") == before
     # a foreign URL is refused with a reason, and the page still chats
     with pytest.raises(Exception, match="only this site"):
         session.js("exactspec.importModel({url: 'http://example.com/x.gguf'})")
