@@ -127,9 +127,12 @@ def test_speculation_toggle_keeps_answer(session, sampled):
         _set_settings(page, **base, **spec)
         page.click("#new-chat")
         answers[label] = _ui_answer(page, "Write a short poem about rivers.")
-        stats[label] = {"target": page.locator("#m-target").inner_text(), "tau": page.locator("#m-tau").inner_text()}
+        stats[label] = {"target": page.locator("#m-target").inner_text(), "tau": page.locator("#m-tau").inner_text(),
+                        "bars": page.locator("#m-accept .bar").count()}
     assert answers["off"] == answers["ngram"]
     assert answers["off"]
+    assert stats["off"]["bars"] == 0 and stats["ngram"]["bars"] == 3        # acceptance by position, k = 3
+    assert float(stats["off"]["tau"]) == 1.0 and int(stats["off"]["target"]) > 0
     # regenerate: same settings and seed -> the same answer again (replacing the last one)
     page.click("#regenerate")
     wait_js(page, "document.querySelector('#send').disabled === false && !document.querySelector('.streaming')")
@@ -197,6 +200,10 @@ def test_stop_and_continue_buttons(session):
     assert n > 200
     full = session.generate(prompt="Count with me please", chat=True, max_new_tokens=n, temperature=0)
     assert final == full["text"]
+    # copy puts the answer on the clipboard
+    session.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.click("#copy")
+    assert page.evaluate("navigator.clipboard.readText()") == final
     # a new message after that works
     page.click("#new-chat")
     assert _ui_answer(page, "Hello")
