@@ -351,6 +351,8 @@ async function main() {
     if (params.get('cpu') === '1') bootParams.force_cpu = true;
     const r = await exactspec.boot(bootParams);
     setStatus(`Ready (${r.backend === 'webgpu' ? 'WebGPU' : 'CPU fallback'}${r.active.champion ? ', ' + r.active.champion : ', no model: import one'}).`);
+    const w = r.stages.find((x) => x.stage === 'weights');
+    if (w && w.errors && w.errors.length) showError(`Some models could not be used: ${w.errors.join('; ')}`);
     document.body.dataset.ready = 'true';
     setBusy(false);
     $('prompt').focus();

@@ -78,15 +78,20 @@ async function boot(params = {}) {
 
   await stage('weights', async () => {
     state.store = await WeightStore.open();
-    const imported = [];
+    const imported = [], errors = [];
     const defaults = (m.models || []).filter((x) => x.default !== false);
     for (const dm of defaults) {
       const have = await state.store.get(dm.name);
-      if (have && have.sha256 === dm.sha256) continue;
+      if (have && have.sha256 === dm.sha256 && await state.store.intact(dm.name)) continue;
       if (have) await state.store.delete(dm.name);
-      await importFromUrl({ url: dm.url, name: dm.name, role: dm.role, size: dm.size, sha256: dm.sha256,
-        source: 'default' });
-      imported.push(dm.name);
+      try {
+        await importFromUrl({ url: dm.url, name: dm.name, role: dm.role, size: dm.size, sha256: dm.sha256,
+          source: 'default' });
+        imported.push(dm.name);
+      } catch (e) {   // the page stays usable: a person can still import a model of their own
+        errors.push(`import of ${dm.name} failed: ${errorText(e)}`);
+        log('error', errors[errors.length - 1]);
+      }
     }
     const stored = await state.store.list();
     const pick = (role, wanted) => {
@@ -96,14 +101,23 @@ async function boot(params = {}) {
       const s = stored.find((x) => x.role === role);
       return s ? s.name : null;
     };
-    const champion = pick('champion', params.champion) || (stored[0] && stored[0].name);
-    const draft = pick('draft', params.draft);
     const loaded = [];
-    if (champion) { await loadModel(champion, 'champion'); loaded.push(champion); }
-    if (draft && draft !== champion) {
-      try { await loadModel(draft, 'draft'); loaded.push(draft); } catch (e) { log('warn', `draft ${draft}: ${errorText(e)}`); }
+    const candidates = [pick('champion', params.champion), pick('champion', null), ...stored.map((x) => x.name)];
+    for (const name of [...new Set(candidates.filter(Boolean))]) {
+      try {
+        await loadModel(name, 'champion');
+        loaded.push(name);
+        break;
+      } catch (e) {
+        errors.push(`${name}: ${errorText(e)}`);
+        log('error', `loading ${name} failed: ${errorText(e)}`);
+      }
     }
-    return { imported, loaded };
+    const draft = pick('draft', params.draft);
+    if (draft && !loaded.includes(draft)) {
+      try { await loadModel(draft, 'draft'); loaded.push(draft); } catch (e) { errors.push(`draft ${draft}: ${errorText(e)}`); }
+    }
+    return { imported, loaded, errors };
   });
 
   await stage('ready', async () => ({ backend: state.backend }));

@@ -74,8 +74,30 @@ export class WeightStore {
     if (!meta) throw new StoreError(`no model named ${name} in the store`);
     const dir = await this.root.getDirectoryHandle(name);
     const out = [];
-    for (const f of meta.files) out.push(await (await dir.getFileHandle(f.file)).getFile());
+    for (const f of meta.files) {
+      let file;
+      try {
+        file = await (await dir.getFileHandle(f.file)).getFile();
+      } catch (e) {
+        throw new StoreError(`${name}: stored file ${f.file} is missing: delete the model and import it again`);
+      }
+      if (file.size !== f.size) {
+        throw new StoreError(`${name}: stored file ${f.file} is damaged (${file.size} bytes, expected ${f.size}): ` +
+          'delete the model and import it again');
+      }
+      out.push(file);
+    }
     return { meta, files: out };
+  }
+
+  // True when every file of the model is present with its recorded size (cheap; no hashing).
+  async intact(name) {
+    try {
+      await this.files(name);
+      return true;
+    } catch (e) {
+      return false;
+    }
   }
 
   async delete(name) {

@@ -282,6 +282,38 @@ def test_truncated_gguf_clear_error_page_stays_usable(session, models_dir):
     assert _ui_answer(page, "Still there?")
 
 
+DAMAGE_JS = """async (name) => {
+    const root = await navigator.storage.getDirectory();
+    const d = await (await (await root.getDirectoryHandle('exactspec')).getDirectoryHandle('models'))
+        .getDirectoryHandle(name);
+    const w = await (await d.getFileHandle('model.gguf')).createWritable({keepExistingData: true});
+    await w.truncate(1000); await w.close(); }"""
+
+
+def test_damaged_store_files(session, models_dir):
+    session.open()
+    # a damaged default model (file cut behind the store's back, meta.json intact) is imported again at boot
+    session.js(DAMAGE_JS, "micro-chat")
+    session.requests.clear()
+    r = session.reload()
+    assert r["active"]["champion"] == "micro-chat"
+    assert any(u.endswith("/models/micro-chat.gguf") for u in session.model_requests())
+    # a damaged user model is refused with the reason; the page stays usable
+    session.page.set_input_files("#import-file", str(models_dir["user-model"]))
+    wait_js(session.page, "/^Import(ed| failed)/.test(document.querySelector('#import-status').textContent)")
+    session.js(DAMAGE_JS, "user-model")
+    with pytest.raises(Exception, match="damaged.*1000 bytes"):
+        session.js("exactspec.loadModel('user-model', 'champion')")
+    assert len(session.generate(prompt="Hi", max_new_tokens=3)["token_ids"]) == 3
+    session.page.goto(session.base + "/?cpu=1&model=user-model")
+    r = session.ready()
+    assert r["active"]["champion"] == "micro-chat"            # fell back to a usable model
+    weights = [s for s in r["stages"] if s["stage"] == "weights"][0]
+    assert any("user-model" in e and "damaged" in e for e in weights["errors"]), weights
+    err = session.page.locator("#error")
+    assert err.is_visible() and "user-model" in err.inner_text()
+
+
 def test_settings_validation_and_persistence(session):
     session.open()
     page = session.page
