@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-GEN_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k", "drafter")
+GEN_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k", "drafter", "adaptive")
 MAX_PROMPT_CHARS = 1 << 20
 
 
@@ -37,6 +37,7 @@ class LoadedModel:
     config: Any                     # ModelConfig
     summary: dict = field(default_factory=dict)
     backend_name: str = "cpu"       # 'webgpu' | 'cpu'
+    cache: Any = None               # TrackedCache(YieldingBackend(backend)): kept across turns for prefix reuse
 
 
 class YieldingBackend:
@@ -175,7 +176,9 @@ class Session:
                                "it can only be a draft")
         if backend_name is None:
             backend_name = "cpu" if backend is None else self.backend_name
-        self.models[name] = LoadedModel(name, path, role, be, tok, template, cfg, summary, backend_name)
+        from .kv import TrackedCache
+        self.models[name] = LoadedModel(name, path, role, be, tok, template, cfg, summary, backend_name,
+                                        TrackedCache(YieldingBackend(be)))
         if role == "champion":
             self.champion = name
             self._cont = None
@@ -277,7 +280,7 @@ class Session:
         if cfg.drafter == "model":
             if not self.draft or self.draft not in self.models:
                 raise SessionError("drafter 'model' needs a draft model: load one or pick n-gram / none")
-            draft = YieldingBackend(self.models[self.draft].backend)
+            draft = self.models[self.draft].cache
         stream = self._cont["stream"] if (req.get("continue") and self._cont) else \
             m.tokenizer.stream(skip_special=True)
         parts: list[str] = []
@@ -292,7 +295,7 @@ class Session:
         self._busy = True
         self._cancel = False
         try:
-            res = await generate_async(YieldingBackend(m.backend), ids, cfg, draft=draft, tokenizer=m.tokenizer,
+            res = await generate_async(m.cache, ids, cfg, draft=draft, tokenizer=m.tokenizer,
                                        on_tokens=on_tokens, should_cancel=lambda: self._cancel,
                                        **({"clock": self._clock} if self._clock else {}))
         finally:

@@ -257,3 +257,19 @@ def test_inspect_hf_folder(tmp_path):
     st.unlink()
     with pytest.raises(FormatError, match="safetensors"):
         inspect_model(str(folder))
+
+
+def test_session_second_turn_reuses_prefix_exactly(micro):
+    from exactspec.session import Session
+    s = Session()
+    s.load("m", str(micro))
+    t1 = run(s.generate({"chat": [{"role": "user", "content": "Hello"}], "max_new_tokens": 8}))
+    chat2 = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": t1["text"]},
+             {"role": "user", "content": "And then?"}]
+    t2 = run(s.generate({"chat": chat2, "max_new_tokens": 8, "drafter": "ngram", "k": 2}))
+    assert t2["stats"]["reused_prefix_tokens"] > 5
+    fresh = Session()
+    fresh.load("m", str(micro))
+    t2_fresh = run(fresh.generate({"chat": chat2, "max_new_tokens": 8}))
+    assert t2_fresh["stats"]["reused_prefix_tokens"] == 0
+    assert t2["token_ids"] == t2_fresh["token_ids"]
