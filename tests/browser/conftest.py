@@ -1,4 +1,4 @@
-"""Fixtures for the browser tests: one server and one headless Chromium per test session.
+"""Fixtures for the browser tests: one server per test session, one headless Chromium per test module.
 
 The server is build.py's own (`make_server`), serving the page, the Pyodide runtime, the exactspec wheel built from
 the working tree, and test models: a micro chat model (the default champion here, so a first visit imports it), a
@@ -93,8 +93,10 @@ def server(test_models):
     srv.server_close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # module scope, not session: Playwright's sync API keeps an asyncio loop running in this thread while it lives,
+    # which would break every later test that calls asyncio.run() (and the GPU tests' own Playwright).
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         kw = {"headless": True, "args": CHROMIUM_ARGS}

@@ -150,6 +150,21 @@ def test_speculation_toggle_keeps_answer(session, sampled):
     assert len(model["stats"]["acceptance_by_position"]) == 4
 
 
+def test_speculation_invariance_default_backend(session):
+    """The same invariance on whatever backend the page picks (the WebGPU engine when present): its verify
+    passes of k+1 rows must give the very logits of its one-row passes."""
+    r = session.open("")
+    session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'micro-draft', role: 'draft'})")
+    session.js("exactspec.loadModel('micro-draft', 'draft')")
+    for sampling in (dict(temperature=0), dict(temperature=0.9, top_k=50, seed=5, mode="coupled")):
+        p = dict(prompt="Tell me a story.", chat=True, max_new_tokens=8, **sampling)
+        base = session.generate(**p, drafter="none")
+        assert base["stats"]["backend"] == r["backend"]
+        for spec in (dict(drafter="ngram", k=3), dict(drafter="model", k=4)):
+            got = session.generate(**p, **spec)
+            assert got["token_ids"] == base["token_ids"], (sampling, spec)
+
+
 def test_stop_mid_answer_then_continue(session):
     session.open()
     prompt = dict(prompt="Count with me please", chat=True, max_new_tokens=200, temperature=0)
