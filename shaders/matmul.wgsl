@@ -256,21 +256,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let hi = step.n;
 
   if (LANES == 1u) {
-    // ---- CPU adapters: no barriers; this invocation owns the pair for every row
-    for (var t0 = lo; t0 < hi && have0; t0 = t0 + TB) {
-      let nt = min(TB, hi - t0);
-      var sc: array<f32, TB>;
-      for (var t = 0u; t < TB; t = t + 1u) {
-        sc[t] = 1.0;
-        if (NORM && t < nt) { sc[t] = row_scale(t0 + t); }
+    // ---- CPU adapters: no barriers and no per-row arrays; this invocation owns the pair and walks the rows one
+    // by one (the pair's weights stay in the CPU cache between rows)
+    for (var t = lo; t < hi && have0; t = t + 1u) {
+      var sc = 1.0;
+      if (NORM) { sc = row_scale(t); }
+      var a0 = 0.0;
+      var a1 = 0.0;
+      for (var u = 0u; u < K / 8u; u = u + 1u) {
+        let p = load_unit(r0, u);
+        var q: Unit;
+        if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+        let x0 = xin(t, p.i0, sc);
+        let x1 = xin(t, p.i1, sc);
+        if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
+          a0 = a0 + (dot(p.w0, x0) + dot(p.w1, x1));
+          a1 = a1 + (dot(q.w0, x0) + dot(q.w1, x1));
+        } else if (WTYPE == 8u) {
+          a0 = a0 + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
+          a1 = a1 + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
+        } else {
+          let sx = dot(x0 + x1, vec4<f32>(1.0));
+          a0 = a0 + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
+          a1 = a1 + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
+        }
       }
-      let acc = accumulate(r0, have1, 0u, t0, nt, sc);
-      for (var t = 0u; t < TB; t = t + 1u) {
-        if (t < nt) { epilogue(t0 + t, acc.a0[t], acc.a1[t], params.row0 + r0, have1); }
-      }
+      epilogue(t, a0, a1, params.row0 + r0, have1);
     }
-    return;
-  }
+  } else {
 
   for (var t0 = lo; t0 < hi; t0 = t0 + TB) {
     let nt = min(TB, hi - t0);
@@ -334,5 +347,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       }
     }
     workgroupBarrier();
+  }
   }
 }

@@ -104,12 +104,12 @@ async function main() {
 
   // ---- matmul effective bandwidth
   out.matmul = {};
-  const K = 4096;
-  const N = 8192;
+  const K = Number(process.env.MM_K ?? 4096);
+  const N = Number(process.env.MM_N ?? 8192);
   const qs = hasTs ? device.createQuerySet({ type: 'timestamp', count: 2 }) : null;
   const qbuf = device.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
   const qread = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  for (const type of quick ? ['Q4_1'] : ['Q4_1', 'Q8_0', 'F32']) {
+  for (const type of process.env.MM_TYPES ? process.env.MM_TYPES.split(',') : quick ? ['Q4_1'] : ['Q4_1', 'Q8_0', 'F32']) {
     const wtype = { Q4_1: 3, Q8_0: 8, F32: 0 }[type];
     const rb = rowBytes(type, K).packed;
     const wBytes = rb * N;
