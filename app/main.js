@@ -351,6 +351,10 @@ async function main() {
     if (params.get('cpu') === '1') bootParams.force_cpu = true;
     const r = await exactspec.boot(bootParams);
     setStatus(`Ready (${r.backend === 'webgpu' ? 'WebGPU' : 'CPU fallback'}${r.active.champion ? ', ' + r.active.champion : ', no model: import one'}).`);
+    if (!localStorage.getItem(SETTINGS_KEY) && r.active.draft) {   // first visit with a draft model: use it
+      ui.settings = { ...ui.settings, drafter: 'model' };
+      renderSettings();
+    }
     const w = r.stages.find((x) => x.stage === 'weights');
     if (w && w.errors && w.errors.length) showError(`Some models could not be used: ${w.errors.join('; ')}`);
     document.body.dataset.ready = 'true';
