@@ -4,7 +4,8 @@
 // Work split: one workgroup per (head h = wid.x, chunk row t = wid.y); pos = start_pos + t attends keys 0..pos.
 //   1. lane l scores keys j = l, l + WG_SIZE, ... (dot over head_dim in ascending vec4 order), keeps its max;
 //   2. fixed binary tree max over lanes; lane l exponentiates its keys and sums them in ascending j; fixed tree sum;
-//   3. lane l owns output dims d = l, l + WG_SIZE, ...: acc = sum over j = 0..pos ascending of p_j * v[j, d].
+//   3. the workgroup splits into S = WG_SIZE / (head_dim/4) key slices; invocation (s, d4) sums p_j * v[j, 4*d4..]
+//      over keys j = s, s + S, ... ascending; the S slice sums are added in slice order by invocation (0, d4).
 // BATCH INVARIANCE: every reduction is over absolute key positions in an order fixed by pos alone, so a row's
 // result is the same whatever chunk it is computed in.
 //
@@ -47,6 +48,7 @@ struct Step {
 
 var<workgroup> red: array<f32, WG_SIZE>;
 var<workgroup> qs: array<vec4<f32>, 64>;   // head_dim <= 256
+var<workgroup> part: array<vec4<f32>, WG_SIZE>;   // (S, head_dim/4) slice sums
 
 @compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -104,13 +106,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   let inv = 1.0 / red[0];
 
-  // 3. weighted sum of values, one output dim per lane, keys in ascending order
-  for (var d = lid; d < params.head_dim; d = d + WG_SIZE) {
-    var acc = 0.0;
-    for (var j = 0u; j < nkeys; j = j + 1u) {
-      let v4 = kv[voff + j * kv4 + d / 4u];
-      acc = acc + scores[sbase + j] * v4[d % 4u];
+  // 3. weighted sum of values: S key slices x head_dim/4 vec4 lanes, slices combined in order
+  let S = WG_SIZE / hd4;
+  let d4 = lid % hd4;
+  let sl = lid / hd4;
+  var acc = vec4<f32>(0.0);
+  if (sl < S) {
+    for (var j = sl; j < nkeys; j = j + S) {
+      acc = acc + scores[sbase + j] * kv[voff + j * kv4 + d4];
     }
-    out[t * params.q_dim + h * params.head_dim + d] = acc * inv;
+  }
+  part[lid] = acc;
+  workgroupBarrier();
+  if (sl == 0u) {
+    var o = part[d4];
+    for (var k = 1u; k < S; k = k + 1u) {
+      o = o + part[k * hd4 + d4];
+    }
+    o = o * inv;
+    let ob = t * params.q_dim + h * params.head_dim + 4u * d4;
+    out[ob] = o.x;
+    out[ob + 1u] = o.y;
+    out[ob + 2u] = o.z;
+    out[ob + 3u] = o.w;
   }
 }

@@ -7,7 +7,7 @@
 // Optional fused input RMSNorm (override NORM): xin = x * rsqrt(mean(x^2) + eps) * gamma.
 //
 // Work split: rows are processed in PAIRS (2i, 2i+1). One group of LANES invocations owns one pair; a workgroup
-// holds WG_SIZE/LANES groups. Lane l accumulates the 8-value units u = l, l+LANES, ... of the row (ascending), for
+// holds WG_SIZE/LANES groups. Lane l accumulates the 32-value blocks l, l+LANES, ... of the row (ascending), for
 // each of the TB chunk rows of a tile, then the LANES partials are summed by a fixed binary tree in workgroup memory.
 // LANES = 32 on GPUs; LANES = 1 on CPU adapters (SwiftShader, llvmpipe), where barriers cost far more than the
 // redundant work: then one invocation computes a whole pair (and its rows' RMSNorm scales) with no barrier at all.
@@ -24,7 +24,7 @@
 // Bindings:
 //   0 params  uniform Params
 //   1 step    uniform Step (dynamic offset: one slot per chunk)
-//   2 w       array<u32>        (N rows of this part, layout per WTYPE)
+//   2 w       array<u32>        (N rows of this part, layout per WTYPE)   K must be a multiple of 32
 //   3 x       array<vec4<f32>>  (max_rows, K) chunk activations
 //   4 gamma   array<vec4<f32>>  (K) RMSNorm weight (dummy unless NORM)
 //   5 rope    array<vec2<f32>>  (seq_len, rope_dim/2) (cos, sin) (dummy unless MODE 3)
@@ -212,7 +212,10 @@ struct Acc { a0: array<f32, TB>, a1: array<f32, TB>, };
 fn accumulate(r0: u32, have1: bool, lane: u32, t0: u32, nt: u32, sc: array<f32, TB>) -> Acc {
   var acc: Acc;
   for (var t = 0u; t < TB; t = t + 1u) { acc.a0[t] = 0.0; acc.a1[t] = 0.0; }
-  for (var u = lane; u < params.K / 8u; u = u + LANES) {
+  // lane l takes 32-value blocks l, l + LANES, ... (4 units each, unrolled: more loads in flight per lane)
+  for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
+   for (var sub = 0u; sub < 4u; sub = sub + 1u) {
+    let u = 4u * blk + sub;
     let p = load_unit(r0, u);
     var q: Unit;
     if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
@@ -233,6 +236,7 @@ fn accumulate(r0: u32, have1: bool, lane: u32, t0: u32, nt: u32, sc: array<f32, 
         }
       }
     }
+   }
   }
   return acc;
 }

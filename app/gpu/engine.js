@@ -56,7 +56,9 @@ export async function createEngine(gpu, opts = {}) {
   const shaderSource = opts.shaderSource ?? defaultShaderSource(opts.shaderBase ?? new URL('../../shaders/', import.meta.url));
   let kernels;
   try {
-    kernels = await createKernels(device, shaderSource, { lanes: opts.lanes ?? (isCpuAdapter(adapterInfo) ? 1 : 32) });
+    const cpu = isCpuAdapter(adapterInfo);
+    kernels = await createKernels(device, shaderSource, { lanes: opts.lanes ?? (cpu ? 1 : 32),
+      attnWg: opts.attnWg ?? (cpu ? 64 : 256) });
   } catch (e) {
     device.destroy();
     throw e;
@@ -453,6 +455,41 @@ async function loadModel(ctx, description, readSlice, lopts) {
       const p = queue.then(() => forwardNow(tokens, startPos, nOut));
       queue = p.catch(() => {});
       return p;
+    },
+    /** Bench only (needs opts.timestamps): GPU microseconds per kind of dispatch for one forward of n rows at
+     * the current length, each dispatch in its own timed pass. The length does not change. */
+    async profile(n = 1) {
+      if (!ts) throw new Error('profile needs createEngine(gpu, {timestamps: true}) and timestamp-query');
+      await queue;
+      if (n > maxRows || length + n > seqLen) throw new Error('profile: bad n');
+      device.queue.writeBuffer(tokBuf, 0, new Uint32Array(n));
+      device.queue.writeBuffer(stepBuf, 0, new Uint32Array([n, length, n - 1, 0, 0, 0, 0, 0]));
+      const list = [...ops, ...logitOps];
+      const qset = device.createQuerySet({ type: 'timestamp', count: 2 * list.length });
+      const qb = device.createBuffer({ size: 16 * list.length, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
+      const rb = device.createBuffer({ size: 16 * list.length, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      const enc = device.createCommandEncoder();
+      list.forEach((op, i) => {
+        const pass = enc.beginComputePass({ timestampWrites: { querySet: qset, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 } });
+        pass.setPipeline(op.pipeline);
+        pass.setBindGroup(0, op.bindGroup, [0]);
+        const [x, y] = op.dims(n);
+        pass.dispatchWorkgroups(x, y);
+        pass.end();
+      });
+      enc.resolveQuerySet(qset, 0, 2 * list.length, qb, 0);
+      enc.copyBufferToBuffer(qb, 0, rb, 0, 16 * list.length);
+      device.queue.submit([enc.finish()]);
+      await rb.mapAsync(GPUMapMode.READ);
+      const q = new BigUint64Array(rb.getMappedRange().slice(0));
+      rb.unmap();
+      qset.destroy(); qb.destroy(); rb.destroy();
+      const byKind = {};
+      list.forEach((op, i) => {
+        const kind = op.label.replace(/^blk\.\d+\./, '');
+        byKind[kind] = (byKind[kind] ?? 0) + Number(q[2 * i + 1] - q[2 * i]) / 1e3;
+      });
+      return byKind;
     },
     truncate(n) {
       if (!Number.isInteger(n) || n < 0 || n > length) throw new Error(`truncate: ${n} must be in 0..${length}`);

@@ -35,7 +35,7 @@ function layout(device, kinds) {
   return device.createBindGroupLayout({ entries });
 }
 
-export async function createKernels(device, shaderSource, { lanes = 32 } = {}) {
+export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64 } = {}) {
   const [mmSrc, attSrc, embSrc] = await Promise.all(['matmul', 'attention', 'embed'].map((n) => shaderSource(n)));
   const modules = {};
   for (const [name, code] of [['matmul', mmSrc], ['attention', attSrc], ['embed', embSrc]]) {
@@ -69,7 +69,7 @@ export async function createKernels(device, shaderSource, { lanes = 32 } = {}) {
     layouts,
     lanes,
     matmul: (wtype, mode, norm) => pipeline('matmul', { WTYPE: wtype, MODE: mode, NORM: norm ? 1 : 0, LANES: lanes }),
-    attention: () => pipeline('attention', {}),
+    attention: () => pipeline('attention', { WG_SIZE: attnWg }),
     embed: (wtype) => pipeline('embed', { WTYPE: wtype }),
   };
 }

@@ -86,7 +86,7 @@ export async function uploadLinear(device, readSlice, srcs, K, opts) {
     if (s.t.ggml_type !== type) throw new Error(`${label}: ${srcs.map((x) => `${x.t.name}=${x.t.ggml_type}`).join(', ')} must share one type`);
   }
   const [be] = typeInfo(type, label);
-  if (K % (be === 1 ? 8 : 32) !== 0) throw new Error(`${label}: input features ${K} must be a multiple of ${be === 1 ? 8 : 32}`);
+  if (K % 32 !== 0) throw new Error(`${label}: input features ${K} must be a multiple of 32`);
   const rb = rowBytes(type, K);
   for (const s of srcs) {
     if (s.t.nbytes !== s.rows * rb.stored) throw new Error(`${s.t.name}: ${s.t.nbytes} bytes, expected ${s.rows} rows x ${rb.stored}`);

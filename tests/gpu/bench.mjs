@@ -88,20 +88,6 @@ async function main() {
   out.adapter = engine.adapterInfo;
   log('adapter:', JSON.stringify(engine.adapterInfo.description || engine.adapterInfo.device), 'timestamps:', hasTs);
 
-  // ---- copy bandwidth
-  {
-    const size = Math.min(1 << 30, device.limits.maxBufferSize, quick ? 64 << 20 : 1 << 30);
-    const a = device.createBuffer({ size, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
-    const b = device.createBuffer({ size, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
-    const reps = 10;
-    const go = () => { const e = device.createCommandEncoder(); for (let i = 0; i < reps; i++) e.copyBufferToBuffer(a, 0, b, 0, size); device.queue.submit([e.finish()]); };
-    await timeSubmit(device, go);
-    const ms = Math.min(await timeSubmit(device, go), await timeSubmit(device, go));
-    out.copy_GBps = (2 * size * reps) / (ms / 1e3) / 1e9;
-    log(`copy bandwidth (read+write, ${size >> 20} MiB x ${reps}, wall): ${out.copy_GBps.toFixed(0)} GB/s`);
-    a.destroy(); b.destroy();
-  }
-
   // ---- matmul effective bandwidth
   out.matmul = {};
   const K = Number(process.env.MM_K ?? 4096);
@@ -172,6 +158,21 @@ async function main() {
       Object.entries(res).map(([B, r]) => `B=${B} ${r.us.toFixed(1)}us ${r.GBps.toFixed(0)}GB/s (x${(r.us / res[1].us).toFixed(2)})`).join(' | '));
     for (const b of [...ws, x, o, dummy, dummyW, pb, sb]) b.destroy();
   }
+  // ---- copy bandwidth
+  {
+    const size = Math.min(1 << 30, device.limits.maxBufferSize, quick ? 64 << 20 : 1 << 30);
+    const a = device.createBuffer({ size, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+    const b = device.createBuffer({ size, usage: GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+    const reps = 10;
+    const go = () => { const e = device.createCommandEncoder(); for (let i = 0; i < reps; i++) e.copyBufferToBuffer(a, 0, b, 0, size); device.queue.submit([e.finish()]); };
+    await timeSubmit(device, go);
+    let ms = Infinity;
+    for (let i = 0; i < 5; i++) ms = Math.min(ms, await timeSubmit(device, go));
+    out.copy_GBps = (2 * size * reps) / (ms / 1e3) / 1e9;
+    log(`copy bandwidth (read+write, ${size >> 20} MiB x ${reps}, wall): ${out.copy_GBps.toFixed(0)} GB/s`);
+    a.destroy(); b.destroy();
+  }
+
   log(`matmul Q4_1 B=1 effective bandwidth / copy bandwidth: ${(100 * out.matmul.Q4_1[1].GBps / out.copy_GBps).toFixed(0)}%`);
 
   if (only) { console.log('JSON ' + JSON.stringify(out)); engine.destroy(); return; }
@@ -221,6 +222,17 @@ async function main() {
     out.verify[k] = { ...r, ratio_wall: r.wall / single.wall, ratio_gpu: r.gpu && single.gpu ? r.gpu / single.gpu : null };
     log(`T_verify(k=${k}) / T_single: wall ${(r.wall / single.wall).toFixed(3)} (${r.wall.toFixed(3)} ms)` +
       (r.gpu ? `, GPU ${(r.gpu / single.gpu).toFixed(3)} (${r.gpu.toFixed(3)} ms)` : ''));
+  }
+  if (device.features.has('timestamp-query')) {
+    for (const [n, pos] of [[1, P], [5, P], [1, 512]]) {
+      model.truncate(Math.min(pos, model.length));
+      if (model.length < pos) await model.forward(tok(pos - model.length), model.length, 1);
+      let prof;
+      try { prof = await model.profile(n); } catch (e) { log('profile failed:', e.message); break; }
+      const tot = Object.values(prof).reduce((a, b) => a + b, 0);
+      out[`profile_n${n}_pos${pos}`] = prof;
+      log(`GPU us per kind (n=${n}, pos ${pos}, one pass per dispatch): ` + Object.entries(prof).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ') + ` | total ${tot.toFixed(0)}`);
+    }
   }
   // sequential decoding alone: one token per forward, logits read back each step
   const nDec = quick ? 8 : 200;
