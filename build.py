@@ -347,10 +347,21 @@ def make_server(port: int = 0, models: list[dict] | None = None, host: str = "12
             target, cache = hit
             if isinstance(target, bytes):
                 ctype, size = "application/json", len(target)
+                etag = '"' + hashlib.sha256(target).hexdigest()[:16] + '"'
             else:
                 ctype = MIME_TYPES.get(target.suffix.lower(), "application/octet-stream")
-                size = target.stat().st_size
+                st = target.stat()
+                size = st.st_size
+                etag = f'"{st.st_mtime_ns:x}-{size:x}"'
+            if cache != "no-store" and self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self._common(cache)
+                self.end_headers()
+                return
             self.send_response(200)
+            if cache != "no-store":
+                self.send_header("ETag", etag)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(size))
             self._common(cache)

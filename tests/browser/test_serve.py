@@ -87,6 +87,14 @@ def test_server_mime_cache_csp(plain_server):
     assert "max-age=31536000" in fetch(base + man["wheel"], "HEAD")[1]["Cache-Control"]
     assert fetch(base + "/app/main.js", "HEAD")[1]["Cache-Control"] == "no-cache"
     assert fetch(base + "/models/m.gguf", "HEAD")[1]["Cache-Control"] == "no-store"
+    # revalidation: an unchanged file answers 304 with no body
+    st, h, _ = fetch(base + "/app/main.js")
+    req = urllib.request.Request(base + "/app/main.js", headers={"If-None-Match": h["ETag"]})
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        raise AssertionError("expected 304")
+    except urllib.error.HTTPError as e:
+        assert e.code == 304
     m = man["models"][0]
     assert m["url"] == "/models/m.gguf" and len(m["sha256"]) == 64 and m["role"] == "champion"
 
