@@ -254,8 +254,20 @@ def default_models() -> list[dict]:
     if champ.exists():
         out.append({"name": champ.stem, "path": champ, "size": CHAMPION["size"], "sha256": CHAMPION["sha256"],
                     "role": "champion"})
+    import json
+    pinned = {}
+    for mf in sorted(MODELS.glob("*.manifest.json")):
+        try:
+            d = json.loads(mf.read_text()).get("draft", {})
+            pinned[d["file"]] = d["sha256"]
+        except (ValueError, KeyError, AttributeError, TypeError):
+            log(f"warning: {mf.name} is not a readable draft manifest; ignored")
     for p in sorted(MODELS.glob("draft-*.gguf")):
-        out.append({"name": p.stem, "path": p, "size": p.stat().st_size, "sha256": sha256_file(p), "role": "draft"})
+        got = sha256_file(p)
+        if p.name in pinned and pinned[p.name] != got:
+            log(f"warning: {p.name} has sha256 {got}, its manifest says {pinned[p.name]}: not served as a default")
+            continue
+        out.append({"name": p.stem, "path": p, "size": p.stat().st_size, "sha256": got, "role": "draft"})
     return out
 
 
