@@ -72,12 +72,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   // 1. scores and per-lane max
   var m = -3.4e38;
   for (var j = lid; j < nkeys; j = j + WG_SIZE) {
-    var s = 0.0;
+    // four independent partial dots (head_dim % 16 == 0) combined in a fixed order
     let kb = j * kv4 + koff;
-    for (var i = 0u; i < hd4; i = i + 1u) {
-      s = s + dot(qs[i], kv[kb + i]);
+    var s4 = vec4<f32>(0.0);
+    for (var i = 0u; i < hd4; i = i + 4u) {
+      s4 = s4 + vec4<f32>(dot(qs[i], kv[kb + i]), dot(qs[i + 1u], kv[kb + i + 1u]),
+                          dot(qs[i + 2u], kv[kb + i + 2u]), dot(qs[i + 3u], kv[kb + i + 3u]));
     }
-    s = s * params.scale;
+    let s = ((s4.x + s4.y) + (s4.z + s4.w)) * params.scale;
     scores[sbase + j] = s;
     m = max(m, s);
   }
@@ -112,9 +114,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let sl = lid / hd4;
   var acc = vec4<f32>(0.0);
   if (sl < S) {
-    for (var j = sl; j < nkeys; j = j + S) {
+    // keys sl, sl + S, ... in groups of four with independent accumulators (loads in flight), then the tail
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var j = sl;
+    for (; j + 3u * S < nkeys; j = j + 4u * S) {
+      acc = acc + scores[sbase + j] * kv[voff + j * kv4 + d4];
+      a1 = a1 + scores[sbase + j + S] * kv[voff + (j + S) * kv4 + d4];
+      a2 = a2 + scores[sbase + j + 2u * S] * kv[voff + (j + 2u * S) * kv4 + d4];
+      a3 = a3 + scores[sbase + j + 3u * S] * kv[voff + (j + 3u * S) * kv4 + d4];
+    }
+    for (; j < nkeys; j = j + S) {
       acc = acc + scores[sbase + j] * kv[voff + j * kv4 + d4];
     }
+    acc = (acc + a1) + (a2 + a3);
   }
   part[lid] = acc;
   workgroupBarrier();

@@ -206,39 +206,33 @@ fn epilogue(t: u32, y0: f32, y1: f32, r: u32, have1: bool) {
   }
 }
 
-// One pair's partial dot products over this lane's units for the TB rows of a tile (shared by both paths).
-struct Acc { a0: array<f32, TB>, a1: array<f32, TB>, };
-
-fn accumulate(r0: u32, have1: bool, lane: u32, t0: u32, nt: u32, sc: array<f32, TB>) -> Acc {
-  var acc: Acc;
-  for (var t = 0u; t < TB; t = t + 1u) { acc.a0[t] = 0.0; acc.a1[t] = 0.0; }
-  // lane l takes 32-value blocks l, l + LANES, ... (4 units each, unrolled: more loads in flight per lane)
+// The pair's partial dot products with chunk row t over this lane's 32-value blocks lane, lane + LANES, ...
+// (4 units each, in ascending order). Scalar accumulators only: no per-row arrays (they spill on GPUs).
+fn row_dot(r0: u32, have1: bool, t: u32, sc: f32, lane: u32) -> vec2<f32> {
+  var a0 = 0.0;
+  var a1 = 0.0;
   for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
-   for (var sub = 0u; sub < 4u; sub = sub + 1u) {
-    let u = 4u * blk + sub;
-    let p = load_unit(r0, u);
-    var q: Unit;
-    if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
-    for (var t = 0u; t < TB; t = t + 1u) {
-      if (t < nt) {
-        let x0 = xin(t0 + t, p.i0, sc[t]);
-        let x1 = xin(t0 + t, p.i1, sc[t]);
-        if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
-          acc.a0[t] = acc.a0[t] + (dot(p.w0, x0) + dot(p.w1, x1));
-          acc.a1[t] = acc.a1[t] + (dot(q.w0, x0) + dot(q.w1, x1));
-        } else if (WTYPE == 8u) {
-          acc.a0[t] = acc.a0[t] + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
-          acc.a1[t] = acc.a1[t] + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
-        } else {
-          let sx = dot(x0 + x1, vec4<f32>(1.0));
-          acc.a0[t] = acc.a0[t] + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
-          acc.a1[t] = acc.a1[t] + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
-        }
+    for (var sub = 0u; sub < 4u; sub = sub + 1u) {
+      let u = 4u * blk + sub;
+      let p = load_unit(r0, u);
+      var q: Unit;
+      if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+      let x0 = xin(t, p.i0, sc);
+      let x1 = xin(t, p.i1, sc);
+      if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
+        a0 = a0 + (dot(p.w0, x0) + dot(p.w1, x1));
+        a1 = a1 + (dot(q.w0, x0) + dot(q.w1, x1));
+      } else if (WTYPE == 8u) {
+        a0 = a0 + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
+        a1 = a1 + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
+      } else {
+        let sx = dot(x0 + x1, vec4<f32>(1.0));
+        a0 = a0 + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
+        a1 = a1 + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
       }
     }
-   }
   }
-  return acc;
+  return vec2<f32>(a0, a1);
 }
 
 @compute @workgroup_size(WG_SIZE)
@@ -260,97 +254,64 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let hi = step.n;
 
   if (LANES == 1u) {
-    // ---- CPU adapters: no barriers and no per-row arrays; this invocation owns the pair and walks the rows one
-    // by one (the pair's weights stay in the CPU cache between rows)
+    // ---- CPU adapters: no barriers; this invocation owns the pair and walks the rows one by one (the pair's
+    // weights stay in the CPU cache between rows)
     for (var t = lo; t < hi && have0; t = t + 1u) {
       var sc = 1.0;
       if (NORM) { sc = row_scale(t); }
-      var a0 = 0.0;
-      var a1 = 0.0;
-      for (var u = 0u; u < K / 8u; u = u + 1u) {
-        let p = load_unit(r0, u);
-        var q: Unit;
-        if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
-        let x0 = xin(t, p.i0, sc);
-        let x1 = xin(t, p.i1, sc);
-        if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
-          a0 = a0 + (dot(p.w0, x0) + dot(p.w1, x1));
-          a1 = a1 + (dot(q.w0, x0) + dot(q.w1, x1));
-        } else if (WTYPE == 8u) {
-          a0 = a0 + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
-          a1 = a1 + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
-        } else {
-          let sx = dot(x0 + x1, vec4<f32>(1.0));
-          a0 = a0 + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
-          a1 = a1 + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
-        }
-      }
-      epilogue(t, a0, a1, params.row0 + r0, have1);
+      let y = row_dot(r0, have1, t, sc, 0u);
+      epilogue(t, y.x, y.y, params.row0 + r0, have1);
     }
   } else {
-
-  for (var t0 = lo; t0 < hi; t0 = t0 + TB) {
-    let nt = min(TB, hi - t0);
-    // --- fused RMSNorm: scale per row of the tile (fixed-order reduction over the workgroup)
-    var sc: array<f32, TB>;
-    if (NORM) {
-      for (var t = 0u; t < TB; t = t + 1u) {
-        var ss = 0.0;
-        if (t < nt) {
+    // ---- GPUs: tiles of TB rows; per row, lane partials go to workgroup memory, then one fixed tree per tile
+    for (var t0 = lo; t0 < hi; t0 = t0 + TB) {
+      let nt = min(TB, hi - t0);
+      if (NORM) {
+        // RMSNorm scales of the tile's rows: fixed-order reduction over the whole workgroup
+        for (var t = 0u; t < nt; t = t + 1u) {
+          var ss = 0.0;
           for (var i = lid; i < K / 4u; i = i + WG_SIZE) {
             let v = x[(t0 + t) * (K / 4u) + i];
             ss = ss + dot(v, v);
           }
+          red[t * WG_SIZE + lid] = ss;
         }
-        red[t * WG_SIZE + lid] = ss;
+        workgroupBarrier();
+        for (var s = WG_SIZE / 2u; s > 0u; s = s / 2u) {
+          if (lid < s) {
+            for (var t = 0u; t < nt; t = t + 1u) {
+              red[t * WG_SIZE + lid] = red[t * WG_SIZE + lid] + red[t * WG_SIZE + lid + s];
+            }
+          }
+          workgroupBarrier();
+        }
+        if (lid < nt) { rs[lid] = inverseSqrt(red[lid * WG_SIZE] / f32(K) + params.eps); }
+        workgroupBarrier();
+      }
+      for (var t = 0u; t < nt; t = t + 1u) {
+        var sc = 1.0;
+        if (NORM) { sc = rs[t]; }
+        var y = vec2<f32>(0.0);
+        if (have0) { y = row_dot(r0, have1, t0 + t, sc, lane); }
+        red[(2u * t) * WG_SIZE + lid] = y.x;
+        red[(2u * t + 1u) * WG_SIZE + lid] = y.y;
       }
       workgroupBarrier();
-      for (var s = WG_SIZE / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) {
-          for (var t = 0u; t < TB; t = t + 1u) {
-            red[t * WG_SIZE + lid] = red[t * WG_SIZE + lid] + red[t * WG_SIZE + lid + s];
+      for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+        if (lane < s) {
+          for (var j = 0u; j < 2u * nt; j = j + 1u) {
+            red[j * WG_SIZE + lid] = red[j * WG_SIZE + lid] + red[j * WG_SIZE + lid + s];
           }
         }
         workgroupBarrier();
       }
-      if (lid < TB) {
-        rs[lid] = inverseSqrt(red[lid * WG_SIZE] / f32(K) + params.eps);
-      }
-      workgroupBarrier();
-      for (var t = 0u; t < TB; t = t + 1u) { sc[t] = rs[t]; }
-    } else {
-      for (var t = 0u; t < TB; t = t + 1u) { sc[t] = 1.0; }
-    }
-
-    var acc: Acc;
-    if (have0) {
-      acc = accumulate(r0, have1, lane, t0, nt, sc);
-    } else {
-      for (var t = 0u; t < TB; t = t + 1u) { acc.a0[t] = 0.0; acc.a1[t] = 0.0; }
-    }
-    // --- fixed tree over the LANES lanes of each group
-    workgroupBarrier();
-    for (var t = 0u; t < TB; t = t + 1u) {
-      red[(2u * t) * WG_SIZE + lid] = acc.a0[t];
-      red[(2u * t + 1u) * WG_SIZE + lid] = acc.a1[t];
-    }
-    workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s = s / 2u) {
-      if (lane < s) {
-        for (var j = 0u; j < 2u * TB; j = j + 1u) {
-          red[j * WG_SIZE + lid] = red[j * WG_SIZE + lid] + red[j * WG_SIZE + lid + s];
+      if (have0) {
+        for (var t = lane; t < nt; t = t + LANES) {
+          epilogue(t0 + t, red[(2u * t) * WG_SIZE + g * LANES], red[(2u * t + 1u) * WG_SIZE + g * LANES],
+                   params.row0 + r0, have1);
         }
       }
       workgroupBarrier();
     }
-    // --- epilogue: lane t of the group finishes chunk row t0 + t
-    if (have0) {
-      for (var t = lane; t < nt; t = t + LANES) {
-        epilogue(t0 + t, red[(2u * t) * WG_SIZE + g * LANES], red[(2u * t + 1u) * WG_SIZE + g * LANES],
-                 params.row0 + r0, have1);
-      }
-    }
-    workgroupBarrier();
-  }
   }
 }

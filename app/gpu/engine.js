@@ -96,7 +96,7 @@ function checkConfig(cfg) {
     if (!Number.isInteger(cfg[k]) || cfg[k] <= 0) throw new Error(`model config: ${k} must be a positive integer, got ${cfg[k]}`);
   }
   if (cfg.n_heads % cfg.n_kv_heads) throw new Error('model config: n_heads must be a multiple of n_kv_heads');
-  if (cfg.head_dim % 4 || cfg.head_dim > 256) throw new Error(`model config: head_dim ${cfg.head_dim} must be a multiple of 4 and <= 256`);
+  if (cfg.head_dim % 16 || cfg.head_dim > 256) throw new Error(`model config: head_dim ${cfg.head_dim} must be a multiple of 16 and <= 256`);
   const rd = cfg.rope_dim || cfg.head_dim;
   if (rd % 2 || rd > cfg.head_dim) throw new Error(`model config: bad rope_dim ${cfg.rope_dim}`);
   if ((cfg.arch ?? 'llama') !== 'llama') throw new Error(`model config: arch ${cfg.arch} is not supported (llama only)`);

@@ -18,6 +18,7 @@ const arg = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] :
 const backend = arg('--backend', 'vulkan');
 const quick = args.includes('--quick');
 const only = args.includes('--matmul-only');
+const modelOnly = args.includes('--model-only');
 const flags = [`backend=${backend}`];
 if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
 const gpu = create(flags);
@@ -90,6 +91,7 @@ async function main() {
 
   // ---- matmul effective bandwidth
   out.matmul = {};
+  if (!modelOnly) {
   const K = Number(process.env.MM_K ?? 4096);
   const N = Number(process.env.MM_N ?? 8192);
   const qs = hasTs ? device.createQuerySet({ type: 'timestamp', count: 2 }) : null;
@@ -175,6 +177,7 @@ async function main() {
 
   log(`matmul Q4_1 B=1 effective bandwidth / copy bandwidth: ${(100 * out.matmul.Q4_1[1].GBps / out.copy_GBps).toFixed(0)}%`);
 
+  }
   if (only) { console.log('JSON ' + JSON.stringify(out)); engine.destroy(); return; }
   // ---- the model
   const modelPath = arg('--model', null);
