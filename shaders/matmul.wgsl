@@ -206,6 +206,59 @@ fn epilogue(t: u32, y0: f32, y1: f32, r: u32, have1: bool) {
   }
 }
 
+// One unit's contribution to a row's dot product (the same expression on every path and in every slot).
+fn term(p: Unit, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
+  if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
+    return dot(p.w0, x0) + dot(p.w1, x1);
+  } else if (WTYPE == 8u) {
+    return p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
+  }
+  let sx = dot(x0 + x1, vec4<f32>(1.0));
+  return p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx;
+}
+
+struct Quad {
+  y0: vec4<f32>,   // row r0 against chunk rows t .. t+3
+  y1: vec4<f32>,   // row r0 + 1
+};
+
+// GPU path: the pair's partial dot products with FOUR chunk rows t..t+3 at once (each weight unit decoded once
+// for the four), over this lane's 32-value blocks lane, lane + LANES, ... (4 units each, ascending). Slots past
+// the last row (n4 < 4) repeat the last row and are discarded. Every slot runs the same code, so a row's bits do
+// not depend on its slot, and every row of every chunk goes through this one function.
+fn quad_dot(r0: u32, have1: bool, t: u32, n4: u32, sc: vec4<f32>, lane: u32) -> Quad {
+  var a = vec4<f32>(0.0);
+  var b = vec4<f32>(0.0);
+  let t1 = t + min(1u, n4 - 1u);
+  let t2 = t + min(2u, n4 - 1u);
+  let t3 = t + min(3u, n4 - 1u);
+  for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
+    for (var sub = 0u; sub < 4u; sub = sub + 1u) {
+      let u = 4u * blk + sub;
+      let p = load_unit(r0, u);
+      var q: Unit;
+      if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+      let x00 = xin(t, p.i0, sc.x);
+      let x01 = xin(t, p.i1, sc.x);
+      a.x = a.x + term(p, x00, x01);
+      b.x = b.x + term(q, x00, x01);
+      let x10 = xin(t1, p.i0, sc.y);
+      let x11 = xin(t1, p.i1, sc.y);
+      a.y = a.y + term(p, x10, x11);
+      b.y = b.y + term(q, x10, x11);
+      let x20 = xin(t2, p.i0, sc.z);
+      let x21 = xin(t2, p.i1, sc.z);
+      a.z = a.z + term(p, x20, x21);
+      b.z = b.z + term(q, x20, x21);
+      let x30 = xin(t3, p.i0, sc.w);
+      let x31 = xin(t3, p.i1, sc.w);
+      a.w = a.w + term(p, x30, x31);
+      b.w = b.w + term(q, x30, x31);
+    }
+  }
+  return Quad(a, b);
+}
+
 // The pair's partial dot products with chunk row t over this lane's 32-value blocks lane, lane + LANES, ...
 // (4 units each, in ascending order). Scalar accumulators only: no per-row arrays (they spill on GPUs).
 fn row_dot(r0: u32, have1: bool, t: u32, sc: f32, lane: u32) -> vec2<f32> {
@@ -219,17 +272,8 @@ fn row_dot(r0: u32, have1: bool, t: u32, sc: f32, lane: u32) -> vec2<f32> {
       if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
       let x0 = xin(t, p.i0, sc);
       let x1 = xin(t, p.i1, sc);
-      if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
-        a0 = a0 + (dot(p.w0, x0) + dot(p.w1, x1));
-        a1 = a1 + (dot(q.w0, x0) + dot(q.w1, x1));
-      } else if (WTYPE == 8u) {
-        a0 = a0 + p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
-        a1 = a1 + q.scale * (dot(q.w0, x0) + dot(q.w1, x1));
-      } else {
-        let sx = dot(x0 + x1, vec4<f32>(1.0));
-        a0 = a0 + (p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx);
-        a1 = a1 + (q.scale * (dot(q.w0, x0) + dot(q.w1, x1)) + q.bias * sx);
-      }
+      a0 = a0 + term(p, x0, x1);
+      a1 = a1 + term(q, x0, x1);
     }
   }
   return vec2<f32>(a0, a1);
@@ -263,7 +307,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       epilogue(t, y.x, y.y, params.row0 + r0, have1);
     }
   } else {
-    // ---- GPUs: tiles of TB rows; per row, lane partials go to workgroup memory, then one fixed tree per tile
+    // ---- GPUs: tiles of TB rows, taken four rows at a time by quad_dot; lane partials go to workgroup memory,
+    // then one fixed tree per tile
     for (var t0 = lo; t0 < hi; t0 = t0 + TB) {
       let nt = min(TB, hi - t0);
       if (NORM) {
@@ -288,13 +333,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (lid < nt) { rs[lid] = inverseSqrt(red[lid * WG_SIZE] / f32(K) + params.eps); }
         workgroupBarrier();
       }
-      for (var t = 0u; t < nt; t = t + 1u) {
-        var sc = 1.0;
-        if (NORM) { sc = rs[t]; }
-        var y = vec2<f32>(0.0);
-        if (have0) { y = row_dot(r0, have1, t0 + t, sc, lane); }
-        red[(2u * t) * WG_SIZE + lid] = y.x;
-        red[(2u * t + 1u) * WG_SIZE + lid] = y.y;
+      for (var t = 0u; t < nt; t = t + 4u) {
+        let n4 = min(4u, nt - t);
+        var sc = vec4<f32>(1.0);
+        if (NORM) {
+          sc = vec4<f32>(rs[t], rs[t + min(1u, n4 - 1u)], rs[t + min(2u, n4 - 1u)], rs[t + min(3u, n4 - 1u)]);
+        }
+        var y = Quad(vec4<f32>(0.0), vec4<f32>(0.0));
+        if (have0) { y = quad_dot(r0, have1, t0 + t, n4, sc, lane); }
+        for (var i = 0u; i < n4; i = i + 1u) {
+          red[(2u * (t + i)) * WG_SIZE + lid] = y.y0[i];
+          red[(2u * (t + i) + 1u) * WG_SIZE + lid] = y.y1[i];
+        }
       }
       workgroupBarrier();
       for (var s = LANES / 2u; s > 0u; s = s / 2u) {
