@@ -169,7 +169,11 @@ async function runAnswer({ cont = false } = {}) {
     el.dataset.tokens = String(target.tokens);
     ui.lastFinish = res.finish_reason;
     renderMetrics(res.stats);
-    setStatus(res.finish_reason === 'cancelled' ? 'Stopped. Continue or send a new message.' : 'Ready.');
+    if (res.finish_reason === 'error') {
+      showError(`The model failed mid-answer (${res.error}); the answer ends at the last committed token.`);
+    }
+    setStatus(res.finish_reason === 'cancelled' ? 'Stopped. Continue or send a new message.'
+      : res.fallback ? 'Ready (switched to the CPU fallback after a GPU failure).' : 'Ready.');
   } catch (e) {
     showError(e.message);
     if (!cont && !target.content) { ui.messages.pop(); renderTranscript(); }

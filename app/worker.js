@@ -148,6 +148,20 @@ async function initGpu(params) {
   }
 }
 
+// The GPU failed for good (device lost): reload the active models on the CPU; the answer so far stays committed.
+async function fallbackToCpu(reason) {
+  log('error', `WebGPU failed (${reason}); switching to the CPU fallback`);
+  state.backend = 'cpu';
+  state.gpuReason = `WebGPU failed: ${reason}`;
+  state.gpu = null;
+  state.gpuModels = {};
+  for (const role of ['champion', 'draft']) {
+    const name = state.active[role];
+    if (!name) continue;
+    try { await loadModel(name, role); } catch (e) { log('error', `reloading ${name} on the CPU failed: ${errorText(e)}`); }
+  }
+}
+
 function status() {
   return { backend: state.modelBackend.champion || state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
     models: [] };
@@ -284,8 +298,13 @@ const handlers = {
       const d = JSON.parse(json);
       event(EVT.TOKENS, { request_id: msg.id, text: d.text, token_ids: d.token_ids });
     };
-    const out = await state.session.generate_json(JSON.stringify(msg.params || {}), emit);
-    return JSON.parse(out);
+    const out = JSON.parse(await state.session.generate_json(JSON.stringify(msg.params || {}), emit));
+    if (out.finish_reason === 'error' && state.modelBackend.champion === 'webgpu' &&
+        /device lost|gpu error/i.test(out.error || '')) {
+      await fallbackToCpu(out.error);
+      out.fallback = 'cpu';
+    }
+    return out;
   },
   async [REQ.CANCEL]() {
     return { cancelled: state.session ? Boolean(state.session.cancel()) : false };

@@ -314,8 +314,11 @@ class Session:
                 emit(json.dumps({"text": tail, "token_ids": []}))
         stats = {k: _jsonable(v) for k, v in dict(res.stats).items()}
         stats["backend"] = m.backend_name
-        return {"text": "".join(parts), "token_ids": out_ids, "finish_reason": res.finish_reason,
-                "prompt_tokens": len(ids), "stats": stats}
+        out = {"text": "".join(parts), "token_ids": out_ids, "finish_reason": res.finish_reason,
+               "prompt_tokens": len(ids), "stats": stats}
+        if res.finish_reason == "error":
+            out["error"] = str(res.error or "the backend failed")
+        return out
 
     async def generate_json(self, req_json: str, emit: Callable[[str], Any] | None = None) -> str:
         req = json.loads(req_json)

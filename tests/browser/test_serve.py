@@ -281,3 +281,27 @@ def test_session_second_turn_reuses_prefix_exactly(micro):
     t2_fresh = run(fresh.generate({"chat": chat2, "max_new_tokens": 8}))
     assert t2_fresh["stats"]["reused_prefix_tokens"] == 0
     assert t2["token_ids"] == t2_fresh["token_ids"]
+
+
+def test_session_backend_fault_keeps_committed_prefix(micro):
+    from exactspec.bridge import JsBackend
+    from exactspec.reference import ReferenceModel
+    from exactspec.session import Session
+
+    class Failing(FakeJsModel):
+        def forward(self, tokens, start_pos, n_out):
+            if self.calls >= 6:
+                async def boom():
+                    raise RuntimeError("device lost: test")
+                return boom()
+            return super().forward(tokens, start_pos, n_out)
+
+    ref = Session()
+    ref.load("m", str(micro))
+    full = run(ref.generate({"prompt": "Hello", "max_new_tokens": 20}))
+    s = Session(backend_name="webgpu")
+    s.load("m", str(micro), backend=JsBackend(Failing(ReferenceModel.from_file(micro))))
+    out = run(s.generate({"prompt": "Hello", "max_new_tokens": 20}))
+    assert out["finish_reason"] == "error" and "device lost" in out["error"]
+    n = len(out["token_ids"])
+    assert 0 < n < 20 and out["token_ids"] == full["token_ids"][:n]
