@@ -413,7 +413,9 @@ async function loadModel(ctx, description, readSlice, lopts) {
     else cmd = encode(n, nOut);
     pre = null;
     device.queue.writeBuffer(stepBuf, 0, steps);
+    const tSub = performance.now();
     device.queue.submit([cmd.cb]);
+    stats.submit_ms = performance.now() - tSub;
     stats.encode_ms = performance.now() - tEnc;
     stats.dispatches = cmd.dispatches;
     stats.chunks = nChunks;
@@ -432,6 +434,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       if (state.lost) throw new Error(`device lost: ${state.lost}`);
       throw e;
     }
+    stats.wait_ms = performance.now() - tEnc - stats.encode_ms;
     const outArr = new Float32Array(staging.getMappedRange(0, bytes).slice(0));
     staging.unmap();
     if (ts) {

@@ -203,22 +203,26 @@ async function main() {
   log(`prefill ${P} tokens (one forward, ${model.stats.chunks} chunk): ${(performance.now() - tp).toFixed(1)} ms`);
   const iters = quick ? 3 : 40;
   const measure = async (n) => {
-    const wall = []; const gpuMs = []; const enc = [];
+    const wall = []; const gpuMs = []; const enc = []; const sub = []; const wait = []; let pre = 0;
     for (let i = 0; i < iters; i++) {
       const t = performance.now();
       await model.forward(tok(n), P, n);
       wall.push(performance.now() - t);
       if (model.stats.gpu_ms != null) gpuMs.push(model.stats.gpu_ms);
       enc.push(model.stats.encode_ms);
+      sub.push(model.stats.submit_ms);
+      wait.push(model.stats.wait_ms);
+      pre += model.stats.pre_encoded ? 1 : 0;
       model.truncate(P);
     }
-    return { wall: median(wall), gpu: gpuMs.length ? median(gpuMs) : null, enc: median(enc), dispatches: model.stats.dispatches };
+    return { wall: median(wall), gpu: gpuMs.length ? median(gpuMs) : null, enc: median(enc), submit: median(sub),
+      wait: median(wait), pre_encoded: pre / iters, dispatches: model.stats.dispatches };
   };
   await measure(1);
   const single = await measure(1);
   out.single = single;
   out.dispatches_per_forward = single.dispatches;
-  log(`T_single at pos ${P}: wall ${single.wall.toFixed(3)} ms (GPU ${single.gpu?.toFixed(3)} ms, encode+submit ${single.enc.toFixed(3)} ms), ${single.dispatches} dispatches/forward`);
+  log(`T_single at pos ${P}: wall ${single.wall.toFixed(3)} ms (GPU ${single.gpu?.toFixed(3)} ms, encode+submit ${single.enc.toFixed(3)} ms of which submit ${single.submit.toFixed(3)}, wait for readback ${single.wait.toFixed(3)} ms, pre-encoded ${(100 * single.pre_encoded).toFixed(0)}%), ${single.dispatches} dispatches/forward`);
   out.verify = {};
   for (let k = 1; k <= 8; k++) {
     const r = await measure(k + 1);
