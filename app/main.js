@@ -231,12 +231,21 @@ async function renderModels() {
     use.disabled = m.loaded === 'champion';
     use.setAttribute('aria-label', `Chat with ${m.name}`);
     use.onclick = () => useModel(m.name);
+    const asDraft = document.createElement('button');
+    asDraft.type = 'button';
+    asDraft.textContent = 'As draft';
+    asDraft.disabled = Boolean(m.loaded);
+    asDraft.setAttribute('aria-label', `Use ${m.name} as the draft model`);
+    asDraft.onclick = async () => {
+      try { await exactspec.loadModel(m.name, 'draft'); setStatus(`Draft: ${m.name}.`); } catch (e) { showError(e.message); }
+      renderModels();
+    };
     const del = document.createElement('button');
     del.type = 'button';
     del.textContent = 'Delete';
     del.setAttribute('aria-label', `Delete ${m.name}`);
     del.onclick = () => deleteModel(m.name);
-    li.append(label, use, del);
+    li.append(label, use, asDraft, del);
     return li;
   }));
 }

@@ -239,6 +239,11 @@ def test_import_user_gguf_and_chat(session, models_dir, cli):
     assert ui_text == want["text"]
     got = session.generate(prompt="Good morning", max_new_tokens=10)
     assert got["token_ids"] == want["token_ids"]
+    # the former champion becomes the draft from the models list; speculation keeps the answer
+    page.click("#models li[data-name='micro-chat'] button:has-text('As draft')")
+    wait_js(page, "document.querySelector('#status').textContent.startsWith('Draft: micro-chat')")
+    spec = session.generate(prompt="Good morning", max_new_tokens=10, drafter="model", k=3)
+    assert spec["token_ids"] == want["token_ids"] and spec["stats"]["draft_passes"] > 0
     # drag and drop onto the drop zone imports too
     page.evaluate("""async () => {
         const buf = await (await fetch('/models/micro-draft.gguf')).arrayBuffer();
