@@ -15,12 +15,14 @@ export async function openDevice(gpu, opts = {}) {
   for (const k of want) if (adapter.limits[k] !== undefined) requiredLimits[k] = adapter.limits[k];
   const requiredFeatures = [];
   if (opts.timestamps && adapter.features.has('timestamp-query')) requiredFeatures.push('timestamp-query');
+  if (opts.subgroups !== false && adapter.features.has('subgroups')) requiredFeatures.push('subgroups');
   const device = await adapter.requestDevice({ requiredLimits, requiredFeatures });
   let info = adapter.info ?? {};
   const adapterInfo = {
     vendor: info.vendor ?? '', architecture: info.architecture ?? '', device: info.device ?? '',
     description: info.description ?? '', isFallbackAdapter: !!(adapter.isFallbackAdapter ?? info.isFallbackAdapter),
     features: [...adapter.features], maxStorageBufferBindingSize: device.limits.maxStorageBufferBindingSize,
+    subgroupMinSize: info.subgroupMinSize ?? 0, subgroupMaxSize: info.subgroupMaxSize ?? 0,
   };
   const state = { lost: null, error: null };
   const lostPromise = device.lost.then((i) => {

@@ -7,7 +7,8 @@
 //     opts  {shaderBase?: URL|string of the folder holding the .wgsl files (default: ../../shaders/ next to this
 //            module), shaderSource?: async (name) -> WGSL text (overrides shaderBase), adapterOptions?, maxRows?:
 //            rows per chunk (default 64), lanes?: invocations per weight-row pair in matmul (default 32 on GPUs,
-//            1 on CPU adapters), timestamps?: GPU time per forward in model.stats.gpu_ms, maxBindingBytes?: cap on one storage binding (tests use it to force splits)}
+//            1 on CPU adapters), subgroups?: use matmul_sg.wgsl (default: on GPUs whose subgroup size is fixed),
+//            timestamps?: GPU time per forward in model.stats.gpu_ms, maxBindingBytes?: cap on one storage binding (tests use it to force splits)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize}
 //   const model = await engine.loadModel(description, readSlice, {seq_len})
@@ -57,8 +58,15 @@ export async function createEngine(gpu, opts = {}) {
   let kernels;
   try {
     const cpu = isCpuAdapter(adapterInfo);
-    kernels = await createKernels(device, shaderSource, { lanes: opts.lanes ?? (cpu ? 1 : 32),
-      attnWg: opts.attnWg ?? (cpu ? 64 : 256) });
+    // subgroup reductions (matmul_sg.wgsl) need one fixed subgroup size S that divides the workgroup
+    const S = adapterInfo.subgroupMinSize === adapterInfo.subgroupMaxSize ? adapterInfo.subgroupMinSize : 0;
+    const sgOk = device.features.has('subgroups') && S >= 4 && S <= WG_SIZE && WG_SIZE % S === 0;
+    const useSg = sgOk && (opts.subgroups ?? !cpu);
+    if (opts.subgroups === true && !sgOk) throw new Error(`subgroups requested but the adapter has none of a fixed size (${adapterInfo.subgroupMinSize}..${adapterInfo.subgroupMaxSize})`);
+    kernels = await createKernels(device, shaderSource, { lanes: useSg ? S : (opts.lanes ?? (cpu ? 1 : 32)),
+      attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg });
+    adapterInfo.kernels = { matmul: useSg ? `matmul_sg (LANES=${S})` : `matmul (LANES=${kernels.lanes})`,
+      attention_wg: opts.attnWg ?? (cpu ? 64 : 256) };
   } catch (e) {
     device.destroy();
     throw e;
@@ -241,7 +249,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     new Float32Array(a.buffer)[11] = eps;
     return uni(label, a);
   };
-  const groupsPerWg = WG_SIZE / 32;
+  const groupsPerWg = WG_SIZE / kernels.lanes;   // row pairs per matmul workgroup
   const mmDims = (part) => {
     const n = Math.ceil(Math.ceil(part.N / 2) / groupsPerWg);
     const x = Math.min(n, 32768);

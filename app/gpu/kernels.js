@@ -1,6 +1,6 @@
 // kernels.js — WGSL sources, bind group layouts and compute pipelines (specialised by override constants).
 //
-// shaders/matmul.wgsl    bindings 0 params, 1 step(dyn), 2 w, 3 x, 4 gamma, 5 rope, 6 out(rw), 7 kv(rw)
+// shaders/matmul.wgsl (or matmul_sg.wgsl: subgroup reductions)   bindings 0 params, 1 step(dyn), 2 w, 3 x, 4 gamma, 5 rope, 6 out(rw), 7 kv(rw)
 // shaders/attention.wgsl bindings 0 params, 1 step(dyn), 2 q, 3 kv, 4 scores(rw), 5 out(rw)
 // shaders/embed.wgsl     bindings 0 params, 1 step(dyn), 2 w, 3 tokens, 4 out(rw)
 
@@ -35,8 +35,9 @@ function layout(device, kinds) {
   return device.createBindGroupLayout({ entries });
 }
 
-export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64 } = {}) {
-  const [mmSrc, attSrc, embSrc] = await Promise.all(['matmul', 'attention', 'embed'].map((n) => shaderSource(n)));
+export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64, subgroups = false } = {}) {
+  const mm = subgroups ? 'matmul_sg' : 'matmul';
+  const [mmSrc, attSrc, embSrc] = await Promise.all([mm, 'attention', 'embed'].map((n) => shaderSource(n)));
   const modules = {};
   for (const [name, code] of [['matmul', mmSrc], ['attention', attSrc], ['embed', embSrc]]) {
     const m = device.createShaderModule({ code, label: name });
@@ -68,6 +69,7 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
   return {
     layouts,
     lanes,
+    subgroups,
     matmul: (wtype, mode, norm) => pipeline('matmul', { WTYPE: wtype, MODE: mode, NORM: norm ? 1 : 0, LANES: lanes }),
     attention: () => pipeline('attention', { WG_SIZE: attnWg }),
     embed: (wtype) => pipeline('embed', { WTYPE: wtype }),

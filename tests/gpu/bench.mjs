@@ -83,11 +83,13 @@ async function main() {
     timestamps: true,
     shaderBase: process.env.SHADER_BASE ? pathToFileURL(process.env.SHADER_BASE + '/') : undefined,
     lanes: process.env.LANES ? Number(process.env.LANES) : undefined,
+    subgroups: process.env.SUBGROUPS ? process.env.SUBGROUPS === '1' : undefined,
   });
   const { device, kernels } = engine;
   const hasTs = device.features.has('timestamp-query');
   out.adapter = engine.adapterInfo;
-  log('adapter:', JSON.stringify(engine.adapterInfo.description || engine.adapterInfo.device), 'timestamps:', hasTs);
+  log('adapter:', JSON.stringify(engine.adapterInfo.description || engine.adapterInfo.device), 'timestamps:', hasTs,
+    'kernels:', JSON.stringify(engine.adapterInfo.kernels));
 
   // ---- matmul effective bandwidth
   out.matmul = {};

@@ -51,7 +51,10 @@ return { adapter: info, bad, full: Array.from(full), dispatches: model.stats.dis
 
 @pytest.mark.browser
 @pytest.mark.skipif(_why is not None, reason=f"Chromium engine test cannot run here: {_why}")
-def test_chromium_swiftshader_batch_invariance(tmp_path):
+@pytest.mark.parametrize("opts", ["{}", "{subgroups: true}"], ids=["cpu_path", "subgroup_matmul"])
+def test_chromium_swiftshader_batch_invariance(tmp_path, opts):
+    """cpu_path: what SwiftShader runs by default; subgroup_matmul: shaders/matmul_sg.wgsl (the GPU default where
+    subgroups have one fixed size), forced here on SwiftShader's 4-wide subgroups."""
     from exactspec.formats import describe
     from exactspec.micro import micro_config, write_micro_gguf
     from exactspec.reference import ReferenceModel
@@ -61,10 +64,12 @@ def test_chromium_swiftshader_batch_invariance(tmp_path):
     d = describe(path)
     toks = [int(t) for t in np.random.default_rng(2).integers(0, d["config"]["vocab_size"], 16)]
     with engine_page(path, d) as page:
-        res = page.evaluate("async () => {" + SCRIPT.replace("TOKENS", str(toks)) + "}")
+        script = SCRIPT.replace("TOKENS", str(toks)).replace("createEngine(navigator.gpu, {})",
+                                                              f"createEngine(navigator.gpu, {opts})")
+        res = page.evaluate("async () => {" + script + "}")
     if "no_webgpu" in res:
         pytest.skip(f"Chromium offers no WebGPU adapter here: {res['no_webgpu']}")
-    print(f"[chromium] adapter {res['adapter']}")
+    print(f"[chromium] adapter {res['adapter']['architecture']} kernels {res['adapter'].get('kernels')}")
     assert res["bad"] == [], f"batch invariance broken in Chromium: {res['bad']}"
     full = np.asarray(res["full"], dtype=np.float32).reshape(len(toks), -1)
     ref = ReferenceModel.from_file(path).forward(toks, 0)

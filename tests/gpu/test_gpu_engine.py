@@ -53,16 +53,17 @@ def invariance_ops(toks: list[int], alt: list[int]) -> tuple[list[dict], dict]:
         trunc(0)
         for s in range(0, n, c):
             fwd(f"chunk{c}", toks[s:s + c], s)
-    # truncate: roll back to 10, take a different branch, roll back again and redo the original suffix
-    trunc(10)
-    fwd("branch", alt, 10)
-    trunc(10)
-    fwd("redo", toks[10:], 10, n - 10)
+    # truncate: roll back to m, take a different branch, roll back again and redo the original suffix
+    m = n // 2
+    trunc(m)
+    fwd("branch", alt, m)
+    trunc(m)
+    fwd("redo", toks[m:], m, n - m)
     trunc(0)
-    fwd("fresh_branch", toks[:10] + alt, 0, len(alt))
+    fwd("fresh_branch", toks[:m] + alt, 0, len(alt))
     # refusals
-    fwd("bad_start", toks[:1], 5)
-    fwd("bad_token", [10 ** 6], 10 + len(alt))
+    fwd("bad_start", toks[:1], m + len(alt) + 1)
+    fwd("bad_token", [10 ** 6], m + len(alt))
     return ops, plan
 
 
@@ -93,7 +94,7 @@ def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, pari
         bad = np.nonzero((got.view(np.uint32) != full.view(np.uint32)).any(axis=1))[0]
         assert bad.size == 0, f"{name}: rows {bad.tolist()} differ from the one-shot prefill"
     # (c) truncate + re-forward
-    assert np.array_equal(rows_of(outs, plan, "redo").view(np.uint32), full[10:].view(np.uint32))
+    assert np.array_equal(rows_of(outs, plan, "redo").view(np.uint32), full[n // 2:].view(np.uint32))
     assert np.array_equal(rows_of(outs, plan, "branch").view(np.uint32),
                           rows_of(outs, plan, "fresh_branch").view(np.uint32))
     # (b) parity with the reference

@@ -1,0 +1,272 @@
+// matmul_sg — matmul.wgsl's GPU path with subgroup reductions instead of workgroup-memory trees: no barriers.
+// Used where the adapter offers `subgroups` with one fixed subgroup size S (NVIDIA: 32); LANES = S.
+// Same weight formats, modes, bindings, epilogues and per-unit arithmetic as matmul.wgsl (see there).
+//
+// Work split: one subgroup owns one row PAIR; a workgroup holds WG_SIZE/LANES subgroups. Per tile of four chunk
+// rows (quad_dot, identical to matmul.wgsl), lane l accumulates the 32-value blocks l, l+LANES, ...; the lane
+// partials are summed with subgroupAdd. The fused RMSNorm scale of a row is computed by each subgroup on its own
+// (lanes stride over K, subgroupAdd). BATCH INVARIANCE: a row's arithmetic (its lanes, their order, the subgroup
+// reduction) never depends on how many rows the chunk has or where it starts.
+//
+// Bindings: as matmul.wgsl (0 params, 1 step (dynamic offset), 2 w, 3 x, 4 gamma, 5 rope, 6 out rw, 7 kv rw).
+
+enable subgroups;
+diagnostic(off, subgroup_uniformity);
+
+override WG_SIZE: u32 = 64;
+override WTYPE: u32 = 0;
+override MODE: u32 = 0;
+override NORM: bool = false;
+
+override LANES: u32 = 32;   // MUST equal the subgroup size (all subgroups full, aligned in local_invocation_index)
+const TB: u32 = 8u;
+
+struct Params {
+  K: u32,           // in features (multiple of 32)
+  N: u32,           // weight rows in this part
+  row0: u32,        // global row of this part's first row (even)
+  out_stride: u32,  // floats per output row
+  window: u32,      // 1: only chunk rows step.out_lo.. written to out rows step.out_base..
+  q_dim: u32,
+  kv_dim: u32,
+  head_dim: u32,
+  rope_dim: u32,
+  seq_len: u32,
+  n_groups: u32,    // number of row pairs in this part: ceil(N / 2)
+  eps: f32,
+};
+
+struct Step {
+  n: u32,          // rows in this chunk
+  start_pos: u32,  // absolute position of chunk row 0
+  out_lo: u32,     // first chunk row that produces logits
+  out_base: u32,   // logits row of chunk row out_lo
+  tok0: u32,       // index of chunk row 0 in the forward's token list
+  _p0: u32, _p1: u32, _p2: u32,
+};
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> gamma: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> rope: array<vec2<f32>>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+@group(0) @binding(7) var<storage, read_write> kv: array<f32>;
+
+
+struct Unit {
+  w0: vec4<f32>,   // weights (or raw quants) for x vec4 i0
+  w1: vec4<f32>,   // for x vec4 i1
+  i0: u32,         // vec4 index within an x row
+  i1: u32,
+  scale: f32,      // value = scale * q + bias (quantised types)
+  bias: f32,
+};
+
+fn nib_lo(q: u32) -> vec4<f32> {
+  return vec4<f32>(f32(q & 15u), f32((q >> 8u) & 15u), f32((q >> 16u) & 15u), f32((q >> 24u) & 15u));
+}
+fn nib_hi(q: u32) -> vec4<f32> {
+  return vec4<f32>(f32((q >> 4u) & 15u), f32((q >> 12u) & 15u), f32((q >> 20u) & 15u), f32(q >> 28u));
+}
+fn i8x4(q: u32) -> vec4<f32> {
+  let v = vec4<i32>(bitcast<i32>(q << 24u), bitcast<i32>(q << 16u), bitcast<i32>(q << 8u), bitcast<i32>(q)) >> vec4<u32>(24u);
+  return vec4<f32>(v);
+}
+fn bf2(q: u32) -> vec2<f32> {
+  return vec2<f32>(bitcast<f32>(q << 16u), bitcast<f32>(q & 0xffff0000u));
+}
+
+// Unit u (8 consecutive-in-storage values) of weight row r.
+fn load_unit(r: u32, u: u32) -> Unit {
+  var o: Unit;
+  let K = params.K;
+  o.scale = 1.0;
+  o.bias = 0.0;
+  if (WTYPE == 0u) {          // F32: 8 floats
+    let b = r * K + 8u * u;
+    o.w0 = vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + 1u]), bitcast<f32>(w[b + 2u]), bitcast<f32>(w[b + 3u]));
+    o.w1 = vec4<f32>(bitcast<f32>(w[b + 4u]), bitcast<f32>(w[b + 5u]), bitcast<f32>(w[b + 6u]), bitcast<f32>(w[b + 7u]));
+    o.i0 = 2u * u;
+    o.i1 = 2u * u + 1u;
+  } else if (WTYPE == 1u) {   // F16: 4 words of 2 halves
+    let b = r * (K / 2u) + 4u * u;
+    o.w0 = vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + 1u]));
+    o.w1 = vec4<f32>(unpack2x16float(w[b + 2u]), unpack2x16float(w[b + 3u]));
+    o.i0 = 2u * u;
+    o.i1 = 2u * u + 1u;
+  } else if (WTYPE == 30u) {  // BF16
+    let b = r * (K / 2u) + 4u * u;
+    o.w0 = vec4<f32>(bf2(w[b]), bf2(w[b + 1u]));
+    o.w1 = vec4<f32>(bf2(w[b + 2u]), bf2(w[b + 3u]));
+    o.i0 = 2u * u;
+    o.i1 = 2u * u + 1u;
+  } else if (WTYPE == 8u) {   // Q8_0 padded: 9 words per block, unit = 2 words = elements 8*sub .. 8*sub+7
+    let blk = u / 4u;
+    let sub = u % 4u;
+    let b = (r * (K / 32u) + blk) * 9u;
+    o.scale = unpack2x16float(w[b]).x;
+    o.w0 = i8x4(w[b + 1u + 2u * sub]);
+    o.w1 = i8x4(w[b + 2u + 2u * sub]);
+    o.i0 = blk * 8u + 2u * sub;
+    o.i1 = blk * 8u + 2u * sub + 1u;
+  } else {                    // Q4_0 padded / Q4_1: 5 words per block, unit = 1 word of qs
+    let blk = u / 4u;
+    let sub = u % 4u;
+    let b = (r * (K / 32u) + blk) * 5u;
+    let dm = unpack2x16float(w[b]);
+    let q = w[b + 1u + sub];
+    o.w0 = nib_lo(q);           // elements 4*sub .. 4*sub+3
+    o.w1 = nib_hi(q);           // elements 16+4*sub ..
+    o.i0 = blk * 8u + sub;
+    o.i1 = blk * 8u + 4u + sub;
+    o.scale = dm.x;
+    if (WTYPE == 3u) { o.bias = dm.y; } else { o.bias = -8.0 * dm.x; }
+  }
+  return o;
+}
+
+fn xin(t: u32, i: u32, sc: f32) -> vec4<f32> {
+  var v = x[t * (params.K / 4u) + i];
+  if (NORM) {
+    v = v * sc * gamma[i];
+  }
+  return v;
+}
+
+fn epilogue(t: u32, y0: f32, y1: f32, r: u32, have1: bool) {
+  if (MODE == 0u) {
+    var orow = t;
+    if (params.window == 1u) { orow = step.out_base + (t - step.out_lo); }
+    out[orow * params.out_stride + r] = y0;
+    if (have1) { out[orow * params.out_stride + r + 1u] = y1; }
+  } else if (MODE == 1u) {
+    let o = t * params.out_stride + r;
+    out[o] = out[o] + y0;
+    if (have1) { out[o + 1u] = out[o + 1u] + y1; }
+  } else if (MODE == 2u) {
+    let gate = y0;
+    out[t * params.out_stride + r / 2u] = gate / (1.0 + exp(-gate)) * y1;
+  } else {
+    let pos = step.start_pos + t;
+    var v0 = y0;
+    var v1 = y1;
+    let qk = params.q_dim + params.kv_dim;
+    if (r < qk) {
+      var dd = r % params.head_dim;
+      if (r >= params.q_dim) { dd = (r - params.q_dim) % params.head_dim; }
+      if (dd < params.rope_dim) {
+        let cs = rope[pos * (params.rope_dim / 2u) + dd / 2u];
+        v0 = y0 * cs.x - y1 * cs.y;
+        v1 = y0 * cs.y + y1 * cs.x;
+      }
+    }
+    if (r < params.q_dim) {
+      out[t * params.q_dim + r] = v0;
+      out[t * params.q_dim + r + 1u] = v1;
+    } else if (r < qk) {
+      let o = pos * params.kv_dim + (r - params.q_dim);
+      kv[o] = v0;
+      kv[o + 1u] = v1;
+    } else {
+      let o = params.seq_len * params.kv_dim + pos * params.kv_dim + (r - qk);
+      kv[o] = v0;
+      kv[o + 1u] = v1;
+    }
+  }
+}
+
+// One unit's contribution to a row's dot product (the same expression on every path and in every slot).
+fn term(p: Unit, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
+  if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
+    return dot(p.w0, x0) + dot(p.w1, x1);
+  } else if (WTYPE == 8u) {
+    return p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
+  }
+  let sx = dot(x0 + x1, vec4<f32>(1.0));
+  return p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx;
+}
+
+struct Quad {
+  y0: vec4<f32>,   // row r0 against chunk rows t .. t+3
+  y1: vec4<f32>,   // row r0 + 1
+};
+
+// GPU path: the pair's partial dot products with FOUR chunk rows t..t+3 at once (each weight unit decoded once
+// for the four), over this lane's 32-value blocks lane, lane + LANES, ... (4 units each, ascending). Slots past
+// the last row (n4 < 4) repeat the last row and are discarded. Every slot runs the same code, so a row's bits do
+// not depend on its slot, and every row of every chunk goes through this one function.
+fn quad_dot(r0: u32, have1: bool, t: u32, n4: u32, sc: vec4<f32>, lane: u32) -> Quad {
+  var a = vec4<f32>(0.0);
+  var b = vec4<f32>(0.0);
+  let t1 = t + min(1u, n4 - 1u);
+  let t2 = t + min(2u, n4 - 1u);
+  let t3 = t + min(3u, n4 - 1u);
+  for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
+    for (var sub = 0u; sub < 4u; sub = sub + 1u) {
+      let u = 4u * blk + sub;
+      let p = load_unit(r0, u);
+      var q: Unit;
+      if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+      let x00 = xin(t, p.i0, sc.x);
+      let x01 = xin(t, p.i1, sc.x);
+      a.x = a.x + term(p, x00, x01);
+      b.x = b.x + term(q, x00, x01);
+      let x10 = xin(t1, p.i0, sc.y);
+      let x11 = xin(t1, p.i1, sc.y);
+      a.y = a.y + term(p, x10, x11);
+      b.y = b.y + term(q, x10, x11);
+      let x20 = xin(t2, p.i0, sc.z);
+      let x21 = xin(t2, p.i1, sc.z);
+      a.z = a.z + term(p, x20, x21);
+      b.z = b.z + term(q, x20, x21);
+      let x30 = xin(t3, p.i0, sc.w);
+      let x31 = xin(t3, p.i1, sc.w);
+      a.w = a.w + term(p, x30, x31);
+      b.w = b.w + term(q, x30, x31);
+    }
+  }
+  return Quad(a, b);
+}
+
+fn norm_scale(t: u32, lane: u32) -> f32 {   // RMSNorm scale of chunk row t, summed over the subgroup
+  var ss = 0.0;
+  for (var i = lane; i < params.K / 4u; i = i + LANES) {
+    let v = x[t * (params.K / 4u) + i];
+    ss = ss + dot(v, v);
+  }
+  return inverseSqrt(subgroupAdd(ss) / f32(params.K) + params.eps);
+}
+
+@compute @workgroup_size(WG_SIZE)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
+  let wg = wid.y * nwg.x + wid.x;
+  let groups_per_wg = WG_SIZE / LANES;
+  if (wg * groups_per_wg >= params.n_groups) { return; }   // uniform per workgroup
+  let lane = sid;
+  let g = (lid - sid) / LANES;                 // this subgroup's index in the workgroup
+  let pair = wg * groups_per_wg + g;           // row pair within this part
+  let have0 = 2u * pair < params.N;
+  let r0 = min(2u * pair, params.N - 1u);      // a subgroup past the end computes a valid row, writes nothing
+  let have1 = have0 && r0 + 1u < params.N;
+
+  var lo = 0u;
+  if (params.window == 1u) { lo = step.out_lo; }
+  let hi = step.n;
+  for (var t = lo; t < hi; t = t + 4u) {
+    let n4 = min(4u, hi - t);
+    var sc = vec4<f32>(1.0);
+    if (NORM) {
+      sc = vec4<f32>(norm_scale(t, lane), norm_scale(t + min(1u, n4 - 1u), lane),
+                     norm_scale(t + min(2u, n4 - 1u), lane), norm_scale(t + min(3u, n4 - 1u), lane));
+    }
+    let y = quad_dot(r0, have1, t, n4, sc, lane);
+    let s0 = subgroupAdd(y.y0);
+    let s1 = subgroupAdd(y.y1);
+    if (have0 && lane < n4) {
+      epilogue(t + lane, s0[lane], s1[lane], params.row0 + r0, have1);
+    }
+  }
+}
