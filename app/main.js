@@ -5,7 +5,7 @@ import { DEFAULT_SETTINGS, STAGES, validateSettings } from './protocol.js';
 
 const $ = (id) => document.getElementById(id);
 const SETTINGS_KEY = 'exactspec.settings.v1';
-const FIELDS = ['speculation', 'drafter', 'k', 'mode', 'temperature', 'top_k', 'top_p', 'seed', 'max_new_tokens'];
+const FIELDS = ['speculation', 'adaptive', 'drafter', 'k', 'mode', 'temperature', 'top_k', 'top_p', 'seed', 'max_new_tokens'];
 
 const ui = {
   messages: [],        // [{role, content}] the chat so far (what the template renders)
@@ -37,6 +37,7 @@ function syncSpeculationFields() {
   const on = $('speculation').checked;
   $('drafter').disabled = !on;
   $('k').disabled = !on;
+  $('adaptive').disabled = !on;
 }
 
 function readSettingsForm() {
@@ -67,7 +68,7 @@ function genParams() {
   const spec = s.speculation && s.drafter !== 'none' && s.k > 0;
   return {
     temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, seed: s.seed, max_new_tokens: s.max_new_tokens,
-    mode: s.mode, drafter: spec ? s.drafter : 'none', k: spec ? s.k : 0,
+    mode: s.mode, drafter: spec ? s.drafter : 'none', k: spec ? s.k : 0, adaptive: Boolean(spec && s.adaptive),
   };
 }
 
@@ -201,6 +202,7 @@ function renderMetrics(s) {
   $('m-tps').textContent = f(s.tokens_per_s, 1);
   $('m-target').textContent = s.target_passes ?? '–';
   $('m-draft').textContent = s.draft_passes ?? '–';
+  $('m-off').textContent = s.spec_disabled_rounds ?? '–';
   $('m-ttft').textContent = s.ttft_ms === undefined || s.ttft_ms === null ? '–' : `${f(s.ttft_ms, 0)} ms`;
   $('m-backend').textContent = s.backend || '–';
   const acc = s.acceptance_by_position || [];

@@ -28,8 +28,8 @@ export const MODES = Object.freeze(['coupled', 'rejection']);
 
 // Generation settings: default and validation (shared by the UI and the API).
 export const DEFAULT_SETTINGS = Object.freeze({
-  speculation: true, drafter: 'ngram', k: 4, mode: 'coupled', temperature: 0, top_k: 0, top_p: 1, seed: 0,
-  max_new_tokens: 128,
+  speculation: true, adaptive: true, drafter: 'ngram', k: 4, mode: 'coupled', temperature: 0, top_k: 0, top_p: 1,
+  seed: 0, max_new_tokens: 128,
 });
 
 // Returns {ok: true, value} with normalised numbers, or {ok: false, error: 'field: reason'}.
@@ -55,6 +55,7 @@ export function validateSettings(s) {
     if (!DRAFTERS.includes(v.drafter)) throw new Error(`drafter: must be one of ${DRAFTERS.join(', ')}`);
     if (!MODES.includes(v.mode)) throw new Error(`mode: must be one of ${MODES.join(', ')}`);
     v.speculation = Boolean(v.speculation);
+    v.adaptive = v.adaptive === undefined ? true : Boolean(v.adaptive);
   } catch (e) {
     return { ok: false, error: e.message };
   }

@@ -74,6 +74,11 @@ def main() -> int:
             out["draft_tau"] = round(md["stats"]["tau"], 3)
             out["draft_acceptance_by_position"] = [round(x, 2) for x in md["stats"]["acceptance_by_position"]]
             out["draft_tokens_per_s_overall"] = round(md["stats"]["tokens_per_s"], 2)
+            ad = page.evaluate("(p) => exactspec.generate(p)", {**g, "max_new_tokens": a.tokens, "drafter": "model",
+                                                                 "k": 4, "adaptive": True})
+            assert ad["token_ids"] == long["token_ids"], "adaptive speculation changed the greedy answer"
+            out["draft_adaptive_tokens_per_s_overall"] = round(ad["stats"]["tokens_per_s"], 2)
+            out["draft_adaptive_rounds_off"] = ad["stats"].get("spec_disabled_rounds")
         ng = page.evaluate("(p) => exactspec.generate(p)", {**g, "max_new_tokens": a.tokens, "drafter": "ngram",
                                                              "k": 4})
         assert ng["token_ids"] == long["token_ids"], "n-gram speculation changed the greedy answer"
