@@ -337,7 +337,8 @@ def test_damaged_store_files(session, models_dir):
 def test_settings_validation_and_persistence(session):
     session.open()
     page = session.page
-    _set_settings(page, k=2, temperature=0.5, seed=42)
+    assert page.locator("#adaptive").is_checked()                  # default: speculate only while it pays
+    _set_settings(page, k=2, temperature=0.5, seed=42, adaptive=False)
     page.locator("#k").fill("99")
     err = page.locator("#settings-error")
     assert err.is_visible() and "k" in err.inner_text()
@@ -350,6 +351,7 @@ def test_settings_validation_and_persistence(session):
     assert page.locator("#k").input_value() == "3"
     assert page.locator("#seed").input_value() == "42"
     assert page.locator("#top_p").input_value() == "0.9"
+    assert not page.locator("#adaptive").is_checked()
     # the API refuses invalid values with a message naming the field
     with pytest.raises(Exception, match="top_p|temperature"):
         session.generate(prompt="x", temperature=-1, max_new_tokens=2)
