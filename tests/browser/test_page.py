@@ -77,7 +77,7 @@ def test_first_visit_imports_reload_requests_no_weights_delete(session):
 
 
 @pytest.mark.parametrize("query", ["?cpu=1", ""], ids=["cpu", "default_backend"])
-def test_greedy_matches_cli(session, models_dir, cli, query):
+def test_greedy_matches_cli(session, server, models_dir, cli, query):
     r = session.open(query)
     n = 12 if r["backend"] == "cpu" else 6
     prompt = "Tell me about the sea."
@@ -92,6 +92,10 @@ def test_greedy_matches_cli(session, models_dir, cli, query):
     want_raw = cli(models_dir["micro-chat"], "Once upon a time", chat=False, max_new_tokens=n)
     got_raw = session.generate(prompt="Once upon a time", chat=False, max_new_tokens=n)
     assert got_raw["token_ids"] == want_raw["token_ids"]
+    # offline on this backend too (the WebGPU engine fetches its shaders from this origin)
+    assert [u for u in session.requests if not u.startswith(server + "/")] == []
+    if r["backend"] == "webgpu":
+        assert any("/shaders/" in u and u.endswith(".wgsl") for u in session.requests)
 
 
 def _ui_answer(page, text: str) -> str:
