@@ -5,12 +5,16 @@
 //     gpu   navigator.gpu in a page/worker, or Dawn's `create([...])` result in Node. The engine never reads
 //           `navigator` itself.
 //     opts  {shaderBase?: URL|string of the folder holding the .wgsl files (default: ../../shaders/ next to this
-//            module), shaderSource?: async (name) -> WGSL text (overrides shaderBase), adapterOptions?, maxRows?:
-//            rows per chunk (default 64), lanes?: invocations per weight-row pair in matmul (default 32 on GPUs,
-//            1 on CPU adapters), subgroups?: use matmul_sg.wgsl (default: on GPUs whose subgroup size is fixed),
-//            timestamps?: GPU time per forward in model.stats.gpu_ms, maxBindingBytes?: cap on one storage binding (tests use it to force splits)}
+//            module; the page must serve /shaders/ beside /app/), shaderSource?: async (name) -> WGSL text
+//            (overrides shaderBase), adapterOptions?: for requestAdapter, maxRows?: rows per chunk (default 64),
+//            subgroups?: matmul_sg.wgsl (default on GPUs whose subgroup size is fixed, off on CPU adapters),
+//            lanes?: invocations per weight-row pair in matmul.wgsl (default 32; 1 on CPU adapters such as
+//            SwiftShader/llvmpipe), attnWg?: attention workgroup size (256 GPU / 64 CPU), timestamps?: GPU time
+//            per forward in model.stats.gpu_ms and model.profile() (bench only), maxBindingBytes?: cap on one
+//            weight binding (tests use it to force splits)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
-//                        maxStorageBufferBindingSize}
+//                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
+//   engine.destroy()    destroys the device (and every model)
 //   const model = await engine.loadModel(description, readSlice, {seq_len})
 //     description  formats.describe(): {config: ModelConfig fields (dim, hidden_dim, n_layers, n_heads,
 //                  n_kv_heads, head_dim, vocab_size, seq_len, rope_theta, rope_dim, norm_eps, tied_embeddings),
@@ -26,9 +30,13 @@
 //          submission, one readback. Batch-invariant: a position's row is bitwise the same whatever split of
 //          forwards (1 token, k+1 verify blocks, prefill chunks) produced it.
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
-//   model.stats              {dispatches, chunks} of the last forward
+//   model.stats              last forward: {dispatches, chunks, encode_ms, submit_ms, wait_ms, pre_encoded, gpu_ms}
+//   model.weightBytes        bytes of weights on the GPU
+//   await model.profile(n)   bench only (timestamps): GPU microseconds per kind of dispatch for n rows
 //   model.destroy()          frees GPU buffers
-//   engine.destroy()         destroys the device
+// Speed notes: one compute pass per forward (embed, then per layer qkv+RoPE+KV write, attention, o+residual,
+// gate/up+SwiGLU, down+residual, then the head for the rows asked: 5 * n_layers + 2 dispatches); the command
+// buffer for the next forward of the same shape is encoded while the GPU runs this one.
 // Errors: device loss makes forward reject with an Error whose message starts with "device lost"; other GPU
 // errors with "gpu error"; bad arguments/files with a message naming the problem. Forwards are serialised.
 
@@ -439,7 +447,9 @@ async function loadModel(ctx, description, readSlice, lopts) {
       await Promise.race([staging.mapAsync(GPUMapMode.READ, 0, bytes),
         ctx.lostPromise.then((m) => { throw new Error(`device lost: ${m}`); })]);
     } catch (e) {
-      if (state.lost) throw new Error(`device lost: ${state.lost}`);
+      // a destroyed/lost device rejects the map before `device.lost` may have settled: give it a moment
+      const m = state.lost ?? await Promise.race([ctx.lostPromise, new Promise((r) => setTimeout(() => r(null), 500))]);
+      if (m) throw new Error(`device lost: ${m}`);
       throw e;
     }
     stats.wait_ms = performance.now() - tEnc - stats.encode_ms;

@@ -2,6 +2,7 @@
 //
 //   node tests/gpu/driver.mjs SPEC.json OUT.bin
 // SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?, lanes?,
+//        ops may also hold {op: 'lose_device'} (destroys the device),
 //        max_binding_bytes?, ops: [{op: 'forward', tokens, start_pos, n_out?} | {op: 'truncate', n}]}
 // Writes every forward's logits (float32, row-major) back to back into OUT.bin and prints one JSON line:
 // {adapter, results: [{op, rows, dispatches}], load_ms}. If no adapter: prints {"no_adapter": reason}, exit 3.
@@ -55,6 +56,9 @@ async function main() {
     } else if (op.op === 'truncate') {
       try { model.truncate(op.n); results.push({ op: 'truncate', length: model.length }); }
       catch (e) { results.push({ op: 'truncate', error: e.message }); }
+    } else if (op.op === 'lose_device') {
+      engine.device.destroy();   // what a GPU reset looks like to the engine
+      results.push({ op: 'lose_device' });
     } else throw new Error(`unknown op ${op.op}`);
   }
   closeSync(fd);

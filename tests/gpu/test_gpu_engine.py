@@ -154,6 +154,20 @@ def test_micro_gqa_partial_rope_untied(tmp_path):
     check_engine(p, n=12)
 
 
+def test_device_loss_rejects_forward(micro_paths):
+    """A lost device makes forward reject with an Error starting "device lost" (no hang), before and after."""
+    from exactspec.formats import describe
+
+    d = describe(micro_paths["F32"])
+    ops = [{"op": "forward", "tokens": [1, 2, 3], "start_pos": 0}, {"op": "lose_device"},
+           {"op": "forward", "tokens": [4], "start_pos": 3}, {"op": "forward", "tokens": [4], "start_pos": 3}]
+    info, outs = run_engine(micro_paths["F32"], d, ops, timeout=120)
+    res = info["results"]
+    assert "error" not in res[0] and len(outs) == 1
+    for r in res[2:]:
+        assert r.get("error", "").startswith("device lost"), r
+
+
 def test_bad_description_is_refused(micro_paths):
     from exactspec.formats import describe
 
