@@ -211,6 +211,12 @@ async function loadModel(name, role) {
   }
   const out = JSON.parse(state.session.load(name, path, role, backend, backendName));
   out.backend = backendName;
+  const other = role === 'champion' ? 'draft' : 'champion';
+  if (state.active[other] === name) {          // a model holds one role at a time (the session dropped the other)
+    state.active[other] = null;
+    delete state.modelBackend[other];
+    if (state.gpuModels[other]) { try { state.gpuModels[other].destroy(); } catch (e) { /* gone */ } delete state.gpuModels[other]; }
+  }
   state.active[role] = name;
   state.modelBackend[role] = backendName;
   return out;

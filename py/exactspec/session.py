@@ -177,6 +177,16 @@ class Session:
         if backend_name is None:
             backend_name = "cpu" if backend is None else self.backend_name
         from .kv import TrackedCache
+        # one model per role (their KV caches are separate): free the role's previous model, and take this name
+        # out of the other role if it held it
+        prev = self.champion if role == "champion" else self.draft
+        if prev is not None and prev != name:
+            self.models.pop(prev, None)
+        if role == "champion" and self.draft == name:
+            self.draft = None
+        if role == "draft" and self.champion == name:
+            self.champion = None
+            self._cont = None
         self.models[name] = LoadedModel(name, path, role, be, tok, template, cfg, summary, backend_name,
                                         TrackedCache(YieldingBackend(be)))
         if role == "champion":

@@ -305,3 +305,20 @@ def test_session_backend_fault_keeps_committed_prefix(micro):
     assert out["finish_reason"] == "error" and "device lost" in out["error"]
     n = len(out["token_ids"])
     assert 0 < n < 20 and out["token_ids"] == full["token_ids"][:n]
+
+
+def test_session_one_model_per_role(micro, tmp_path):
+    from exactspec.session import Session, SessionError
+    other = tmp_path / "other.gguf"
+    write_micro_gguf(other, micro_config(), seed=4)
+    s = Session()
+    s.load("a", str(micro))
+    s.load("b", str(other), role="draft")
+    assert (s.champion, s.draft) == ("a", "b")
+    s.load("b", str(other), role="champion")          # promote the draft: it leaves the draft role
+    assert (s.champion, s.draft) == ("b", None) and set(s.models) == {"b"}   # 'a' freed
+    with pytest.raises(SessionError, match="draft"):
+        run(s.generate({"prompt": "x", "drafter": "model", "k": 2, "max_new_tokens": 2}))
+    s.load("a", str(micro), role="draft")
+    out = run(s.generate({"prompt": "x", "drafter": "model", "k": 2, "max_new_tokens": 4}))
+    assert out["stats"]["draft_passes"] > 0
