@@ -193,19 +193,23 @@ def setup_pyodide(npm_dir: Path | None = None, dest: Path | None = None) -> Path
     return dest_dir
 
 
+WHEEL_EXCLUDE = ("exactspec/train/",)   # training code (torch) never runs in the browser
+
+
 def _wheel_files() -> list[tuple[str, bytes]]:
     pkg = ROOT / "py" / "exactspec"
     out = []
     for p in sorted(pkg.rglob("*.py")):
-        if "__pycache__" in p.parts:
+        if "__pycache__" in p.parts or p.relative_to(ROOT / "py").as_posix().startswith(WHEEL_EXCLUDE):
             continue
         out.append((p.relative_to(ROOT / "py").as_posix(), p.read_bytes()))
     return out
 
 
 def build_exactspec_wheel() -> Path:
-    """Build the pure-Python exactspec wheel into static/wheels/<sha16>/ (content-addressed, deterministic, offline:
-    a wheel is a zip with a dist-info; no build backend needed). Returns the wheel path; skips when up to date."""
+    """Build the pure-Python exactspec wheel for the browser into static/wheels/<sha16>/ (content-addressed,
+    deterministic, offline: a wheel is a zip with a dist-info; no build backend needed; exactspec.train left out).
+    Returns the wheel path; skips when up to date."""
     import base64
     import tomllib
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
