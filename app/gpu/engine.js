@@ -9,7 +9,7 @@
 //            (overrides shaderBase), adapterOptions?: for requestAdapter, maxRows?: rows per chunk (default 64),
 //            subgroups?: matmul_sg.wgsl (default on GPUs whose subgroup size is fixed, off on CPU adapters),
 //            lanes?: invocations per weight-row pair in matmul.wgsl (default 32; 1 on CPU adapters such as
-//            SwiftShader/llvmpipe), attnWg?: attention workgroup size (256 GPU / 64 CPU), timestamps?: GPU time
+//            SwiftShader/llvmpipe), matmulWg?: matmul workgroup size (64), attnWg?: attention workgroup size (256 GPU / 64 CPU), timestamps?: GPU time
 //            per forward in model.stats.gpu_ms and model.profile() (bench only), maxBindingBytes?: cap on one
 //            weight binding (tests use it to force splits)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
@@ -72,7 +72,7 @@ export async function createEngine(gpu, opts = {}) {
     const useSg = sgOk && (opts.subgroups ?? !cpu);
     if (opts.subgroups === true && !sgOk) throw new Error(`subgroups requested but the adapter has none of a fixed size (${adapterInfo.subgroupMinSize}..${adapterInfo.subgroupMaxSize})`);
     kernels = await createKernels(device, shaderSource, { lanes: useSg ? S : (opts.lanes ?? (cpu ? 1 : 32)),
-      attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg });
+      attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg, matmulWg: opts.matmulWg ?? WG_SIZE });
     adapterInfo.kernels = { matmul: useSg ? `matmul_sg (LANES=${S})` : `matmul (LANES=${kernels.lanes})`,
       attention_wg: opts.attnWg ?? (cpu ? 64 : 256) };
   } catch (e) {
@@ -257,7 +257,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     new Float32Array(a.buffer)[11] = eps;
     return uni(label, a);
   };
-  const groupsPerWg = WG_SIZE / kernels.lanes;   // row pairs per matmul workgroup
+  const groupsPerWg = kernels.matmulWg / kernels.lanes;   // row pairs per matmul workgroup
   const mmDims = (part) => {
     const n = Math.ceil(Math.ceil(part.N / 2) / groupsPerWg);
     const x = Math.min(n, 32768);

@@ -35,7 +35,7 @@ function layout(device, kinds) {
   return device.createBindGroupLayout({ entries });
 }
 
-export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64, subgroups = false } = {}) {
+export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64, subgroups = false, matmulWg = WG_SIZE } = {}) {
   const mm = subgroups ? 'matmul_sg' : 'matmul';
   const [mmSrc, attSrc, embSrc] = await Promise.all([mm, 'attention', 'embed'].map((n) => shaderSource(n)));
   const modules = {};
@@ -70,7 +70,8 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
     layouts,
     lanes,
     subgroups,
-    matmul: (wtype, mode, norm) => pipeline('matmul', { WTYPE: wtype, MODE: mode, NORM: norm ? 1 : 0, LANES: lanes }),
+    matmulWg,
+    matmul: (wtype, mode, norm) => pipeline('matmul', { WG_SIZE: matmulWg, WTYPE: wtype, MODE: mode, NORM: norm ? 1 : 0, LANES: lanes }),
     attention: () => pipeline('attention', { WG_SIZE: attnWg }),
     embed: (wtype) => pipeline('embed', { WTYPE: wtype }),
   };
