@@ -1,5 +1,6 @@
-// matmul — thin GEMM over weights read as stored: y[t, r] = sum_k W[r, k] * xin[t, k] for every row t of a chunk,
-// each weight read once per tile of TB rows (a verify block of k+1 <= TB rows reads each weight once).
+// matmul — thin GEMM over weights read as stored: y[t, r] = sum_k W[r, k] * xin[t, k] for every row t of a chunk.
+// On GPUs each weight unit is read and decoded once per FOUR chunk rows (quad_dot), so a verify block of
+// k+1 <= 4 rows costs about one single-token pass; on CPU adapters each row is a separate pass over cached weights.
 //
 // Weight formats (override WTYPE, ggml ids): 0 F32, 1 F16, 30 BF16, 3 Q4_1 (blocks as stored: f16 d, f16 m, 16 B),
 // 2 Q4_0 and 8 Q8_0 (blocks as stored, with the f16 scale padded to 4 bytes so the block is word aligned:
@@ -7,11 +8,15 @@
 // Optional fused input RMSNorm (override NORM): xin = x * rsqrt(mean(x^2) + eps) * gamma.
 //
 // Work split: rows are processed in PAIRS (2i, 2i+1). One group of LANES invocations owns one pair; a workgroup
-// holds WG_SIZE/LANES groups. Lane l accumulates the 32-value blocks l, l+LANES, ... of the row (ascending), for
-// each of the TB chunk rows of a tile, then the LANES partials are summed by a fixed binary tree in workgroup memory.
-// LANES = 32 on GPUs; LANES = 1 on CPU adapters (SwiftShader, llvmpipe), where barriers cost far more than the
-// redundant work: then one invocation computes a whole pair (and its rows' RMSNorm scales) with no barrier at all.
-// BATCH INVARIANCE: the arithmetic for row t never depends on how many rows the chunk has or where it starts.
+// holds WG_SIZE/LANES groups.
+//  - GPUs (LANES = 32): per tile of TB rows, the fused-RMSNorm scales come from a fixed tree over the workgroup;
+//    then four rows at a time, lane l accumulates the 32-value blocks l, l+LANES, ... (ascending) for the four
+//    rows, and the LANES partials are summed by a fixed binary tree in workgroup memory. (matmul_sg.wgsl is the
+//    same with subgroupAdd instead of the trees.)
+//  - CPU adapters (LANES = 1: SwiftShader, llvmpipe), where barriers cost far more than redundant work: one
+//    invocation computes a whole pair, row after row, and each row's RMSNorm scale itself; no barrier at all.
+// BATCH INVARIANCE: the arithmetic for row t never depends on how many rows the chunk has or where it starts
+// (every row goes through the same function, in the same slot code, with the same reduction order).
 //
 // Epilogue (override MODE) for a pair (y0, y1) at chunk row t:
 //   0 store:  out[orow * out_stride + row0 + 2i + {0,1}] = y        (logits use a row window from Step)
