@@ -1,7 +1,8 @@
 """Run the WebGPU engine (app/gpu/engine.js) under Node + Dawn (npm `webgpu`) from pytest.
 
 Dawn's OpenGL backend on Mesa's llvmpipe is the adapter here (XDG_RUNTIME_DIR=/tmp EGL_PLATFORM=surfaceless,
-featureLevel 'compatibility'); it needs Debian's libegl1 + libgl1-mesa-dri (llvmpipe) + libgles2 at run time.
+featureLevel 'compatibility'); it needs Debian's libegl1 + libegl-mesa0 + libgl1-mesa-dri (llvmpipe) at run time
+(libegl-dev's unversioned libEGL.so too, or the symlink shim below).
 `probe()` says why the engine cannot run (no node, no webgpu package, no adapter) so tests skip ONLY then.
 """
 from __future__ import annotations
@@ -19,6 +20,29 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "gpu" / "driver.mjs"
 BACKEND = os.environ.get("EXACTSPEC_DAWN_BACKEND", "opengl")   # 'vulkan' on a GPU host (H200 bench machine)
 ENV = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "EGL_PLATFORM": "surfaceless"}
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+def _egl_shim() -> None:
+    """Dawn's OpenGL backend dlopens the unversioned "libEGL.so" (Debian ships it in libegl-dev). When only
+    libEGL.so.1 (libegl1) is installed, point LD_LIBRARY_PATH at a private folder with that one symlink."""
+    if any(os.path.exists(os.path.join(d, "libEGL.so")) for d in LIB_DIRS):
+        return
+    so1 = next((os.path.join(d, "libEGL.so.1") for d in LIB_DIRS if os.path.exists(os.path.join(d, "libEGL.so.1"))), None)
+    if so1 is None:
+        return
+    shim = Path(tempfile.gettempdir()) / "exactspec-egl-shim"
+    shim.mkdir(exist_ok=True)
+    link = shim / "libEGL.so"
+    if not link.exists():
+        try:
+            link.symlink_to(so1)
+        except FileExistsError:
+            pass
+    ENV["LD_LIBRARY_PATH"] = f"{shim}:{ENV.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+
+
+_egl_shim()
 
 PROBE_JS = """
 import { create, globals } from 'webgpu';
