@@ -187,3 +187,32 @@ def test_torch_model_matches_reference_on_the_draft(draft_path):
         b = m(torch.tensor([ids[7:]]), pos=torch.arange(7, 12)[None], cache=cache, key_mask=km)
     np.testing.assert_allclose(out, ref, atol=2e-3, rtol=0)
     np.testing.assert_allclose(torch.cat([a, b], 1)[0].numpy(), out, atol=1e-4, rtol=0)
+
+
+def test_teacher_batched_generation_equals_plain_greedy_decoding():
+    """Left-padded, KV-cached batch generation (the champion's answers on the GPU) == one-by-one greedy decoding
+    without a cache, on a random micro llama (CPU)."""
+    torch = pytest.importorskip("torch")
+    from exactspec.backend import ModelConfig
+    from exactspec.train.model import TorchLlama
+    from exactspec.train.teacher import generate_all
+    cfg = ModelConfig(dim=64, hidden_dim=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, vocab_size=97,
+                      seq_len=128, rope_theta=1e4)
+    m = TorchLlama(cfg)
+    m.init_random(3, std=0.3)
+    m.eval()
+    prompts = [[5, 9, 2, 7], [11], [3, 3, 3, 3, 3, 3, 3], [1, 2]]
+    for order in ("sorted", "shuffled"):
+        got = generate_all(m, prompts, [0.0] * 4, 6, eos=96, seed=0, device="cpu", token_budget=20, max_batch=3,
+                           log=lambda *_: None, order=order, dtype=torch.float32)
+        for p, g in zip(prompts, got):
+            seq = list(p)
+            want = []
+            with torch.no_grad():
+                for _ in range(6):
+                    t = int(m(torch.tensor([seq]))[0, -1].argmax())
+                    want.append(t)
+                    seq.append(t)
+                    if t == 96:
+                        break
+            assert g == want

@@ -32,7 +32,8 @@ def lr_at(step: int, steps: int, lr: float, warmup: int, final_frac: float = 0.1
 
 def train(student: TorchLlama, sources: list[tuple[np.ndarray, float]], *, mode: str, steps: int, batch: int,
           lr: float, seed: int, device, teacher: TorchLlama | None = None, warmup: int = 50,
-          weight_decay: float = 0.01, time_limit_s: float = 1e9, log=print, log_every: int = 50) -> dict:
+          weight_decay: float = 0.01, time_limit_s: float = 1e9, log=print, log_every: int = 50,
+          stop_at: int | None = None) -> dict:
     """sources: [(rows (n, seq_len) uint16, weight)]: each batch row is drawn from a source with that weight.
 
     mode 'kd': loss = KL(teacher || student) at every position; 'ce': next-token cross-entropy.
@@ -55,6 +56,9 @@ def train(student: TorchLlama, sources: list[tuple[np.ndarray, float]], *, mode:
     for step in range(steps):
         if time.time() - t0 > time_limit_s:
             log(f"{mode}: stopped by the time limit at step {step}")
+            break
+        if stop_at is not None and step >= stop_at:
+            log(f"{mode}: stopped at step {step} (stop_at, the schedule still spans {steps} steps)")
             break
         src = rng.choice(len(sources), size=batch, p=w)
         rows = np.stack([sources[k][0][rng.integers(len(sources[k][0]))] for k in src])   # (B, seq_len)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -49,6 +50,12 @@ def main(argv=None) -> int:
     ap.add_argument("--gen-weight", type=float, default=0.65, help="share of batch rows from the champion's answers")
     ap.add_argument("--tiny", action="store_true", help="smoke test: few prompts, few steps, short rows")
     ap.add_argument("--max-prompts", type=int, default=0)
+    ap.add_argument("--gen-max-prompts", type=int, default=None,
+                    help="deterministic stand-in for --gen-time: stop after the batch reaching this many prompts")
+    ap.add_argument("--gen-order", choices=("sorted", "shuffled"), default="shuffled",
+                    help="batch order of the champion's answers (the shipped draft's run: sorted)")
+    ap.add_argument("--kd-stop-step", type=int, default=None,
+                    help="deterministic stand-in for --kd-time: stop KD after this many steps (schedule of --steps)")
     a = ap.parse_args(argv)
 
     t_start = time.time()
@@ -99,7 +106,8 @@ def main(argv=None) -> int:
     temps = rng.choice([0.0, 0.7, 1.0], size=len(prompts), p=[0.5, 0.35, 0.15]).tolist()
     answers = generate_all(teacher, prompts, temps, a.max_new, eos, a.seed, dev,
                            token_budget=160_000 if dev.type == "cuda" else 4096,
-                           time_limit_s=a.gen_time, log=log)
+                           time_limit_s=a.gen_time, log=log, max_prompts=a.gen_max_prompts,
+                           order=a.gen_order)
     n_done = sum(x is not None for x in answers)
     texts = [tok.decode(x) if x is not None else "" for x in answers]
     gen_seqs, dropped = [], 0
@@ -133,7 +141,7 @@ def main(argv=None) -> int:
     init_seed = a.seed + 7
     emb0 = pca_embedding(champ_emb, cfg.dim)                                # (vocab, dim)
     steps = a.steps if not a.tiny else 6
-    record = {"seed": a.seed, "init_seed": init_seed, "draft_config": cfg.to_json(), "max_new": a.max_new,
+    record = {"argv": sys.argv[1:] if argv is None else list(argv), "gen_order": a.gen_order, "seed": a.seed, "init_seed": init_seed, "draft_config": cfg.to_json(), "max_new": a.max_new,
               "temps_choice": {"0.0": 0.5, "0.7": 0.35, "1.0": 0.15}, "seq_len": seq_len,
               "gen_weight": a.gen_weight, "n_prompts": len(prompts), "n_answers": n_done,
               "answers_refused_for_workload": dropped, "gen_rows": int(len(gen_rows)),
@@ -151,7 +159,7 @@ def main(argv=None) -> int:
         rec = train(student, sources, mode=mode, steps=n_steps, batch=a.batch if not a.tiny else 2, lr=a.lr,
                     seed=a.seed + 100, device=dev, teacher=teacher if mode == "kd" else None,
                     time_limit_s=a.kd_time if mode == "kd" else a.ce_time, log=log,
-                    warmup=50 if not a.tiny else 2)
+                    warmup=50 if not a.tiny else 2, stop_at=a.kd_stop_step if mode == "kd" else None)
         if mode == "kd":
             kd_steps_done = rec["steps_done"]
         student.eval()

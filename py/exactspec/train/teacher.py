@@ -56,23 +56,41 @@ def generate_batch(model: TorchLlama, prompts: list[list[int]], temps: list[floa
 
 def generate_all(model: TorchLlama, prompts: list[list[int]], temps: list[float], max_new: int, eos: int,
                  seed: int, device, token_budget: int = 160_000, max_batch: int = 384,
-                 time_limit_s: float = 1e9, log=print) -> list[list[int] | None]:
-    """Length-sorted batches; None for prompts not reached before `time_limit_s`."""
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+                 time_limit_s: float = 1e9, log=print, max_prompts: int | None = None,
+                 order: str = "shuffled", dtype=torch.bfloat16) -> list[list[int] | None]:
+    """Batches of length-sorted prompts (little padding); None for prompts not reached before `time_limit_s` (or,
+    for a deterministic rerun, after the batch that reaches `max_prompts`).
+
+    order "sorted" runs the batches shortest first (so a time limit drops the LONGEST prompts: the shipped draft's
+    run did that); "shuffled" runs them in a seeded random order, so a time limit drops a random subset."""
+    if order not in ("sorted", "shuffled"):
+        raise ValueError(f"order must be 'sorted' or 'shuffled', not {order!r}")
+    by_len = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    batches = []
+    i = 0
+    while i < len(by_len):
+        L = len(prompts[by_len[min(i + max_batch, len(by_len)) - 1]]) + max_new
+        b = max(1, min(max_batch, token_budget // L))
+        batches.append((by_len[i:i + b], L))
+        i += b
+    if order == "shuffled":
+        perm = np.random.default_rng(seed).permutation(len(batches))
+        batches = [batches[j] for j in perm]
     gen = torch.Generator(device=device).manual_seed(seed)
     res: list[list[int] | None] = [None] * len(prompts)
     t0 = time.time()
-    i = 0
-    while i < len(order):
+    n = 0
+    for idx, L in batches:
         if time.time() - t0 > time_limit_s:
-            log(f"generation stopped by its time limit after {i} prompts")
+            log(f"generation stopped by its time limit after {n} prompts")
             break
-        L = len(prompts[order[min(i + max_batch, len(order)) - 1]]) + max_new
-        b = max(1, min(max_batch, token_budget // L))
-        idx = order[i:i + b]
-        outs = generate_batch(model, [prompts[j] for j in idx], [temps[j] for j in idx], max_new, eos, gen, device)
+        if max_prompts is not None and n >= max_prompts:
+            log(f"generation stopped at --gen-max-prompts after {n} prompts")
+            break
+        outs = generate_batch(model, [prompts[j] for j in idx], [temps[j] for j in idx], max_new, eos, gen, device,
+                              dtype=dtype)
         for j, o in zip(idx, outs):
             res[j] = o
-        i += b
-        log(f"gen {min(i, len(order))}/{len(order)} prompts, batch {b}, len {L}, {time.time() - t0:.1f}s")
+        n += len(idx)
+        log(f"gen {n}/{len(prompts)} prompts, batch {len(idx)}, len {L}, {time.time() - t0:.1f}s")
     return res
