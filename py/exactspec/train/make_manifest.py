@@ -69,6 +69,20 @@ def build(draft: Path, champion: Path, workload: Path, prep: dict, run: dict, ru
         "comparison_plain_loss": ({"file": "draft_ce.gguf (not committed)", "sha256": ce["gguf_sha256"],
                                    "train": slim(ce)} if ce else None),
         "measured": bench,
+        "rerun": {
+            "packages": "pip download --no-deps chitchat-dataset==0.9.0; apt-get download fortunes fortunes-min "
+                        "python3.11-doc; unpack the wheel (unzip) and the debs (dpkg-deb -x) into SRC/deb",
+            "prep": "python -m exactspec.train.prep --src SRC --pkgdir PKGS --champion CHAMPION "
+                    "--workload tests/data/workload.jsonl --out .devcarry/draft/data",
+            "device": "python -m exactspec.train.run_device --champion CHAMPION --data .devcarry/draft/data "
+                      "--workload tests/data/workload.jsonl --out OUT --gen-order sorted "
+                      f"--gen-max-prompts {run['n_answers']} --steps {kd['steps_planned']} "
+                      f"--kd-stop-step {kd['steps_done']}",
+            "note": "the shipped run used wall-clock limits (--gen-time 90 --kd-time 300 --ce-time 90) that stopped "
+                    "generation and KD at the points the deterministic flags above reproduce; bf16 GPU kernels are "
+                    "not bitwise deterministic. Generation ran shortest prompts first, so only prompts of <= 88 "
+                    "tokens were answered (no long or passage prompts): newer code shuffles the batch order.",
+        },
     }
     return m
 
