@@ -77,7 +77,7 @@ def build(draft: Path, champion: Path, workload: Path, prep: dict, run: dict, ru
             "device": "python -m exactspec.train.run_device --champion CHAMPION --data .devcarry/draft/data "
                       "--workload tests/data/workload.jsonl --out OUT --gen-order sorted "
                       f"--gen-max-prompts {run['n_answers']} --steps {kd['steps_planned']} "
-                      f"--kd-stop-step {kd['steps_done']}",
+                      f"--kd-stop-step {kd['steps_done']} --gen-time 1e9 --kd-time 1e9 --ce-time 1e9",
             "note": "the shipped run used wall-clock limits (--gen-time 90 --kd-time 300 --ce-time 90) that stopped "
                     "generation and KD at the points the deterministic flags above reproduce; bf16 GPU kernels are "
                     "not bitwise deterministic. Generation ran shortest prompts first, so only prompts of <= 88 "
