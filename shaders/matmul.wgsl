@@ -40,6 +40,7 @@ override WG_SIZE: u32 = 64;
 override WTYPE: u32 = 0;
 override MODE: u32 = 0;
 override NORM: bool = false;
+override TILE: u32 = 4u;   // GPU path: chunk rows per weight decode, 4 (quad_dot) or 8 (oct_dot)
 
 override LANES: u32 = 32;   // 1, 2, 4, 8, 16 or 32; divides WG_SIZE
 const TB: u32 = 8u;
@@ -264,6 +265,78 @@ fn quad_dot(r0: u32, have1: bool, t: u32, n4: u32, sc: vec4<f32>, lane: u32) -> 
   return Quad(a, b);
 }
 
+struct Oct {
+  y0: vec4<f32>,   // row r0 against chunk rows t .. t+3
+  y0b: vec4<f32>,  // row r0 against chunk rows t+4 .. t+7
+  y1: vec4<f32>,   // row r0 + 1 against t .. t+3
+  y1b: vec4<f32>,  // row r0 + 1 against t+4 .. t+7
+};
+
+// GPU path, TILE = 8: quad_dot for EIGHT chunk rows t..t+7 (each weight unit decoded once for the eight). Every
+// slot runs exactly quad_dot's slot code (same loads, same term, same accumulation order), so a row's bits are
+// the same whether a quad or an oct tile computed it, in whichever slot. Slots past the last row (n8 < 8) repeat
+// the last row and are discarded. sc / scb: the RMSNorm scales of slots 0..3 / 4..7.
+fn oct_dot(r0: u32, have1: bool, t: u32, n8: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+  var a = vec4<f32>(0.0);
+  var ab = vec4<f32>(0.0);
+  var b = vec4<f32>(0.0);
+  var bb = vec4<f32>(0.0);
+  let t1 = t + min(1u, n8 - 1u);
+  let t2 = t + min(2u, n8 - 1u);
+  let t3 = t + min(3u, n8 - 1u);
+  let t4 = t + min(4u, n8 - 1u);
+  let t5 = t + min(5u, n8 - 1u);
+  let t6 = t + min(6u, n8 - 1u);
+  let t7 = t + min(7u, n8 - 1u);
+  for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
+    for (var sub = 0u; sub < 4u; sub = sub + 1u) {
+      let u = 4u * blk + sub;
+      let p = load_unit(r0, u);
+      var q: Unit;
+      if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+      let x00 = xin(t, p.i0, sc.x);
+      let x01 = xin(t, p.i1, sc.x);
+      a.x = a.x + term(p, x00, x01);
+      b.x = b.x + term(q, x00, x01);
+      let x10 = xin(t1, p.i0, sc.y);
+      let x11 = xin(t1, p.i1, sc.y);
+      a.y = a.y + term(p, x10, x11);
+      b.y = b.y + term(q, x10, x11);
+      let x20 = xin(t2, p.i0, sc.z);
+      let x21 = xin(t2, p.i1, sc.z);
+      a.z = a.z + term(p, x20, x21);
+      b.z = b.z + term(q, x20, x21);
+      let x30 = xin(t3, p.i0, sc.w);
+      let x31 = xin(t3, p.i1, sc.w);
+      a.w = a.w + term(p, x30, x31);
+      b.w = b.w + term(q, x30, x31);
+      let x40 = xin(t4, p.i0, scb.x);
+      let x41 = xin(t4, p.i1, scb.x);
+      ab.x = ab.x + term(p, x40, x41);
+      bb.x = bb.x + term(q, x40, x41);
+      let x50 = xin(t5, p.i0, scb.y);
+      let x51 = xin(t5, p.i1, scb.y);
+      ab.y = ab.y + term(p, x50, x51);
+      bb.y = bb.y + term(q, x50, x51);
+      let x60 = xin(t6, p.i0, scb.z);
+      let x61 = xin(t6, p.i1, scb.z);
+      ab.z = ab.z + term(p, x60, x61);
+      bb.z = bb.z + term(q, x60, x61);
+      let x70 = xin(t7, p.i0, scb.w);
+      let x71 = xin(t7, p.i1, scb.w);
+      ab.w = ab.w + term(p, x70, x71);
+      bb.w = bb.w + term(q, x70, x71);
+    }
+  }
+  return Oct(a, ab, b, bb);
+}
+
+fn pick(v: vec4<f32>, vb: vec4<f32>, i: u32) -> f32 {   // slot i of an oct (0..3 in v, 4..7 in vb)
+  if (i < 4u) { return v[i]; }
+  return vb[i - 4u];
+}
+
+
 // The pair's partial dot products with chunk row t over this lane's 32-value blocks lane, lane + LANES, ...
 // (4 units each, in ascending order). Scalar accumulators only: no per-row arrays (they spill on GPUs).
 fn row_dot(r0: u32, have1: bool, t: u32, sc: f32, lane: u32) -> vec2<f32> {
@@ -338,17 +411,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (lid < nt) { rs[lid] = inverseSqrt(red[lid * WG_SIZE] / f32(K) + params.eps); }
         workgroupBarrier();
       }
-      for (var t = 0u; t < nt; t = t + 4u) {
-        let n4 = min(4u, nt - t);
+      for (var t = 0u; t < nt; t = t + TILE) {
+        let n4 = min(TILE, nt - t);   // rows of this quad (TILE 4) or oct (TILE 8)
         var sc = vec4<f32>(1.0);
+        var scb = vec4<f32>(1.0);
         if (NORM) {
           sc = vec4<f32>(rs[t], rs[t + min(1u, n4 - 1u)], rs[t + min(2u, n4 - 1u)], rs[t + min(3u, n4 - 1u)]);
+          scb = vec4<f32>(rs[t + min(4u, n4 - 1u)], rs[t + min(5u, n4 - 1u)], rs[t + min(6u, n4 - 1u)],
+                          rs[t + min(7u, n4 - 1u)]);
         }
-        var y = Quad(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (have0) { y = quad_dot(r0, have1, t0 + t, n4, sc, lane); }
+        var y = Oct(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+        if (have0) {
+          if (TILE == 8u) {
+            y = oct_dot(r0, have1, t0 + t, n4, sc, scb, lane);
+          } else {
+            let yq = quad_dot(r0, have1, t0 + t, n4, sc, lane);
+            y.y0 = yq.y0;
+            y.y1 = yq.y1;
+          }
+        }
         for (var i = 0u; i < n4; i = i + 1u) {
-          red[(2u * (t + i)) * WG_SIZE + lid] = y.y0[i];
-          red[(2u * (t + i) + 1u) * WG_SIZE + lid] = y.y1[i];
+          red[(2u * (t + i)) * WG_SIZE + lid] = pick(y.y0, y.y0b, i);
+          red[(2u * (t + i) + 1u) * WG_SIZE + lid] = pick(y.y1, y.y1b, i);
         }
       }
       workgroupBarrier();

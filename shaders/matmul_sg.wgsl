@@ -17,6 +17,7 @@ override WG_SIZE: u32 = 64;
 override WTYPE: u32 = 0;
 override MODE: u32 = 0;
 override NORM: bool = false;
+override TILE: u32 = 4u;   // GPU path: chunk rows per weight decode, 4 (quad_dot) or 8 (oct_dot)
 
 override LANES: u32 = 32;   // MUST equal the subgroup size (all subgroups full, aligned in local_invocation_index)
 const TB: u32 = 8u;
@@ -230,13 +231,104 @@ fn quad_dot(r0: u32, have1: bool, t: u32, n4: u32, sc: vec4<f32>, lane: u32) -> 
   return Quad(a, b);
 }
 
-fn norm_scale(t: u32, lane: u32) -> f32 {   // RMSNorm scale of chunk row t, summed over the subgroup
-  var ss = 0.0;
-  for (var i = lane; i < params.K / 4u; i = i + LANES) {
-    let v = x[t * (params.K / 4u) + i];
-    ss = ss + dot(v, v);
+struct Oct {
+  y0: vec4<f32>,   // row r0 against chunk rows t .. t+3
+  y0b: vec4<f32>,  // row r0 against chunk rows t+4 .. t+7
+  y1: vec4<f32>,   // row r0 + 1 against t .. t+3
+  y1b: vec4<f32>,  // row r0 + 1 against t+4 .. t+7
+};
+
+// GPU path, TILE = 8: quad_dot for EIGHT chunk rows t..t+7 (each weight unit decoded once for the eight). Every
+// slot runs exactly quad_dot's slot code (same loads, same term, same accumulation order), so a row's bits are
+// the same whether a quad or an oct tile computed it, in whichever slot. Slots past the last row (n8 < 8) repeat
+// the last row and are discarded. sc / scb: the RMSNorm scales of slots 0..3 / 4..7.
+fn oct_dot(r0: u32, have1: bool, t: u32, n8: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+  var a = vec4<f32>(0.0);
+  var ab = vec4<f32>(0.0);
+  var b = vec4<f32>(0.0);
+  var bb = vec4<f32>(0.0);
+  let t1 = t + min(1u, n8 - 1u);
+  let t2 = t + min(2u, n8 - 1u);
+  let t3 = t + min(3u, n8 - 1u);
+  let t4 = t + min(4u, n8 - 1u);
+  let t5 = t + min(5u, n8 - 1u);
+  let t6 = t + min(6u, n8 - 1u);
+  let t7 = t + min(7u, n8 - 1u);
+  for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
+    for (var sub = 0u; sub < 4u; sub = sub + 1u) {
+      let u = 4u * blk + sub;
+      let p = load_unit(r0, u);
+      var q: Unit;
+      if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
+      let x00 = xin(t, p.i0, sc.x);
+      let x01 = xin(t, p.i1, sc.x);
+      a.x = a.x + term(p, x00, x01);
+      b.x = b.x + term(q, x00, x01);
+      let x10 = xin(t1, p.i0, sc.y);
+      let x11 = xin(t1, p.i1, sc.y);
+      a.y = a.y + term(p, x10, x11);
+      b.y = b.y + term(q, x10, x11);
+      let x20 = xin(t2, p.i0, sc.z);
+      let x21 = xin(t2, p.i1, sc.z);
+      a.z = a.z + term(p, x20, x21);
+      b.z = b.z + term(q, x20, x21);
+      let x30 = xin(t3, p.i0, sc.w);
+      let x31 = xin(t3, p.i1, sc.w);
+      a.w = a.w + term(p, x30, x31);
+      b.w = b.w + term(q, x30, x31);
+      let x40 = xin(t4, p.i0, scb.x);
+      let x41 = xin(t4, p.i1, scb.x);
+      ab.x = ab.x + term(p, x40, x41);
+      bb.x = bb.x + term(q, x40, x41);
+      let x50 = xin(t5, p.i0, scb.y);
+      let x51 = xin(t5, p.i1, scb.y);
+      ab.y = ab.y + term(p, x50, x51);
+      bb.y = bb.y + term(q, x50, x51);
+      let x60 = xin(t6, p.i0, scb.z);
+      let x61 = xin(t6, p.i1, scb.z);
+      ab.z = ab.z + term(p, x60, x61);
+      bb.z = bb.z + term(q, x60, x61);
+      let x70 = xin(t7, p.i0, scb.w);
+      let x71 = xin(t7, p.i1, scb.w);
+      ab.w = ab.w + term(p, x70, x71);
+      bb.w = bb.w + term(q, x70, x71);
+    }
+  }
+  return Oct(a, ab, b, bb);
+}
+
+
+// RMSNorm scales of chunk rows t + min(i, n - 1), i = 0..3, summed over the subgroup: one pass over K for the four
+// rows (their loads in flight together). Component i's arithmetic is the same for every i and every n, so a row's
+// scale has the same bits wherever it is computed.
+fn norm4(t: u32, n: u32, lane: u32) -> vec4<f32> {
+  let K4 = params.K / 4u;
+  let t1 = t + min(1u, n - 1u);
+  let t2 = t + min(2u, n - 1u);
+  let t3 = t + min(3u, n - 1u);
+  var ss = vec4<f32>(0.0);
+  var i = lane;
+  // two strides per trip, loads first (more in flight), then the adds in the plain loop's order
+  for (; i + LANES < K4; i = i + 2u * LANES) {
+    let d0 = sq4(x[t * K4 + i], x[t1 * K4 + i], x[t2 * K4 + i], x[t3 * K4 + i]);
+    let j = i + LANES;
+    let d1 = sq4(x[t * K4 + j], x[t1 * K4 + j], x[t2 * K4 + j], x[t3 * K4 + j]);
+    ss = ss + d0;
+    ss = ss + d1;
+  }
+  if (i < K4) {
+    ss = ss + sq4(x[t * K4 + i], x[t1 * K4 + i], x[t2 * K4 + i], x[t3 * K4 + i]);
   }
   return inverseSqrt(subgroupAdd(ss) / f32(params.K) + params.eps);
+}
+
+fn sq4(v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>) -> vec4<f32> {
+  return vec4<f32>(dot(v0, v0), dot(v1, v1), dot(v2, v2), dot(v3, v3));
+}
+
+fn pick(v: vec4<f32>, vb: vec4<f32>, i: u32) -> f32 {   // slot i of an oct (0..3 in v, 4..7 in vb)
+  if (i < 4u) { return v[i]; }
+  return vb[i - 4u];
 }
 
 @compute @workgroup_size(WG_SIZE)
@@ -255,18 +347,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var lo = 0u;
   if (params.window == 1u) { lo = step.out_lo; }
   let hi = step.n;
-  for (var t = lo; t < hi; t = t + 4u) {
-    let n4 = min(4u, hi - t);
+  for (var t = lo; t < hi; t = t + TILE) {
+    let n4 = min(TILE, hi - t);   // rows of this quad (TILE 4) or oct (TILE 8); uniform
     var sc = vec4<f32>(1.0);
+    var scb = vec4<f32>(1.0);
     if (NORM) {
-      sc = vec4<f32>(norm_scale(t, lane), norm_scale(t + min(1u, n4 - 1u), lane),
-                     norm_scale(t + min(2u, n4 - 1u), lane), norm_scale(t + min(3u, n4 - 1u), lane));
+      sc = norm4(t, min(n4, 4u), lane);
+      if (n4 > 4u) { scb = norm4(t + 4u, n4 - 4u, lane); } else { scb = vec4<f32>(sc[n4 - 1u]); }
     }
-    let y = quad_dot(r0, have1, t, n4, sc, lane);
-    let s0 = subgroupAdd(y.y0);
-    let s1 = subgroupAdd(y.y1);
-    if (have0 && lane < n4) {
-      epilogue(t + lane, s0[lane], s1[lane], params.row0 + r0, have1);
+    var s0b = vec4<f32>(0.0);
+    var s1b = vec4<f32>(0.0);
+    var s0: vec4<f32>;
+    var s1: vec4<f32>;
+    if (TILE == 8u) {
+      let y = oct_dot(r0, have1, t, n4, sc, scb, lane);
+      s0 = subgroupAdd(y.y0);
+      s1 = subgroupAdd(y.y1);
+      s0b = subgroupAdd(y.y0b);
+      s1b = subgroupAdd(y.y1b);
+    } else {
+      let y = quad_dot(r0, have1, t, n4, sc, lane);
+      s0 = subgroupAdd(y.y0);
+      s1 = subgroupAdd(y.y1);
+    }
+    for (var i = lane; i < n4 && have0; i = i + LANES) {   // one slot per lane (LANES >= 8 on real GPUs)
+      epilogue(t + i, pick(s0, s0b, i), pick(s1, s1b, i), params.row0 + r0, have1);
     }
   }
 }

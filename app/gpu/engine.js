@@ -88,7 +88,8 @@ export async function createEngine(gpu, opts = {}) {
     kernels,
     async loadModel(description, readSlice, lopts = {}) {
       const m = await loadModel({ device, kernels, state, lostPromise, maxBinding, weightBinding,
-        timestamps: !!opts.timestamps && device.features.has('timestamp-query'), maxRows: opts.maxRows ?? 64 },
+        timestamps: !!opts.timestamps && device.features.has('timestamp-query'), maxRows: opts.maxRows ?? 64,
+        tile8: opts.tile8 ?? kernels.lanes > 1, splits: opts.splits ?? (isCpuAdapter(adapterInfo) ? 1 : 4) },
         description, readSlice, lopts);
       models.add(m);
       return m;
@@ -267,6 +268,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
   const addMatmul = async (label, lin, x, gamma, out, kv, mode, outStride) => {
     for (const part of lin.parts) {
       const pipeline = await kernels.matmul(lin.wtype, mode, !!gamma);
+      const pipeline8 = ctx.tile8 ? await kernels.matmul(lin.wtype, mode, !!gamma, 8) : pipeline;
       const bindGroup = device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
         { binding: 0, resource: { buffer: mmParams(label, lin.K, part, outStride, 0) } },
         { binding: 1, resource: stepBinding },
@@ -278,7 +280,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
         { binding: 7, resource: { buffer: kv ?? dummyW } },
       ] });
       const d = mmDims(part);
-      ops.push({ label, pipeline, bindGroup, dims: () => d });
+      ops.push({ label, pipeline, pipeline8, bindGroup, dims: () => d });
     }
   };
   for (const part of emb.parts) {
@@ -320,6 +322,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
   let logitOps = [];
   let logitsGen = 0;   // bumps when the logits buffer (and so the commands reading it) changes
   const headPipeline = await kernels.matmul(head.wtype, MODE.store, true);
+  const headPipeline8 = ctx.tile8 ? await kernels.matmul(head.wtype, MODE.store, true, 8) : headPipeline;
   const headParams = head.parts.map((part) => mmParams('logits', dim, part, vocab, 1));
   const ensureLogits = (rows) => {
     if (rows <= logitsCap) return;
@@ -330,7 +333,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     logitsBuf = device.createBuffer({ label: 'logits', size: cap * vocab * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
     staging = device.createBuffer({ label: 'staging', size: cap * vocab * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
     logitOps = head.parts.map((part, j) => ({
-      label: 'logits', pipeline: headPipeline, dims: (() => { const d = mmDims(part); return () => d; })(),
+      label: 'logits', pipeline: headPipeline, pipeline8: headPipeline8, dims: (() => { const d = mmDims(part); return () => d; })(),
       bindGroup: device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
         { binding: 0, resource: { buffer: headParams[j] } },
         { binding: 1, resource: stepBinding },
@@ -362,38 +365,71 @@ async function loadModel(ctx, description, readSlice, lopts) {
 
   let pre = null;   // command buffer pre-encoded for the next forward of the same shape
 
-  /** Encode one forward of n rows (chunked by maxRows) producing the last nOut rows of logits. */
+  /** Encode one forward of n rows (chunked by maxRows) producing the last nOut rows of logits, as ctx.splits
+   * command buffers (each one compute pass) that forwardNow submits one by one: the GPU starts on the first while
+   * the browser/Dawn still translates the rest (Dawn records its Vulkan/Metal/D3D commands at submit time). */
   function encode(n, nOut) {
     const nChunks = Math.ceil(n / maxRows);
     const firstOut = n - nOut;
-    const enc = device.createCommandEncoder();
-    const pass = enc.beginComputePass(ts ? { timestampWrites: { querySet: ts.set, beginningOfPassWriteIndex: 0,
-      endOfPassWriteIndex: 1 } } : {});
-    let dispatches = 0;
+    let total = 0;
+    for (let c = 0; c < nChunks; c++) {
+      const c0 = c * maxRows;
+      const nc = Math.min(maxRows, n - c0);
+      total += ops.length + (Math.max(0, firstOut - c0) < nc ? logitOps.length : 0);
+    }
+    // dispatch indices where a new command buffer starts: a small first one (the GPU starts early), then equal parts
+    const S = Math.max(1, Math.min(ctx.splits, Math.floor(total / 4)));
+    const cuts = new Set();
+    if (S > 1) {
+      const first = Math.max(1, Math.round(total * 0.06));
+      for (let j = 1; j < S; j++) cuts.add(first + Math.round(((total - first) * (j - 1)) / (S - 1)));
+    }
+    const cbs = [];
+    let enc = null;
+    let pass = null;
     let last = null;
+    const open = () => {
+      enc = device.createCommandEncoder();
+      pass = enc.beginComputePass(ts && cbs.length === 0 ? { timestampWrites: { querySet: ts.set, beginningOfPassWriteIndex: 0 } } : {});
+      last = null;
+    };
+    const close = (final) => {
+      if (final && ts) {
+        pass.end();
+        // an empty pass carries the end timestamp (after every dispatch of this command buffer)
+        enc.beginComputePass({ timestampWrites: { querySet: ts.set, endOfPassWriteIndex: 1 } }).end();
+      } else pass.end();
+      if (final) {
+        enc.copyBufferToBuffer(logitsBuf, 0, staging, 0, nOut * vocab * 4);
+        if (ts) {
+          enc.resolveQuerySet(ts.set, 0, 2, ts.buf, 0);
+          enc.copyBufferToBuffer(ts.buf, 0, ts.read, 0, 16);
+        }
+      }
+      cbs.push(enc.finish());
+    };
+    let dispatches = 0;
     const offs = [0];
-    const run = (op, nc) => {
-      if (op.pipeline !== last) { pass.setPipeline(op.pipeline); last = op.pipeline; }
+    const run = (op, rows) => {
+      if (cuts.has(dispatches)) { close(false); open(); }
+      const pipeline = rows > 4 && op.pipeline8 ? op.pipeline8 : op.pipeline;
+      if (pipeline !== last) { pass.setPipeline(pipeline); last = pipeline; }
       pass.setBindGroup(0, op.bindGroup, offs);
-      const [x, y] = op.dims(nc);
+      const [x, y] = op.dims(rows);
       pass.dispatchWorkgroups(x, y);
       dispatches++;
     };
+    open();
     for (let c = 0; c < nChunks; c++) {
       const c0 = c * maxRows;
       const nc = Math.min(maxRows, n - c0);
       const lo = Math.max(0, firstOut - c0);
       offs[0] = c * slot;
       for (const op of ops) run(op, nc);
-      if (lo < nc) for (const op of logitOps) run(op, nc);
+      if (lo < nc) for (const op of logitOps) run(op, nc - lo);
     }
-    pass.end();
-    enc.copyBufferToBuffer(logitsBuf, 0, staging, 0, nOut * vocab * 4);
-    if (ts) {
-      enc.resolveQuerySet(ts.set, 0, 2, ts.buf, 0);
-      enc.copyBufferToBuffer(ts.buf, 0, ts.read, 0, 16);
-    }
-    return { cb: enc.finish(), dispatches, key: `${n}:${nOut}:${logitsGen}` };
+    close(true);
+    return { cbs, dispatches, key: `${n}:${nOut}:${logitsGen}` };
   }
 
   async function forwardNow(tokens, startPos, nOut) {
@@ -430,7 +466,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     pre = null;
     device.queue.writeBuffer(stepBuf, 0, steps);
     const tSub = performance.now();
-    device.queue.submit([cmd.cb]);
+    for (const cb of cmd.cbs) device.queue.submit([cb]);
     stats.submit_ms = performance.now() - tSub;
     stats.encode_ms = performance.now() - tEnc;
     stats.dispatches = cmd.dispatches;
@@ -492,7 +528,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       const enc = device.createCommandEncoder();
       list.forEach((op, i) => {
         const pass = enc.beginComputePass({ timestampWrites: { querySet: qset, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 } });
-        pass.setPipeline(op.pipeline);
+        pass.setPipeline(n > 4 && op.label !== 'logits' && op.pipeline8 ? op.pipeline8 : op.pipeline);
         pass.setBindGroup(0, op.bindGroup, [0]);
         const [x, y] = op.dims(n);
         pass.dispatchWorkgroups(x, y);

@@ -71,7 +71,9 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
     lanes,
     subgroups,
     matmulWg,
-    matmul: (wtype, mode, norm) => pipeline('matmul', { WG_SIZE: matmulWg, WTYPE: wtype, MODE: mode, NORM: norm ? 1 : 0, LANES: lanes }),
+    // tile: chunk rows per weight decode on the GPU paths (4: quad_dot, 8: oct_dot); matmul.wgsl ignores it when lanes == 1
+    matmul: (wtype, mode, norm, tile = 4) => pipeline('matmul', { WG_SIZE: matmulWg, WTYPE: wtype, MODE: mode,
+      NORM: norm ? 1 : 0, LANES: lanes, TILE: tile }),
     attention: () => pipeline('attention', { WG_SIZE: attnWg }),
     embed: (wtype) => pipeline('embed', { WTYPE: wtype }),
   };

@@ -1,6 +1,7 @@
 // driver.mjs — run the WebGPU engine (app/gpu/engine.js) under Node + Dawn for tests and benches.
 //
 //   node tests/gpu/driver.mjs SPEC.json OUT.bin
+// Env EXACTSPEC_ENGINE_OPTS: JSON of extra createEngine options (variants: {"splits": 1, "tile8": false}).
 // SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?, lanes?,
 //        ops may also hold {op: 'lose_device'} (destroys the device),
 //        max_binding_bytes?, ops: [{op: 'forward', tokens, start_pos, n_out?} | {op: 'truncate', n}]}
@@ -19,12 +20,28 @@ if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantizati
 const gpu = create(flags);
 globalThis.__dawnGPU = gpu;   // keep the reference alive (GC of it crashes Node)
 
+// spec.emulate_sg: run shaders/matmul_sg.wgsl (the subgroup kernel) on an adapter without subgroups, with
+// subgroups of ONE lane (LANES = 1: subgroupAdd is the identity, the lane is 0): every part of that kernel but the
+// cross-lane sum (tiles, quad/oct slots, norm4, epilogues) runs and is checked.
+async function emulateSubgroups(name) {
+  const base = new URL('../../shaders/', import.meta.url);
+  if (name !== 'matmul') return readFileSync(new URL(`${name}.wgsl`, base), 'utf8');
+  let src = readFileSync(new URL('matmul_sg.wgsl', base), 'utf8');
+  src = src.replace(/^enable subgroups;$/m, '').replace(/^diagnostic\(off, subgroup_uniformity\);$/m, '');
+  src = src.replace(/subgroupAdd\(/g, 'sg_add1(');
+  src = src.replace(/,\s*@builtin\(subgroup_invocation_id\) sid: u32\) \{/, ') {\n  let sid = 0u;   // emulated: one lane');
+  return src + '\nfn sg_add1(v: vec4<f32>) -> vec4<f32> { return v; }\n';
+}
+
 async function main() {
   let engine;
   try {
     engine = await createEngine(gpu, {
       adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
       maxRows: spec.max_rows, maxBindingBytes: spec.max_binding_bytes, lanes: spec.lanes,
+      ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true } : {}),
+      // extra engine options (variants on a GPU host, e.g. {"splits": 1, "tile8": false})
+      ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
     });
   } catch (e) {
     if (/no WebGPU adapter/.test(e.message)) {

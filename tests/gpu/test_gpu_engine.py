@@ -71,7 +71,7 @@ def rows_of(outs, plan, name):
     return np.concatenate([outs[i] for i in plan[name]], axis=0)
 
 
-def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3, lanes=None):
+def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3, lanes=None, emulate_sg=False):
     from exactspec.formats import describe
     from exactspec.reference import ReferenceModel
 
@@ -81,7 +81,8 @@ def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, pari
     toks = [int(t) for t in rng.integers(0, vocab, n)]
     alt = [int(t) for t in rng.integers(0, vocab, 6)]
     ops, plan = invariance_ops(toks, alt)
-    info, outs = run_engine(path, d, ops, max_rows=max_rows, max_binding_bytes=max_binding_bytes, lanes=lanes)
+    info, outs = run_engine(path, d, ops, max_rows=max_rows, max_binding_bytes=max_binding_bytes, lanes=lanes,
+                            emulate_sg=emulate_sg)
     res = [r for r in info["results"] if r["op"] == "forward"]
     assert "start_pos" in res[-2].get("error", "") and "length" in res[-2]["error"], res[-2]
     assert "outside" in res[-1].get("error", ""), res[-1]
@@ -129,6 +130,14 @@ def test_micro_invariance_parity_truncate(micro_paths, ty):
 def test_micro_invariance_parity_gpu_path(micro_paths, ty):
     """The GPU matmul path (32 lanes per row pair, fixed tree reduction in workgroup memory), forced here."""
     check_engine(micro_paths[ty], n=20, lanes=32)
+
+
+@pytest.mark.parametrize("ty", ["F32", "Q4_1"])
+def test_micro_invariance_parity_subgroup_kernel(micro_paths, ty):
+    """matmul_sg.wgsl (what GPUs with subgroups run) with subgroups of one lane emulated: quad tiles for <= 4 rows,
+    oct tiles for more, norm4, every epilogue; only the cross-lane subgroupAdd is left out."""
+    full, diff, info = check_engine(micro_paths[ty], n=20, emulate_sg=True)
+    assert info["adapter"]["kernels"]["matmul"].startswith("matmul (LANES=1)")
 
 
 def test_micro_row_chunks_and_split_bindings(micro_paths):
