@@ -17,7 +17,7 @@ override WG_SIZE: u32 = 64;
 override WTYPE: u32 = 0;
 override MODE: u32 = 0;
 override NORM: bool = false;
-override TILE: u32 = 4u;   // GPU path: chunk rows per weight decode, 4 (quad_dot) or 8 (oct_dot)
+override TILE: u32 = 4u;   // GPU paths: chunk rows per weight decode: 1 (dot1), 4 (dot4) or 8 (dot8)
 
 override LANES: u32 = 32;   // MUST equal the subgroup size (all subgroups full, aligned in local_invocation_index)
 const TB: u32 = 8u;
@@ -189,110 +189,267 @@ fn term(p: Unit, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
   return p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx;
 }
 
-struct Quad {
-  y0: vec4<f32>,   // row r0 against chunk rows t .. t+3
-  y1: vec4<f32>,   // row r0 + 1
-};
-
-// GPU path: the pair's partial dot products with FOUR chunk rows t..t+3 at once (each weight unit decoded once
-// for the four), over this lane's 32-value blocks lane, lane + LANES, ... (4 units each, ascending). Slots past
-// the last row (n4 < 4) repeat the last row and are discarded. Every slot runs the same code, so a row's bits do
-// not depend on its slot, and every row of every chunk goes through this one function.
-fn quad_dot(r0: u32, have1: bool, t: u32, n4: u32, sc: vec4<f32>, lane: u32) -> Quad {
-  var a = vec4<f32>(0.0);
-  var b = vec4<f32>(0.0);
-  let t1 = t + min(1u, n4 - 1u);
-  let t2 = t + min(2u, n4 - 1u);
-  let t3 = t + min(3u, n4 - 1u);
-  for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
-    for (var sub = 0u; sub < 4u; sub = sub + 1u) {
-      let u = 4u * blk + sub;
-      let p = load_unit(r0, u);
-      var q: Unit;
-      if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
-      let x00 = xin(t, p.i0, sc.x);
-      let x01 = xin(t, p.i1, sc.x);
-      a.x = a.x + term(p, x00, x01);
-      b.x = b.x + term(q, x00, x01);
-      let x10 = xin(t1, p.i0, sc.y);
-      let x11 = xin(t1, p.i1, sc.y);
-      a.y = a.y + term(p, x10, x11);
-      b.y = b.y + term(q, x10, x11);
-      let x20 = xin(t2, p.i0, sc.z);
-      let x21 = xin(t2, p.i1, sc.z);
-      a.z = a.z + term(p, x20, x21);
-      b.z = b.z + term(q, x20, x21);
-      let x30 = xin(t3, p.i0, sc.w);
-      let x31 = xin(t3, p.i1, sc.w);
-      a.w = a.w + term(p, x30, x31);
-      b.w = b.w + term(q, x30, x31);
-    }
-  }
-  return Quad(a, b);
-}
-
 struct Oct {
-  y0: vec4<f32>,   // row r0 against chunk rows t .. t+3
-  y0b: vec4<f32>,  // row r0 against chunk rows t+4 .. t+7
-  y1: vec4<f32>,   // row r0 + 1 against t .. t+3
-  y1b: vec4<f32>,  // row r0 + 1 against t+4 .. t+7
+  y0: vec4<f32>,   // row r0 against chunk rows t .. t+3 (slots 0..3)
+  y0b: vec4<f32>,  // row r0 against chunk rows t+4 .. t+7 (slots 4..7)
+  y1: vec4<f32>,   // row r0 + 1, slots 0..3
+  y1b: vec4<f32>,  // row r0 + 1, slots 4..7
 };
 
-// GPU path, TILE = 8: quad_dot for EIGHT chunk rows t..t+7 (each weight unit decoded once for the eight). Every
-// slot runs exactly quad_dot's slot code (same loads, same term, same accumulation order), so a row's bits are
-// the same whether a quad or an oct tile computed it, in whichever slot. Slots past the last row (n8 < 8) repeat
-// the last row and are discarded. sc / scb: the RMSNorm scales of slots 0..3 / 4..7.
-fn oct_dot(r0: u32, have1: bool, t: u32, n8: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+// GPU paths: the pair's partial dot products with S = 1, 4 or 8 chunk rows t .. t+S-1 at once (dot1, dot4, dot8:
+// each weight unit read and decoded once for the S rows). Lane l takes the 8-value units u = l, l + LANES, ...
+// (K/8 units per row; consecutive lanes read consecutive weight words and x vec4s, so loads coalesce), and every
+// slot adds its terms in ascending u, R units per loop trip with all loads first (R only changes how many loads
+// are in flight, never the order of the adds). Slots past the last row (n < S) repeat the last row and are
+// discarded. EVERY SLOT OF EVERY VARIANT RUNS THE SAME CODE (xin, term, one add per unit in ascending u), so a
+// row's bits do not depend on its slot, on S, or on how many rows the dispatch has. sc / scb: RMSNorm scales of
+// slots 0..3 / 4..7.
+
+fn dot1(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
   var a = vec4<f32>(0.0);
   var ab = vec4<f32>(0.0);
   var b = vec4<f32>(0.0);
   var bb = vec4<f32>(0.0);
-  let t1 = t + min(1u, n8 - 1u);
-  let t2 = t + min(2u, n8 - 1u);
-  let t3 = t + min(3u, n8 - 1u);
-  let t4 = t + min(4u, n8 - 1u);
-  let t5 = t + min(5u, n8 - 1u);
-  let t6 = t + min(6u, n8 - 1u);
-  let t7 = t + min(7u, n8 - 1u);
-  for (var blk = lane; blk < params.K / 32u; blk = blk + LANES) {
-    for (var sub = 0u; sub < 4u; sub = sub + 1u) {
-      let u = 4u * blk + sub;
-      let p = load_unit(r0, u);
-      var q: Unit;
-      if (have1) { q = load_unit(r0 + 1u, u); } else { q = p; }
-      let x00 = xin(t, p.i0, sc.x);
-      let x01 = xin(t, p.i1, sc.x);
-      a.x = a.x + term(p, x00, x01);
-      b.x = b.x + term(q, x00, x01);
-      let x10 = xin(t1, p.i0, sc.y);
-      let x11 = xin(t1, p.i1, sc.y);
-      a.y = a.y + term(p, x10, x11);
-      b.y = b.y + term(q, x10, x11);
-      let x20 = xin(t2, p.i0, sc.z);
-      let x21 = xin(t2, p.i1, sc.z);
-      a.z = a.z + term(p, x20, x21);
-      b.z = b.z + term(q, x20, x21);
-      let x30 = xin(t3, p.i0, sc.w);
-      let x31 = xin(t3, p.i1, sc.w);
-      a.w = a.w + term(p, x30, x31);
-      b.w = b.w + term(q, x30, x31);
-      let x40 = xin(t4, p.i0, scb.x);
-      let x41 = xin(t4, p.i1, scb.x);
-      ab.x = ab.x + term(p, x40, x41);
-      bb.x = bb.x + term(q, x40, x41);
-      let x50 = xin(t5, p.i0, scb.y);
-      let x51 = xin(t5, p.i1, scb.y);
-      ab.y = ab.y + term(p, x50, x51);
-      bb.y = bb.y + term(q, x50, x51);
-      let x60 = xin(t6, p.i0, scb.z);
-      let x61 = xin(t6, p.i1, scb.z);
-      ab.z = ab.z + term(p, x60, x61);
-      bb.z = bb.z + term(q, x60, x61);
-      let x70 = xin(t7, p.i0, scb.w);
-      let x71 = xin(t7, p.i1, scb.w);
-      ab.w = ab.w + term(p, x70, x71);
-      bb.w = bb.w + term(q, x70, x71);
-    }
+  let U = params.K / 8u;
+  var u = lane;
+  for (; u + 3u * LANES < U; u = u + 4u * LANES) {   // 4 units per trip: loads first, adds in unit order
+    let p0 = load_unit(r0, u);
+    var q0 = p0;
+    if (have1) { q0 = load_unit(r0 + 1u, u); }
+    let p1 = load_unit(r0, u + 1u * LANES);
+    var q1 = p1;
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
+    let p2 = load_unit(r0, u + 2u * LANES);
+    var q2 = p2;
+    if (have1) { q2 = load_unit(r0 + 1u, u + 2u * LANES); }
+    let p3 = load_unit(r0, u + 3u * LANES);
+    var q3 = p3;
+    if (have1) { q3 = load_unit(r0 + 1u, u + 3u * LANES); }
+    let x000 = xin(t, p0.i0, sc.x);
+    let x001 = xin(t, p0.i1, sc.x);
+    a.x = a.x + term(p0, x000, x001);
+    b.x = b.x + term(q0, x000, x001);
+    let x100 = xin(t, p1.i0, sc.x);
+    let x101 = xin(t, p1.i1, sc.x);
+    a.x = a.x + term(p1, x100, x101);
+    b.x = b.x + term(q1, x100, x101);
+    let x200 = xin(t, p2.i0, sc.x);
+    let x201 = xin(t, p2.i1, sc.x);
+    a.x = a.x + term(p2, x200, x201);
+    b.x = b.x + term(q2, x200, x201);
+    let x300 = xin(t, p3.i0, sc.x);
+    let x301 = xin(t, p3.i1, sc.x);
+    a.x = a.x + term(p3, x300, x301);
+    b.x = b.x + term(q3, x300, x301);
+  }
+  for (; u < U; u = u + LANES) {
+    let p0 = load_unit(r0, u);
+    var q0 = p0;
+    if (have1) { q0 = load_unit(r0 + 1u, u); }
+    let x000 = xin(t, p0.i0, sc.x);
+    let x001 = xin(t, p0.i1, sc.x);
+    a.x = a.x + term(p0, x000, x001);
+    b.x = b.x + term(q0, x000, x001);
+  }
+  return Oct(a, ab, b, bb);
+}
+
+fn dot4(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+  var a = vec4<f32>(0.0);
+  var ab = vec4<f32>(0.0);
+  var b = vec4<f32>(0.0);
+  var bb = vec4<f32>(0.0);
+  let t1 = t + min(1u, n - 1u);
+  let t2 = t + min(2u, n - 1u);
+  let t3 = t + min(3u, n - 1u);
+  let U = params.K / 8u;
+  var u = lane;
+  for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
+    let p0 = load_unit(r0, u);
+    var q0 = p0;
+    if (have1) { q0 = load_unit(r0 + 1u, u); }
+    let p1 = load_unit(r0, u + 1u * LANES);
+    var q1 = p1;
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
+    let x000 = xin(t, p0.i0, sc.x);
+    let x001 = xin(t, p0.i1, sc.x);
+    a.x = a.x + term(p0, x000, x001);
+    b.x = b.x + term(q0, x000, x001);
+    let x010 = xin(t1, p0.i0, sc.y);
+    let x011 = xin(t1, p0.i1, sc.y);
+    a.y = a.y + term(p0, x010, x011);
+    b.y = b.y + term(q0, x010, x011);
+    let x020 = xin(t2, p0.i0, sc.z);
+    let x021 = xin(t2, p0.i1, sc.z);
+    a.z = a.z + term(p0, x020, x021);
+    b.z = b.z + term(q0, x020, x021);
+    let x030 = xin(t3, p0.i0, sc.w);
+    let x031 = xin(t3, p0.i1, sc.w);
+    a.w = a.w + term(p0, x030, x031);
+    b.w = b.w + term(q0, x030, x031);
+    let x100 = xin(t, p1.i0, sc.x);
+    let x101 = xin(t, p1.i1, sc.x);
+    a.x = a.x + term(p1, x100, x101);
+    b.x = b.x + term(q1, x100, x101);
+    let x110 = xin(t1, p1.i0, sc.y);
+    let x111 = xin(t1, p1.i1, sc.y);
+    a.y = a.y + term(p1, x110, x111);
+    b.y = b.y + term(q1, x110, x111);
+    let x120 = xin(t2, p1.i0, sc.z);
+    let x121 = xin(t2, p1.i1, sc.z);
+    a.z = a.z + term(p1, x120, x121);
+    b.z = b.z + term(q1, x120, x121);
+    let x130 = xin(t3, p1.i0, sc.w);
+    let x131 = xin(t3, p1.i1, sc.w);
+    a.w = a.w + term(p1, x130, x131);
+    b.w = b.w + term(q1, x130, x131);
+  }
+  for (; u < U; u = u + LANES) {
+    let p0 = load_unit(r0, u);
+    var q0 = p0;
+    if (have1) { q0 = load_unit(r0 + 1u, u); }
+    let x000 = xin(t, p0.i0, sc.x);
+    let x001 = xin(t, p0.i1, sc.x);
+    a.x = a.x + term(p0, x000, x001);
+    b.x = b.x + term(q0, x000, x001);
+    let x010 = xin(t1, p0.i0, sc.y);
+    let x011 = xin(t1, p0.i1, sc.y);
+    a.y = a.y + term(p0, x010, x011);
+    b.y = b.y + term(q0, x010, x011);
+    let x020 = xin(t2, p0.i0, sc.z);
+    let x021 = xin(t2, p0.i1, sc.z);
+    a.z = a.z + term(p0, x020, x021);
+    b.z = b.z + term(q0, x020, x021);
+    let x030 = xin(t3, p0.i0, sc.w);
+    let x031 = xin(t3, p0.i1, sc.w);
+    a.w = a.w + term(p0, x030, x031);
+    b.w = b.w + term(q0, x030, x031);
+  }
+  return Oct(a, ab, b, bb);
+}
+
+fn dot8(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+  var a = vec4<f32>(0.0);
+  var ab = vec4<f32>(0.0);
+  var b = vec4<f32>(0.0);
+  var bb = vec4<f32>(0.0);
+  let t1 = t + min(1u, n - 1u);
+  let t2 = t + min(2u, n - 1u);
+  let t3 = t + min(3u, n - 1u);
+  let t4 = t + min(4u, n - 1u);
+  let t5 = t + min(5u, n - 1u);
+  let t6 = t + min(6u, n - 1u);
+  let t7 = t + min(7u, n - 1u);
+  let U = params.K / 8u;
+  var u = lane;
+  for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
+    let p0 = load_unit(r0, u);
+    var q0 = p0;
+    if (have1) { q0 = load_unit(r0 + 1u, u); }
+    let p1 = load_unit(r0, u + 1u * LANES);
+    var q1 = p1;
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
+    let x000 = xin(t, p0.i0, sc.x);
+    let x001 = xin(t, p0.i1, sc.x);
+    a.x = a.x + term(p0, x000, x001);
+    b.x = b.x + term(q0, x000, x001);
+    let x010 = xin(t1, p0.i0, sc.y);
+    let x011 = xin(t1, p0.i1, sc.y);
+    a.y = a.y + term(p0, x010, x011);
+    b.y = b.y + term(q0, x010, x011);
+    let x020 = xin(t2, p0.i0, sc.z);
+    let x021 = xin(t2, p0.i1, sc.z);
+    a.z = a.z + term(p0, x020, x021);
+    b.z = b.z + term(q0, x020, x021);
+    let x030 = xin(t3, p0.i0, sc.w);
+    let x031 = xin(t3, p0.i1, sc.w);
+    a.w = a.w + term(p0, x030, x031);
+    b.w = b.w + term(q0, x030, x031);
+    let x040 = xin(t4, p0.i0, scb.x);
+    let x041 = xin(t4, p0.i1, scb.x);
+    ab.x = ab.x + term(p0, x040, x041);
+    bb.x = bb.x + term(q0, x040, x041);
+    let x050 = xin(t5, p0.i0, scb.y);
+    let x051 = xin(t5, p0.i1, scb.y);
+    ab.y = ab.y + term(p0, x050, x051);
+    bb.y = bb.y + term(q0, x050, x051);
+    let x060 = xin(t6, p0.i0, scb.z);
+    let x061 = xin(t6, p0.i1, scb.z);
+    ab.z = ab.z + term(p0, x060, x061);
+    bb.z = bb.z + term(q0, x060, x061);
+    let x070 = xin(t7, p0.i0, scb.w);
+    let x071 = xin(t7, p0.i1, scb.w);
+    ab.w = ab.w + term(p0, x070, x071);
+    bb.w = bb.w + term(q0, x070, x071);
+    let x100 = xin(t, p1.i0, sc.x);
+    let x101 = xin(t, p1.i1, sc.x);
+    a.x = a.x + term(p1, x100, x101);
+    b.x = b.x + term(q1, x100, x101);
+    let x110 = xin(t1, p1.i0, sc.y);
+    let x111 = xin(t1, p1.i1, sc.y);
+    a.y = a.y + term(p1, x110, x111);
+    b.y = b.y + term(q1, x110, x111);
+    let x120 = xin(t2, p1.i0, sc.z);
+    let x121 = xin(t2, p1.i1, sc.z);
+    a.z = a.z + term(p1, x120, x121);
+    b.z = b.z + term(q1, x120, x121);
+    let x130 = xin(t3, p1.i0, sc.w);
+    let x131 = xin(t3, p1.i1, sc.w);
+    a.w = a.w + term(p1, x130, x131);
+    b.w = b.w + term(q1, x130, x131);
+    let x140 = xin(t4, p1.i0, scb.x);
+    let x141 = xin(t4, p1.i1, scb.x);
+    ab.x = ab.x + term(p1, x140, x141);
+    bb.x = bb.x + term(q1, x140, x141);
+    let x150 = xin(t5, p1.i0, scb.y);
+    let x151 = xin(t5, p1.i1, scb.y);
+    ab.y = ab.y + term(p1, x150, x151);
+    bb.y = bb.y + term(q1, x150, x151);
+    let x160 = xin(t6, p1.i0, scb.z);
+    let x161 = xin(t6, p1.i1, scb.z);
+    ab.z = ab.z + term(p1, x160, x161);
+    bb.z = bb.z + term(q1, x160, x161);
+    let x170 = xin(t7, p1.i0, scb.w);
+    let x171 = xin(t7, p1.i1, scb.w);
+    ab.w = ab.w + term(p1, x170, x171);
+    bb.w = bb.w + term(q1, x170, x171);
+  }
+  for (; u < U; u = u + LANES) {
+    let p0 = load_unit(r0, u);
+    var q0 = p0;
+    if (have1) { q0 = load_unit(r0 + 1u, u); }
+    let x000 = xin(t, p0.i0, sc.x);
+    let x001 = xin(t, p0.i1, sc.x);
+    a.x = a.x + term(p0, x000, x001);
+    b.x = b.x + term(q0, x000, x001);
+    let x010 = xin(t1, p0.i0, sc.y);
+    let x011 = xin(t1, p0.i1, sc.y);
+    a.y = a.y + term(p0, x010, x011);
+    b.y = b.y + term(q0, x010, x011);
+    let x020 = xin(t2, p0.i0, sc.z);
+    let x021 = xin(t2, p0.i1, sc.z);
+    a.z = a.z + term(p0, x020, x021);
+    b.z = b.z + term(q0, x020, x021);
+    let x030 = xin(t3, p0.i0, sc.w);
+    let x031 = xin(t3, p0.i1, sc.w);
+    a.w = a.w + term(p0, x030, x031);
+    b.w = b.w + term(q0, x030, x031);
+    let x040 = xin(t4, p0.i0, scb.x);
+    let x041 = xin(t4, p0.i1, scb.x);
+    ab.x = ab.x + term(p0, x040, x041);
+    bb.x = bb.x + term(q0, x040, x041);
+    let x050 = xin(t5, p0.i0, scb.y);
+    let x051 = xin(t5, p0.i1, scb.y);
+    ab.y = ab.y + term(p0, x050, x051);
+    bb.y = bb.y + term(q0, x050, x051);
+    let x060 = xin(t6, p0.i0, scb.z);
+    let x061 = xin(t6, p0.i1, scb.z);
+    ab.z = ab.z + term(p0, x060, x061);
+    bb.z = bb.z + term(q0, x060, x061);
+    let x070 = xin(t7, p0.i0, scb.w);
+    let x071 = xin(t7, p0.i1, scb.w);
+    ab.w = ab.w + term(p0, x070, x071);
+    bb.w = bb.w + term(q0, x070, x071);
   }
   return Oct(a, ab, b, bb);
 }
@@ -348,7 +505,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (params.window == 1u) { lo = step.out_lo; }
   let hi = step.n;
   for (var t = lo; t < hi; t = t + TILE) {
-    let n4 = min(TILE, hi - t);   // rows of this quad (TILE 4) or oct (TILE 8); uniform
+    let n4 = min(TILE, hi - t);   // rows of this tile (TILE = 1, 4 or 8); uniform
     var sc = vec4<f32>(1.0);
     var scb = vec4<f32>(1.0);
     if (NORM) {
@@ -360,13 +517,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var s0: vec4<f32>;
     var s1: vec4<f32>;
     if (TILE == 8u) {
-      let y = oct_dot(r0, have1, t, n4, sc, scb, lane);
+      let y = dot8(r0, have1, t, n4, sc, scb, lane);
       s0 = subgroupAdd(y.y0);
       s1 = subgroupAdd(y.y1);
       s0b = subgroupAdd(y.y0b);
       s1b = subgroupAdd(y.y1b);
+    } else if (TILE == 4u) {
+      let y = dot4(r0, have1, t, n4, sc, scb, lane);
+      s0 = subgroupAdd(y.y0);
+      s1 = subgroupAdd(y.y1);
     } else {
-      let y = quad_dot(r0, have1, t, n4, sc, lane);
+      let y = dot1(r0, have1, t, n4, sc, scb, lane);
       s0 = subgroupAdd(y.y0);
       s1 = subgroupAdd(y.y1);
     }

@@ -89,7 +89,7 @@ export async function createEngine(gpu, opts = {}) {
     async loadModel(description, readSlice, lopts = {}) {
       const m = await loadModel({ device, kernels, state, lostPromise, maxBinding, weightBinding,
         timestamps: !!opts.timestamps && device.features.has('timestamp-query'), maxRows: opts.maxRows ?? 64,
-        tile8: opts.tile8 ?? kernels.lanes > 1, splits: opts.splits ?? (isCpuAdapter(adapterInfo) ? 1 : 4) },
+        tile8: opts.tile8 ?? kernels.lanes > 1, tile1: opts.tile1 ?? kernels.lanes > 1, splits: opts.splits ?? (isCpuAdapter(adapterInfo) ? 1 : 4) },
         description, readSlice, lopts);
       models.add(m);
       return m;
@@ -99,6 +99,13 @@ export async function createEngine(gpu, opts = {}) {
       device.destroy();
     },
   };
+}
+
+/** The matmul pipeline for a dispatch of `rows` chunk rows: weights decoded once per 1, 4 or 8 rows. */
+function pickPipeline(op, rows) {
+  if (rows > 4 && op.pipeline8) return op.pipeline8;
+  if (rows === 1 && op.pipeline1) return op.pipeline1;
+  return op.pipeline;
 }
 
 /** SwiftShader / llvmpipe / WARP: workgroup barriers are very expensive there, so matmul runs barrier-free. */
@@ -269,6 +276,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     for (const part of lin.parts) {
       const pipeline = await kernels.matmul(lin.wtype, mode, !!gamma);
       const pipeline8 = ctx.tile8 ? await kernels.matmul(lin.wtype, mode, !!gamma, 8) : pipeline;
+      const pipeline1 = ctx.tile1 ? await kernels.matmul(lin.wtype, mode, !!gamma, 1) : pipeline;
       const bindGroup = device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
         { binding: 0, resource: { buffer: mmParams(label, lin.K, part, outStride, 0) } },
         { binding: 1, resource: stepBinding },
@@ -280,7 +288,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
         { binding: 7, resource: { buffer: kv ?? dummyW } },
       ] });
       const d = mmDims(part);
-      ops.push({ label, pipeline, pipeline8, bindGroup, dims: () => d });
+      ops.push({ label, pipeline, pipeline8, pipeline1, bindGroup, dims: () => d });
     }
   };
   for (const part of emb.parts) {
@@ -323,6 +331,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
   let logitsGen = 0;   // bumps when the logits buffer (and so the commands reading it) changes
   const headPipeline = await kernels.matmul(head.wtype, MODE.store, true);
   const headPipeline8 = ctx.tile8 ? await kernels.matmul(head.wtype, MODE.store, true, 8) : headPipeline;
+  const headPipeline1 = ctx.tile1 ? await kernels.matmul(head.wtype, MODE.store, true, 1) : headPipeline;
   const headParams = head.parts.map((part) => mmParams('logits', dim, part, vocab, 1));
   const ensureLogits = (rows) => {
     if (rows <= logitsCap) return;
@@ -333,7 +342,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     logitsBuf = device.createBuffer({ label: 'logits', size: cap * vocab * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
     staging = device.createBuffer({ label: 'staging', size: cap * vocab * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
     logitOps = head.parts.map((part, j) => ({
-      label: 'logits', pipeline: headPipeline, pipeline8: headPipeline8, dims: (() => { const d = mmDims(part); return () => d; })(),
+      label: 'logits', pipeline: headPipeline, pipeline8: headPipeline8, pipeline1: headPipeline1, dims: (() => { const d = mmDims(part); return () => d; })(),
       bindGroup: device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
         { binding: 0, resource: { buffer: headParams[j] } },
         { binding: 1, resource: stepBinding },
@@ -412,7 +421,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     const offs = [0];
     const run = (op, rows) => {
       if (cuts.has(dispatches)) { close(false); open(); }
-      const pipeline = rows > 4 && op.pipeline8 ? op.pipeline8 : op.pipeline;
+      const pipeline = pickPipeline(op, rows);
       if (pipeline !== last) { pass.setPipeline(pipeline); last = pipeline; }
       pass.setBindGroup(0, op.bindGroup, offs);
       const [x, y] = op.dims(rows);
@@ -528,7 +537,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       const enc = device.createCommandEncoder();
       list.forEach((op, i) => {
         const pass = enc.beginComputePass({ timestampWrites: { querySet: qset, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 } });
-        pass.setPipeline(n > 4 && op.label !== 'logits' && op.pipeline8 ? op.pipeline8 : op.pipeline);
+        pass.setPipeline(pickPipeline(op, op.label === 'logits' ? 1 : n));
         pass.setBindGroup(0, op.bindGroup, [0]);
         const [x, y] = op.dims(n);
         pass.dispatchWorkgroups(x, y);
