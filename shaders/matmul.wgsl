@@ -1,22 +1,24 @@
 // matmul — thin GEMM over weights read as stored: y[t, r] = sum_k W[r, k] * xin[t, k] for every row t of a chunk.
-// On GPUs each weight unit is read and decoded once per FOUR chunk rows (quad_dot), so a verify block of
-// k+1 <= 4 rows costs about one single-token pass; on CPU adapters each row is a separate pass over cached weights.
+// On GPUs each weight unit is read and decoded once per tile of 1, 4 or 8 chunk rows (dot1/dot4/dot8; override
+// TILE, the engine picks the pipeline by the dispatch's row count), so a verify block of k+1 <= 8 rows costs about
+// one single-token pass; on CPU adapters each row is a separate pass over cached weights.
 //
 // Weight formats (override WTYPE, ggml ids): 0 F32, 1 F16, 30 BF16, 3 Q4_1 (blocks as stored: f16 d, f16 m, 16 B),
 // 2 Q4_0 and 8 Q8_0 (blocks as stored, with the f16 scale padded to 4 bytes so the block is word aligned:
 // Q4_0 20 B = d, pad, qs[16]; Q8_0 36 B = d, pad, qs[32]). Values are never dequantised in the buffer.
-// Optional fused input RMSNorm (override NORM): xin = x * rsqrt(mean(x^2) + eps) * gamma.
+// Optional fused input RMSNorm (override NORM): xin = x * rsqrt(mean(x^2) + eps) * gamma. CPU path: the scale
+// multiplies x before the dot; GPU paths: y = (W . (x * gamma)) * scale (the same function, rounded differently).
 //
 // Work split: rows are processed in PAIRS (2i, 2i+1). One group of LANES invocations owns one pair; a workgroup
 // holds WG_SIZE/LANES groups.
 //  - GPUs (LANES = 32): per tile of TB rows, the fused-RMSNorm scales come from a fixed tree over the workgroup;
-//    then four rows at a time, lane l accumulates the 32-value blocks l, l+LANES, ... (ascending) for the four
+//    then TILE rows at a time, lane l accumulates the 8-value units l, l+LANES, ... (ascending) for the TILE
 //    rows, and the LANES partials are summed by a fixed binary tree in workgroup memory. (matmul_sg.wgsl is the
-//    same with subgroupAdd instead of the trees.)
+//    same with subgroupAdd instead of the trees, and the RMSNorm statistic taken in the same pass.)
 //  - CPU adapters (LANES = 1: SwiftShader, llvmpipe), where barriers cost far more than redundant work: one
 //    invocation computes a whole pair, row after row, and each row's RMSNorm scale itself; no barrier at all.
 // BATCH INVARIANCE: the arithmetic for row t never depends on how many rows the chunk has or where it starts
-// (every row goes through the same function, in the same slot code, with the same reduction order).
+// (every slot of every tile variant runs the same code, with the same reduction order).
 //
 // Epilogue (override MODE) for a pair (y0, y1) at chunk row t:
 //   0 store:  out[orow * out_stride + row0 + 2i + {0,1}] = y        (logits use a row window from Step)
@@ -228,22 +230,33 @@ struct Oct {
   y0b: vec4<f32>,  // row r0 against chunk rows t+4 .. t+7 (slots 4..7)
   y1: vec4<f32>,   // row r0 + 1, slots 0..3
   y1b: vec4<f32>,  // row r0 + 1, slots 4..7
+  ss: vec4<f32>,   // NORM: sum of x^2 over this lane's units, slots 0..3 (the RMSNorm statistic, same pass)
+  ssb: vec4<f32>,  // slots 4..7
 };
 
-// GPU paths: the pair's partial dot products with S = 1, 4 or 8 chunk rows t .. t+S-1 at once (dot1, dot4, dot8:
-// each weight unit read and decoded once for the S rows). Lane l takes the 8-value units u = l, l + LANES, ...
-// (K/8 units per row; consecutive lanes read consecutive weight words and x vec4s, so loads coalesce), and every
-// slot adds its terms in ascending u, R units per loop trip with all loads first (R only changes how many loads
-// are in flight, never the order of the adds). Slots past the last row (n < S) repeat the last row and are
-// discarded. EVERY SLOT OF EVERY VARIANT RUNS THE SAME CODE (xin, term, one add per unit in ascending u), so a
-// row's bits do not depend on its slot, on S, or on how many rows the dispatch has. sc / scb: RMSNorm scales of
-// slots 0..3 / 4..7.
+// x * gamma (the RMSNorm weight) when NORM; the row's scale rsqrt(mean(x^2) + eps) is applied to the finished sum.
+fn gx(v: vec4<f32>, i: u32) -> vec4<f32> {
+  if (NORM) { return v * gamma[i]; }
+  return v;
+}
 
-fn dot1(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+// GPU paths: the pair's partial dot products with S = 1, 4 or 8 chunk rows t .. t+S-1 at once (dot1, dot4, dot8:
+// each weight unit read and decoded once for the S rows), and with NORM each row's partial sum of squares from the
+// same x loads. Lane l takes the 8-value units u = l, l + LANES, ... (K/8 units per row; consecutive lanes read
+// consecutive weight words and x vec4s, so loads coalesce); every slot adds its terms in ascending u, R units per
+// loop trip with all loads first (R only changes how many loads are in flight, never the order of the adds). Slots
+// past the last row (n < S) repeat the last row and are discarded. EVERY SLOT OF EVERY VARIANT RUNS THE SAME CODE
+// (loads, gx, term, one add per unit in ascending u), so a row's bits do not depend on its slot, on S, or on how
+// many rows the dispatch has.
+
+fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   var a = vec4<f32>(0.0);
   var ab = vec4<f32>(0.0);
   var b = vec4<f32>(0.0);
   var bb = vec4<f32>(0.0);
+  var s = vec4<f32>(0.0);
+  var sb = vec4<f32>(0.0);
+  let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
   for (; u + 3u * LANES < U; u = u + 4u * LANES) {   // 4 units per trip: loads first, adds in unit order
@@ -259,43 +272,85 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
     let p3 = load_unit(r0, u + 3u * LANES);
     var q3 = p3;
     if (have1) { q3 = load_unit(r0 + 1u, u + 3u * LANES); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x100 = xin(t, p1.i0, sc.x);
-    let x101 = xin(t, p1.i1, sc.x);
-    a.x = a.x + term(p1, x100, x101);
-    b.x = b.x + term(q1, x100, x101);
-    let x200 = xin(t, p2.i0, sc.x);
-    let x201 = xin(t, p2.i1, sc.x);
-    a.x = a.x + term(p2, x200, x201);
-    b.x = b.x + term(q2, x200, x201);
-    let x300 = xin(t, p3.i0, sc.x);
-    let x301 = xin(t, p3.i1, sc.x);
-    a.x = a.x + term(p3, x300, x301);
-    b.x = b.x + term(q3, x300, x301);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v100 = x[t * K4 + p1.i0];
+    let v101 = x[t * K4 + p1.i1];
+    let g100 = gx(v100, p1.i0);
+    let g101 = gx(v101, p1.i1);
+    a.x = a.x + term(p1, g100, g101);
+    b.x = b.x + term(q1, g100, g101);
+    if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    let v200 = x[t * K4 + p2.i0];
+    let v201 = x[t * K4 + p2.i1];
+    let g200 = gx(v200, p2.i0);
+    let g201 = gx(v201, p2.i1);
+    a.x = a.x + term(p2, g200, g201);
+    b.x = b.x + term(q2, g200, g201);
+    if (NORM) { s.x = s.x + (dot(v200, v200) + dot(v201, v201)); }
+    let v300 = x[t * K4 + p3.i0];
+    let v301 = x[t * K4 + p3.i1];
+    let g300 = gx(v300, p3.i0);
+    let g301 = gx(v301, p3.i1);
+    a.x = a.x + term(p3, g300, g301);
+    b.x = b.x + term(q3, g300, g301);
+    if (NORM) { s.x = s.x + (dot(v300, v300) + dot(v301, v301)); }
   }
-  for (; u < U; u = u + LANES) {
+  if (u < U) {   // the last 1..3 units: loads (clamped in range) first, then the adds of the units that exist
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
+    let p1 = load_unit(r0, min(u + 1u * LANES, U - 1u));
+    var q1 = p1;
+    if (have1) { q1 = load_unit(r0 + 1u, min(u + 1u * LANES, U - 1u)); }
+    let p2 = load_unit(r0, min(u + 2u * LANES, U - 1u));
+    var q2 = p2;
+    if (have1) { q2 = load_unit(r0 + 1u, min(u + 2u * LANES, U - 1u)); }
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    if (u + 1u * LANES < U) {
+      let v100 = x[t * K4 + p1.i0];
+      let v101 = x[t * K4 + p1.i1];
+      let g100 = gx(v100, p1.i0);
+      let g101 = gx(v101, p1.i1);
+      a.x = a.x + term(p1, g100, g101);
+      b.x = b.x + term(q1, g100, g101);
+      if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    }
+    if (u + 2u * LANES < U) {
+      let v200 = x[t * K4 + p2.i0];
+      let v201 = x[t * K4 + p2.i1];
+      let g200 = gx(v200, p2.i0);
+      let g201 = gx(v201, p2.i1);
+      a.x = a.x + term(p2, g200, g201);
+      b.x = b.x + term(q2, g200, g201);
+      if (NORM) { s.x = s.x + (dot(v200, v200) + dot(v201, v201)); }
+    }
   }
-  return Oct(a, ab, b, bb);
+  return Oct(a, ab, b, bb, s, sb);
 }
 
-fn dot4(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+fn dot4(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   var a = vec4<f32>(0.0);
   var ab = vec4<f32>(0.0);
   var b = vec4<f32>(0.0);
   var bb = vec4<f32>(0.0);
+  var s = vec4<f32>(0.0);
+  var sb = vec4<f32>(0.0);
   let t1 = t + min(1u, n - 1u);
   let t2 = t + min(2u, n - 1u);
   let t3 = t + min(3u, n - 1u);
+  let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
   for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
@@ -305,68 +360,106 @@ fn dot4(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
     let p1 = load_unit(r0, u + 1u * LANES);
     var q1 = p1;
     if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
-    let x100 = xin(t, p1.i0, sc.x);
-    let x101 = xin(t, p1.i1, sc.x);
-    a.x = a.x + term(p1, x100, x101);
-    b.x = b.x + term(q1, x100, x101);
-    let x110 = xin(t1, p1.i0, sc.y);
-    let x111 = xin(t1, p1.i1, sc.y);
-    a.y = a.y + term(p1, x110, x111);
-    b.y = b.y + term(q1, x110, x111);
-    let x120 = xin(t2, p1.i0, sc.z);
-    let x121 = xin(t2, p1.i1, sc.z);
-    a.z = a.z + term(p1, x120, x121);
-    b.z = b.z + term(q1, x120, x121);
-    let x130 = xin(t3, p1.i0, sc.w);
-    let x131 = xin(t3, p1.i1, sc.w);
-    a.w = a.w + term(p1, x130, x131);
-    b.w = b.w + term(q1, x130, x131);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
+    let v100 = x[t * K4 + p1.i0];
+    let v101 = x[t * K4 + p1.i1];
+    let g100 = gx(v100, p1.i0);
+    let g101 = gx(v101, p1.i1);
+    a.x = a.x + term(p1, g100, g101);
+    b.x = b.x + term(q1, g100, g101);
+    if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    let v110 = x[t1 * K4 + p1.i0];
+    let v111 = x[t1 * K4 + p1.i1];
+    let g110 = gx(v110, p1.i0);
+    let g111 = gx(v111, p1.i1);
+    a.y = a.y + term(p1, g110, g111);
+    b.y = b.y + term(q1, g110, g111);
+    if (NORM) { s.y = s.y + (dot(v110, v110) + dot(v111, v111)); }
+    let v120 = x[t2 * K4 + p1.i0];
+    let v121 = x[t2 * K4 + p1.i1];
+    let g120 = gx(v120, p1.i0);
+    let g121 = gx(v121, p1.i1);
+    a.z = a.z + term(p1, g120, g121);
+    b.z = b.z + term(q1, g120, g121);
+    if (NORM) { s.z = s.z + (dot(v120, v120) + dot(v121, v121)); }
+    let v130 = x[t3 * K4 + p1.i0];
+    let v131 = x[t3 * K4 + p1.i1];
+    let g130 = gx(v130, p1.i0);
+    let g131 = gx(v131, p1.i1);
+    a.w = a.w + term(p1, g130, g131);
+    b.w = b.w + term(q1, g130, g131);
+    if (NORM) { s.w = s.w + (dot(v130, v130) + dot(v131, v131)); }
   }
-  for (; u < U; u = u + LANES) {
+  if (u < U) {   // the last unit
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
   }
-  return Oct(a, ab, b, bb);
+  return Oct(a, ab, b, bb, s, sb);
 }
 
-fn dot8(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+fn dot8(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   var a = vec4<f32>(0.0);
   var ab = vec4<f32>(0.0);
   var b = vec4<f32>(0.0);
   var bb = vec4<f32>(0.0);
+  var s = vec4<f32>(0.0);
+  var sb = vec4<f32>(0.0);
   let t1 = t + min(1u, n - 1u);
   let t2 = t + min(2u, n - 1u);
   let t3 = t + min(3u, n - 1u);
@@ -374,6 +467,7 @@ fn dot8(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
   let t5 = t + min(5u, n - 1u);
   let t6 = t + min(6u, n - 1u);
   let t7 = t + min(7u, n - 1u);
+  let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
   for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
@@ -383,109 +477,181 @@ fn dot8(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
     let p1 = load_unit(r0, u + 1u * LANES);
     var q1 = p1;
     if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
-    let x040 = xin(t4, p0.i0, scb.x);
-    let x041 = xin(t4, p0.i1, scb.x);
-    ab.x = ab.x + term(p0, x040, x041);
-    bb.x = bb.x + term(q0, x040, x041);
-    let x050 = xin(t5, p0.i0, scb.y);
-    let x051 = xin(t5, p0.i1, scb.y);
-    ab.y = ab.y + term(p0, x050, x051);
-    bb.y = bb.y + term(q0, x050, x051);
-    let x060 = xin(t6, p0.i0, scb.z);
-    let x061 = xin(t6, p0.i1, scb.z);
-    ab.z = ab.z + term(p0, x060, x061);
-    bb.z = bb.z + term(q0, x060, x061);
-    let x070 = xin(t7, p0.i0, scb.w);
-    let x071 = xin(t7, p0.i1, scb.w);
-    ab.w = ab.w + term(p0, x070, x071);
-    bb.w = bb.w + term(q0, x070, x071);
-    let x100 = xin(t, p1.i0, sc.x);
-    let x101 = xin(t, p1.i1, sc.x);
-    a.x = a.x + term(p1, x100, x101);
-    b.x = b.x + term(q1, x100, x101);
-    let x110 = xin(t1, p1.i0, sc.y);
-    let x111 = xin(t1, p1.i1, sc.y);
-    a.y = a.y + term(p1, x110, x111);
-    b.y = b.y + term(q1, x110, x111);
-    let x120 = xin(t2, p1.i0, sc.z);
-    let x121 = xin(t2, p1.i1, sc.z);
-    a.z = a.z + term(p1, x120, x121);
-    b.z = b.z + term(q1, x120, x121);
-    let x130 = xin(t3, p1.i0, sc.w);
-    let x131 = xin(t3, p1.i1, sc.w);
-    a.w = a.w + term(p1, x130, x131);
-    b.w = b.w + term(q1, x130, x131);
-    let x140 = xin(t4, p1.i0, scb.x);
-    let x141 = xin(t4, p1.i1, scb.x);
-    ab.x = ab.x + term(p1, x140, x141);
-    bb.x = bb.x + term(q1, x140, x141);
-    let x150 = xin(t5, p1.i0, scb.y);
-    let x151 = xin(t5, p1.i1, scb.y);
-    ab.y = ab.y + term(p1, x150, x151);
-    bb.y = bb.y + term(q1, x150, x151);
-    let x160 = xin(t6, p1.i0, scb.z);
-    let x161 = xin(t6, p1.i1, scb.z);
-    ab.z = ab.z + term(p1, x160, x161);
-    bb.z = bb.z + term(q1, x160, x161);
-    let x170 = xin(t7, p1.i0, scb.w);
-    let x171 = xin(t7, p1.i1, scb.w);
-    ab.w = ab.w + term(p1, x170, x171);
-    bb.w = bb.w + term(q1, x170, x171);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
+    let v040 = x[t4 * K4 + p0.i0];
+    let v041 = x[t4 * K4 + p0.i1];
+    let g040 = gx(v040, p0.i0);
+    let g041 = gx(v041, p0.i1);
+    ab.x = ab.x + term(p0, g040, g041);
+    bb.x = bb.x + term(q0, g040, g041);
+    if (NORM) { sb.x = sb.x + (dot(v040, v040) + dot(v041, v041)); }
+    let v050 = x[t5 * K4 + p0.i0];
+    let v051 = x[t5 * K4 + p0.i1];
+    let g050 = gx(v050, p0.i0);
+    let g051 = gx(v051, p0.i1);
+    ab.y = ab.y + term(p0, g050, g051);
+    bb.y = bb.y + term(q0, g050, g051);
+    if (NORM) { sb.y = sb.y + (dot(v050, v050) + dot(v051, v051)); }
+    let v060 = x[t6 * K4 + p0.i0];
+    let v061 = x[t6 * K4 + p0.i1];
+    let g060 = gx(v060, p0.i0);
+    let g061 = gx(v061, p0.i1);
+    ab.z = ab.z + term(p0, g060, g061);
+    bb.z = bb.z + term(q0, g060, g061);
+    if (NORM) { sb.z = sb.z + (dot(v060, v060) + dot(v061, v061)); }
+    let v070 = x[t7 * K4 + p0.i0];
+    let v071 = x[t7 * K4 + p0.i1];
+    let g070 = gx(v070, p0.i0);
+    let g071 = gx(v071, p0.i1);
+    ab.w = ab.w + term(p0, g070, g071);
+    bb.w = bb.w + term(q0, g070, g071);
+    if (NORM) { sb.w = sb.w + (dot(v070, v070) + dot(v071, v071)); }
+    let v100 = x[t * K4 + p1.i0];
+    let v101 = x[t * K4 + p1.i1];
+    let g100 = gx(v100, p1.i0);
+    let g101 = gx(v101, p1.i1);
+    a.x = a.x + term(p1, g100, g101);
+    b.x = b.x + term(q1, g100, g101);
+    if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    let v110 = x[t1 * K4 + p1.i0];
+    let v111 = x[t1 * K4 + p1.i1];
+    let g110 = gx(v110, p1.i0);
+    let g111 = gx(v111, p1.i1);
+    a.y = a.y + term(p1, g110, g111);
+    b.y = b.y + term(q1, g110, g111);
+    if (NORM) { s.y = s.y + (dot(v110, v110) + dot(v111, v111)); }
+    let v120 = x[t2 * K4 + p1.i0];
+    let v121 = x[t2 * K4 + p1.i1];
+    let g120 = gx(v120, p1.i0);
+    let g121 = gx(v121, p1.i1);
+    a.z = a.z + term(p1, g120, g121);
+    b.z = b.z + term(q1, g120, g121);
+    if (NORM) { s.z = s.z + (dot(v120, v120) + dot(v121, v121)); }
+    let v130 = x[t3 * K4 + p1.i0];
+    let v131 = x[t3 * K4 + p1.i1];
+    let g130 = gx(v130, p1.i0);
+    let g131 = gx(v131, p1.i1);
+    a.w = a.w + term(p1, g130, g131);
+    b.w = b.w + term(q1, g130, g131);
+    if (NORM) { s.w = s.w + (dot(v130, v130) + dot(v131, v131)); }
+    let v140 = x[t4 * K4 + p1.i0];
+    let v141 = x[t4 * K4 + p1.i1];
+    let g140 = gx(v140, p1.i0);
+    let g141 = gx(v141, p1.i1);
+    ab.x = ab.x + term(p1, g140, g141);
+    bb.x = bb.x + term(q1, g140, g141);
+    if (NORM) { sb.x = sb.x + (dot(v140, v140) + dot(v141, v141)); }
+    let v150 = x[t5 * K4 + p1.i0];
+    let v151 = x[t5 * K4 + p1.i1];
+    let g150 = gx(v150, p1.i0);
+    let g151 = gx(v151, p1.i1);
+    ab.y = ab.y + term(p1, g150, g151);
+    bb.y = bb.y + term(q1, g150, g151);
+    if (NORM) { sb.y = sb.y + (dot(v150, v150) + dot(v151, v151)); }
+    let v160 = x[t6 * K4 + p1.i0];
+    let v161 = x[t6 * K4 + p1.i1];
+    let g160 = gx(v160, p1.i0);
+    let g161 = gx(v161, p1.i1);
+    ab.z = ab.z + term(p1, g160, g161);
+    bb.z = bb.z + term(q1, g160, g161);
+    if (NORM) { sb.z = sb.z + (dot(v160, v160) + dot(v161, v161)); }
+    let v170 = x[t7 * K4 + p1.i0];
+    let v171 = x[t7 * K4 + p1.i1];
+    let g170 = gx(v170, p1.i0);
+    let g171 = gx(v171, p1.i1);
+    ab.w = ab.w + term(p1, g170, g171);
+    bb.w = bb.w + term(q1, g170, g171);
+    if (NORM) { sb.w = sb.w + (dot(v170, v170) + dot(v171, v171)); }
   }
-  for (; u < U; u = u + LANES) {
+  if (u < U) {   // the last unit
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
-    let x040 = xin(t4, p0.i0, scb.x);
-    let x041 = xin(t4, p0.i1, scb.x);
-    ab.x = ab.x + term(p0, x040, x041);
-    bb.x = bb.x + term(q0, x040, x041);
-    let x050 = xin(t5, p0.i0, scb.y);
-    let x051 = xin(t5, p0.i1, scb.y);
-    ab.y = ab.y + term(p0, x050, x051);
-    bb.y = bb.y + term(q0, x050, x051);
-    let x060 = xin(t6, p0.i0, scb.z);
-    let x061 = xin(t6, p0.i1, scb.z);
-    ab.z = ab.z + term(p0, x060, x061);
-    bb.z = bb.z + term(q0, x060, x061);
-    let x070 = xin(t7, p0.i0, scb.w);
-    let x071 = xin(t7, p0.i1, scb.w);
-    ab.w = ab.w + term(p0, x070, x071);
-    bb.w = bb.w + term(q0, x070, x071);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
+    let v040 = x[t4 * K4 + p0.i0];
+    let v041 = x[t4 * K4 + p0.i1];
+    let g040 = gx(v040, p0.i0);
+    let g041 = gx(v041, p0.i1);
+    ab.x = ab.x + term(p0, g040, g041);
+    bb.x = bb.x + term(q0, g040, g041);
+    if (NORM) { sb.x = sb.x + (dot(v040, v040) + dot(v041, v041)); }
+    let v050 = x[t5 * K4 + p0.i0];
+    let v051 = x[t5 * K4 + p0.i1];
+    let g050 = gx(v050, p0.i0);
+    let g051 = gx(v051, p0.i1);
+    ab.y = ab.y + term(p0, g050, g051);
+    bb.y = bb.y + term(q0, g050, g051);
+    if (NORM) { sb.y = sb.y + (dot(v050, v050) + dot(v051, v051)); }
+    let v060 = x[t6 * K4 + p0.i0];
+    let v061 = x[t6 * K4 + p0.i1];
+    let g060 = gx(v060, p0.i0);
+    let g061 = gx(v061, p0.i1);
+    ab.z = ab.z + term(p0, g060, g061);
+    bb.z = bb.z + term(q0, g060, g061);
+    if (NORM) { sb.z = sb.z + (dot(v060, v060) + dot(v061, v061)); }
+    let v070 = x[t7 * K4 + p0.i0];
+    let v071 = x[t7 * K4 + p0.i1];
+    let g070 = gx(v070, p0.i0);
+    let g071 = gx(v071, p0.i1);
+    ab.w = ab.w + term(p0, g070, g071);
+    bb.w = bb.w + term(q0, g070, g071);
+    if (NORM) { sb.w = sb.w + (dot(v070, v070) + dot(v071, v071)); }
   }
-  return Oct(a, ab, b, bb);
+  return Oct(a, ab, b, bb, s, sb);
 }
 
 
@@ -571,21 +737,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       }
       for (var t = 0u; t < nt; t = t + TILE) {
         let n4 = min(TILE, nt - t);   // rows of this tile (TILE = 1, 4 or 8)
-        var sc = vec4<f32>(1.0);
-        var scb = vec4<f32>(1.0);
-        if (NORM) {
-          sc = vec4<f32>(rs[t], rs[t + min(1u, n4 - 1u)], rs[t + min(2u, n4 - 1u)], rs[t + min(3u, n4 - 1u)]);
-          scb = vec4<f32>(rs[t + min(4u, n4 - 1u)], rs[t + min(5u, n4 - 1u)], rs[t + min(6u, n4 - 1u)],
-                          rs[t + min(7u, n4 - 1u)]);
-        }
-        var y = Oct(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+        var y = Oct(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
         if (have0) {
           if (TILE == 8u) {
-            y = dot8(r0, have1, t0 + t, n4, sc, scb, lane);
+            y = dot8(r0, have1, t0 + t, n4, lane);
           } else if (TILE == 4u) {
-            y = dot4(r0, have1, t0 + t, n4, sc, scb, lane);
+            y = dot4(r0, have1, t0 + t, n4, lane);
           } else {
-            y = dot1(r0, have1, t0 + t, n4, sc, scb, lane);
+            y = dot1(r0, have1, t0 + t, n4, lane);
           }
         }
         for (var i = 0u; i < n4; i = i + 1u) {
@@ -604,8 +763,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       }
       if (have0) {
         for (var t = lane; t < nt; t = t + LANES) {
-          epilogue(t0 + t, red[(2u * t) * WG_SIZE + g * LANES], red[(2u * t + 1u) * WG_SIZE + g * LANES],
-                   params.row0 + r0, have1);
+          var y0 = red[(2u * t) * WG_SIZE + g * LANES];
+          var y1 = red[(2u * t + 1u) * WG_SIZE + g * LANES];
+          if (NORM) {   // the row's RMSNorm scale, applied to the finished sums
+            y0 = y0 * rs[t];
+            y1 = y1 * rs[t];
+          }
+          epilogue(t0 + t, y0, y1, params.row0 + r0, have1);
         }
       }
       workgroupBarrier();

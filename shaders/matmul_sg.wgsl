@@ -2,11 +2,13 @@
 // Used where the adapter offers `subgroups` with one fixed subgroup size S (NVIDIA: 32); LANES = S.
 // Same weight formats, modes, bindings, epilogues and per-unit arithmetic as matmul.wgsl (see there).
 //
-// Work split: one subgroup owns one row PAIR; a workgroup holds WG_SIZE/LANES subgroups. Per tile of four chunk
-// rows (quad_dot, identical to matmul.wgsl), lane l accumulates the 32-value blocks l, l+LANES, ...; the lane
-// partials are summed with subgroupAdd. The fused RMSNorm scale of a row is computed by each subgroup on its own
-// (lanes stride over K, subgroupAdd). BATCH INVARIANCE: a row's arithmetic (its lanes, their order, the subgroup
-// reduction) never depends on how many rows the chunk has or where it starts.
+// Work split: one subgroup owns one row PAIR; a workgroup holds WG_SIZE/LANES subgroups. The chunk's rows go in
+// tiles of TILE = 1, 4 or 8 rows (the engine picks the pipeline by the dispatch's row count: 1, 2..4, more), and
+// each weight unit is read and decoded once per tile (dot1/dot4/dot8, identical to matmul.wgsl's): lane l takes
+// the 8-value units l, l + LANES, ... of the row; with NORM the same loads give each row's sum of squares. Lane
+// partials are summed with subgroupAdd; the RMSNorm scale rsqrt(mean(x^2) + eps) multiplies the finished sums.
+// BATCH INVARIANCE: a row's arithmetic (its slot code, which is the same in every slot of every tile variant, its
+// lanes and their order, the subgroup reduction) never depends on how many rows the chunk has or where it starts.
 //
 // Bindings: as matmul.wgsl (0 params, 1 step (dynamic offset), 2 w, 3 x, 4 gamma, 5 rope, 6 out rw, 7 kv rw).
 
@@ -128,14 +130,6 @@ fn load_unit(r: u32, u: u32) -> Unit {
   return o;
 }
 
-fn xin(t: u32, i: u32, sc: f32) -> vec4<f32> {
-  var v = x[t * (params.K / 4u) + i];
-  if (NORM) {
-    v = v * sc * gamma[i];
-  }
-  return v;
-}
-
 fn epilogue(t: u32, y0: f32, y1: f32, r: u32, have1: bool) {
   if (MODE == 0u) {
     var orow = t;
@@ -194,22 +188,33 @@ struct Oct {
   y0b: vec4<f32>,  // row r0 against chunk rows t+4 .. t+7 (slots 4..7)
   y1: vec4<f32>,   // row r0 + 1, slots 0..3
   y1b: vec4<f32>,  // row r0 + 1, slots 4..7
+  ss: vec4<f32>,   // NORM: sum of x^2 over this lane's units, slots 0..3 (the RMSNorm statistic, same pass)
+  ssb: vec4<f32>,  // slots 4..7
 };
 
-// GPU paths: the pair's partial dot products with S = 1, 4 or 8 chunk rows t .. t+S-1 at once (dot1, dot4, dot8:
-// each weight unit read and decoded once for the S rows). Lane l takes the 8-value units u = l, l + LANES, ...
-// (K/8 units per row; consecutive lanes read consecutive weight words and x vec4s, so loads coalesce), and every
-// slot adds its terms in ascending u, R units per loop trip with all loads first (R only changes how many loads
-// are in flight, never the order of the adds). Slots past the last row (n < S) repeat the last row and are
-// discarded. EVERY SLOT OF EVERY VARIANT RUNS THE SAME CODE (xin, term, one add per unit in ascending u), so a
-// row's bits do not depend on its slot, on S, or on how many rows the dispatch has. sc / scb: RMSNorm scales of
-// slots 0..3 / 4..7.
+// x * gamma (the RMSNorm weight) when NORM; the row's scale rsqrt(mean(x^2) + eps) is applied to the finished sum.
+fn gx(v: vec4<f32>, i: u32) -> vec4<f32> {
+  if (NORM) { return v * gamma[i]; }
+  return v;
+}
 
-fn dot1(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+// GPU paths: the pair's partial dot products with S = 1, 4 or 8 chunk rows t .. t+S-1 at once (dot1, dot4, dot8:
+// each weight unit read and decoded once for the S rows), and with NORM each row's partial sum of squares from the
+// same x loads. Lane l takes the 8-value units u = l, l + LANES, ... (K/8 units per row; consecutive lanes read
+// consecutive weight words and x vec4s, so loads coalesce); every slot adds its terms in ascending u, R units per
+// loop trip with all loads first (R only changes how many loads are in flight, never the order of the adds). Slots
+// past the last row (n < S) repeat the last row and are discarded. EVERY SLOT OF EVERY VARIANT RUNS THE SAME CODE
+// (loads, gx, term, one add per unit in ascending u), so a row's bits do not depend on its slot, on S, or on how
+// many rows the dispatch has.
+
+fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   var a = vec4<f32>(0.0);
   var ab = vec4<f32>(0.0);
   var b = vec4<f32>(0.0);
   var bb = vec4<f32>(0.0);
+  var s = vec4<f32>(0.0);
+  var sb = vec4<f32>(0.0);
+  let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
   for (; u + 3u * LANES < U; u = u + 4u * LANES) {   // 4 units per trip: loads first, adds in unit order
@@ -225,43 +230,85 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
     let p3 = load_unit(r0, u + 3u * LANES);
     var q3 = p3;
     if (have1) { q3 = load_unit(r0 + 1u, u + 3u * LANES); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x100 = xin(t, p1.i0, sc.x);
-    let x101 = xin(t, p1.i1, sc.x);
-    a.x = a.x + term(p1, x100, x101);
-    b.x = b.x + term(q1, x100, x101);
-    let x200 = xin(t, p2.i0, sc.x);
-    let x201 = xin(t, p2.i1, sc.x);
-    a.x = a.x + term(p2, x200, x201);
-    b.x = b.x + term(q2, x200, x201);
-    let x300 = xin(t, p3.i0, sc.x);
-    let x301 = xin(t, p3.i1, sc.x);
-    a.x = a.x + term(p3, x300, x301);
-    b.x = b.x + term(q3, x300, x301);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v100 = x[t * K4 + p1.i0];
+    let v101 = x[t * K4 + p1.i1];
+    let g100 = gx(v100, p1.i0);
+    let g101 = gx(v101, p1.i1);
+    a.x = a.x + term(p1, g100, g101);
+    b.x = b.x + term(q1, g100, g101);
+    if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    let v200 = x[t * K4 + p2.i0];
+    let v201 = x[t * K4 + p2.i1];
+    let g200 = gx(v200, p2.i0);
+    let g201 = gx(v201, p2.i1);
+    a.x = a.x + term(p2, g200, g201);
+    b.x = b.x + term(q2, g200, g201);
+    if (NORM) { s.x = s.x + (dot(v200, v200) + dot(v201, v201)); }
+    let v300 = x[t * K4 + p3.i0];
+    let v301 = x[t * K4 + p3.i1];
+    let g300 = gx(v300, p3.i0);
+    let g301 = gx(v301, p3.i1);
+    a.x = a.x + term(p3, g300, g301);
+    b.x = b.x + term(q3, g300, g301);
+    if (NORM) { s.x = s.x + (dot(v300, v300) + dot(v301, v301)); }
   }
-  for (; u < U; u = u + LANES) {
+  if (u < U) {   // the last 1..3 units: loads (clamped in range) first, then the adds of the units that exist
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
+    let p1 = load_unit(r0, min(u + 1u * LANES, U - 1u));
+    var q1 = p1;
+    if (have1) { q1 = load_unit(r0 + 1u, min(u + 1u * LANES, U - 1u)); }
+    let p2 = load_unit(r0, min(u + 2u * LANES, U - 1u));
+    var q2 = p2;
+    if (have1) { q2 = load_unit(r0 + 1u, min(u + 2u * LANES, U - 1u)); }
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    if (u + 1u * LANES < U) {
+      let v100 = x[t * K4 + p1.i0];
+      let v101 = x[t * K4 + p1.i1];
+      let g100 = gx(v100, p1.i0);
+      let g101 = gx(v101, p1.i1);
+      a.x = a.x + term(p1, g100, g101);
+      b.x = b.x + term(q1, g100, g101);
+      if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    }
+    if (u + 2u * LANES < U) {
+      let v200 = x[t * K4 + p2.i0];
+      let v201 = x[t * K4 + p2.i1];
+      let g200 = gx(v200, p2.i0);
+      let g201 = gx(v201, p2.i1);
+      a.x = a.x + term(p2, g200, g201);
+      b.x = b.x + term(q2, g200, g201);
+      if (NORM) { s.x = s.x + (dot(v200, v200) + dot(v201, v201)); }
+    }
   }
-  return Oct(a, ab, b, bb);
+  return Oct(a, ab, b, bb, s, sb);
 }
 
-fn dot4(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+fn dot4(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   var a = vec4<f32>(0.0);
   var ab = vec4<f32>(0.0);
   var b = vec4<f32>(0.0);
   var bb = vec4<f32>(0.0);
+  var s = vec4<f32>(0.0);
+  var sb = vec4<f32>(0.0);
   let t1 = t + min(1u, n - 1u);
   let t2 = t + min(2u, n - 1u);
   let t3 = t + min(3u, n - 1u);
+  let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
   for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
@@ -271,68 +318,106 @@ fn dot4(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
     let p1 = load_unit(r0, u + 1u * LANES);
     var q1 = p1;
     if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
-    let x100 = xin(t, p1.i0, sc.x);
-    let x101 = xin(t, p1.i1, sc.x);
-    a.x = a.x + term(p1, x100, x101);
-    b.x = b.x + term(q1, x100, x101);
-    let x110 = xin(t1, p1.i0, sc.y);
-    let x111 = xin(t1, p1.i1, sc.y);
-    a.y = a.y + term(p1, x110, x111);
-    b.y = b.y + term(q1, x110, x111);
-    let x120 = xin(t2, p1.i0, sc.z);
-    let x121 = xin(t2, p1.i1, sc.z);
-    a.z = a.z + term(p1, x120, x121);
-    b.z = b.z + term(q1, x120, x121);
-    let x130 = xin(t3, p1.i0, sc.w);
-    let x131 = xin(t3, p1.i1, sc.w);
-    a.w = a.w + term(p1, x130, x131);
-    b.w = b.w + term(q1, x130, x131);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
+    let v100 = x[t * K4 + p1.i0];
+    let v101 = x[t * K4 + p1.i1];
+    let g100 = gx(v100, p1.i0);
+    let g101 = gx(v101, p1.i1);
+    a.x = a.x + term(p1, g100, g101);
+    b.x = b.x + term(q1, g100, g101);
+    if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    let v110 = x[t1 * K4 + p1.i0];
+    let v111 = x[t1 * K4 + p1.i1];
+    let g110 = gx(v110, p1.i0);
+    let g111 = gx(v111, p1.i1);
+    a.y = a.y + term(p1, g110, g111);
+    b.y = b.y + term(q1, g110, g111);
+    if (NORM) { s.y = s.y + (dot(v110, v110) + dot(v111, v111)); }
+    let v120 = x[t2 * K4 + p1.i0];
+    let v121 = x[t2 * K4 + p1.i1];
+    let g120 = gx(v120, p1.i0);
+    let g121 = gx(v121, p1.i1);
+    a.z = a.z + term(p1, g120, g121);
+    b.z = b.z + term(q1, g120, g121);
+    if (NORM) { s.z = s.z + (dot(v120, v120) + dot(v121, v121)); }
+    let v130 = x[t3 * K4 + p1.i0];
+    let v131 = x[t3 * K4 + p1.i1];
+    let g130 = gx(v130, p1.i0);
+    let g131 = gx(v131, p1.i1);
+    a.w = a.w + term(p1, g130, g131);
+    b.w = b.w + term(q1, g130, g131);
+    if (NORM) { s.w = s.w + (dot(v130, v130) + dot(v131, v131)); }
   }
-  for (; u < U; u = u + LANES) {
+  if (u < U) {   // the last unit
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
   }
-  return Oct(a, ab, b, bb);
+  return Oct(a, ab, b, bb, s, sb);
 }
 
-fn dot8(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lane: u32) -> Oct {
+fn dot8(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   var a = vec4<f32>(0.0);
   var ab = vec4<f32>(0.0);
   var b = vec4<f32>(0.0);
   var bb = vec4<f32>(0.0);
+  var s = vec4<f32>(0.0);
+  var sb = vec4<f32>(0.0);
   let t1 = t + min(1u, n - 1u);
   let t2 = t + min(2u, n - 1u);
   let t3 = t + min(3u, n - 1u);
@@ -340,6 +425,7 @@ fn dot8(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
   let t5 = t + min(5u, n - 1u);
   let t6 = t + min(6u, n - 1u);
   let t7 = t + min(7u, n - 1u);
+  let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
   for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
@@ -349,139 +435,183 @@ fn dot8(r0: u32, have1: bool, t: u32, n: u32, sc: vec4<f32>, scb: vec4<f32>, lan
     let p1 = load_unit(r0, u + 1u * LANES);
     var q1 = p1;
     if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
-    let x040 = xin(t4, p0.i0, scb.x);
-    let x041 = xin(t4, p0.i1, scb.x);
-    ab.x = ab.x + term(p0, x040, x041);
-    bb.x = bb.x + term(q0, x040, x041);
-    let x050 = xin(t5, p0.i0, scb.y);
-    let x051 = xin(t5, p0.i1, scb.y);
-    ab.y = ab.y + term(p0, x050, x051);
-    bb.y = bb.y + term(q0, x050, x051);
-    let x060 = xin(t6, p0.i0, scb.z);
-    let x061 = xin(t6, p0.i1, scb.z);
-    ab.z = ab.z + term(p0, x060, x061);
-    bb.z = bb.z + term(q0, x060, x061);
-    let x070 = xin(t7, p0.i0, scb.w);
-    let x071 = xin(t7, p0.i1, scb.w);
-    ab.w = ab.w + term(p0, x070, x071);
-    bb.w = bb.w + term(q0, x070, x071);
-    let x100 = xin(t, p1.i0, sc.x);
-    let x101 = xin(t, p1.i1, sc.x);
-    a.x = a.x + term(p1, x100, x101);
-    b.x = b.x + term(q1, x100, x101);
-    let x110 = xin(t1, p1.i0, sc.y);
-    let x111 = xin(t1, p1.i1, sc.y);
-    a.y = a.y + term(p1, x110, x111);
-    b.y = b.y + term(q1, x110, x111);
-    let x120 = xin(t2, p1.i0, sc.z);
-    let x121 = xin(t2, p1.i1, sc.z);
-    a.z = a.z + term(p1, x120, x121);
-    b.z = b.z + term(q1, x120, x121);
-    let x130 = xin(t3, p1.i0, sc.w);
-    let x131 = xin(t3, p1.i1, sc.w);
-    a.w = a.w + term(p1, x130, x131);
-    b.w = b.w + term(q1, x130, x131);
-    let x140 = xin(t4, p1.i0, scb.x);
-    let x141 = xin(t4, p1.i1, scb.x);
-    ab.x = ab.x + term(p1, x140, x141);
-    bb.x = bb.x + term(q1, x140, x141);
-    let x150 = xin(t5, p1.i0, scb.y);
-    let x151 = xin(t5, p1.i1, scb.y);
-    ab.y = ab.y + term(p1, x150, x151);
-    bb.y = bb.y + term(q1, x150, x151);
-    let x160 = xin(t6, p1.i0, scb.z);
-    let x161 = xin(t6, p1.i1, scb.z);
-    ab.z = ab.z + term(p1, x160, x161);
-    bb.z = bb.z + term(q1, x160, x161);
-    let x170 = xin(t7, p1.i0, scb.w);
-    let x171 = xin(t7, p1.i1, scb.w);
-    ab.w = ab.w + term(p1, x170, x171);
-    bb.w = bb.w + term(q1, x170, x171);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
+    let v040 = x[t4 * K4 + p0.i0];
+    let v041 = x[t4 * K4 + p0.i1];
+    let g040 = gx(v040, p0.i0);
+    let g041 = gx(v041, p0.i1);
+    ab.x = ab.x + term(p0, g040, g041);
+    bb.x = bb.x + term(q0, g040, g041);
+    if (NORM) { sb.x = sb.x + (dot(v040, v040) + dot(v041, v041)); }
+    let v050 = x[t5 * K4 + p0.i0];
+    let v051 = x[t5 * K4 + p0.i1];
+    let g050 = gx(v050, p0.i0);
+    let g051 = gx(v051, p0.i1);
+    ab.y = ab.y + term(p0, g050, g051);
+    bb.y = bb.y + term(q0, g050, g051);
+    if (NORM) { sb.y = sb.y + (dot(v050, v050) + dot(v051, v051)); }
+    let v060 = x[t6 * K4 + p0.i0];
+    let v061 = x[t6 * K4 + p0.i1];
+    let g060 = gx(v060, p0.i0);
+    let g061 = gx(v061, p0.i1);
+    ab.z = ab.z + term(p0, g060, g061);
+    bb.z = bb.z + term(q0, g060, g061);
+    if (NORM) { sb.z = sb.z + (dot(v060, v060) + dot(v061, v061)); }
+    let v070 = x[t7 * K4 + p0.i0];
+    let v071 = x[t7 * K4 + p0.i1];
+    let g070 = gx(v070, p0.i0);
+    let g071 = gx(v071, p0.i1);
+    ab.w = ab.w + term(p0, g070, g071);
+    bb.w = bb.w + term(q0, g070, g071);
+    if (NORM) { sb.w = sb.w + (dot(v070, v070) + dot(v071, v071)); }
+    let v100 = x[t * K4 + p1.i0];
+    let v101 = x[t * K4 + p1.i1];
+    let g100 = gx(v100, p1.i0);
+    let g101 = gx(v101, p1.i1);
+    a.x = a.x + term(p1, g100, g101);
+    b.x = b.x + term(q1, g100, g101);
+    if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
+    let v110 = x[t1 * K4 + p1.i0];
+    let v111 = x[t1 * K4 + p1.i1];
+    let g110 = gx(v110, p1.i0);
+    let g111 = gx(v111, p1.i1);
+    a.y = a.y + term(p1, g110, g111);
+    b.y = b.y + term(q1, g110, g111);
+    if (NORM) { s.y = s.y + (dot(v110, v110) + dot(v111, v111)); }
+    let v120 = x[t2 * K4 + p1.i0];
+    let v121 = x[t2 * K4 + p1.i1];
+    let g120 = gx(v120, p1.i0);
+    let g121 = gx(v121, p1.i1);
+    a.z = a.z + term(p1, g120, g121);
+    b.z = b.z + term(q1, g120, g121);
+    if (NORM) { s.z = s.z + (dot(v120, v120) + dot(v121, v121)); }
+    let v130 = x[t3 * K4 + p1.i0];
+    let v131 = x[t3 * K4 + p1.i1];
+    let g130 = gx(v130, p1.i0);
+    let g131 = gx(v131, p1.i1);
+    a.w = a.w + term(p1, g130, g131);
+    b.w = b.w + term(q1, g130, g131);
+    if (NORM) { s.w = s.w + (dot(v130, v130) + dot(v131, v131)); }
+    let v140 = x[t4 * K4 + p1.i0];
+    let v141 = x[t4 * K4 + p1.i1];
+    let g140 = gx(v140, p1.i0);
+    let g141 = gx(v141, p1.i1);
+    ab.x = ab.x + term(p1, g140, g141);
+    bb.x = bb.x + term(q1, g140, g141);
+    if (NORM) { sb.x = sb.x + (dot(v140, v140) + dot(v141, v141)); }
+    let v150 = x[t5 * K4 + p1.i0];
+    let v151 = x[t5 * K4 + p1.i1];
+    let g150 = gx(v150, p1.i0);
+    let g151 = gx(v151, p1.i1);
+    ab.y = ab.y + term(p1, g150, g151);
+    bb.y = bb.y + term(q1, g150, g151);
+    if (NORM) { sb.y = sb.y + (dot(v150, v150) + dot(v151, v151)); }
+    let v160 = x[t6 * K4 + p1.i0];
+    let v161 = x[t6 * K4 + p1.i1];
+    let g160 = gx(v160, p1.i0);
+    let g161 = gx(v161, p1.i1);
+    ab.z = ab.z + term(p1, g160, g161);
+    bb.z = bb.z + term(q1, g160, g161);
+    if (NORM) { sb.z = sb.z + (dot(v160, v160) + dot(v161, v161)); }
+    let v170 = x[t7 * K4 + p1.i0];
+    let v171 = x[t7 * K4 + p1.i1];
+    let g170 = gx(v170, p1.i0);
+    let g171 = gx(v171, p1.i1);
+    ab.w = ab.w + term(p1, g170, g171);
+    bb.w = bb.w + term(q1, g170, g171);
+    if (NORM) { sb.w = sb.w + (dot(v170, v170) + dot(v171, v171)); }
   }
-  for (; u < U; u = u + LANES) {
+  if (u < U) {   // the last unit
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let x000 = xin(t, p0.i0, sc.x);
-    let x001 = xin(t, p0.i1, sc.x);
-    a.x = a.x + term(p0, x000, x001);
-    b.x = b.x + term(q0, x000, x001);
-    let x010 = xin(t1, p0.i0, sc.y);
-    let x011 = xin(t1, p0.i1, sc.y);
-    a.y = a.y + term(p0, x010, x011);
-    b.y = b.y + term(q0, x010, x011);
-    let x020 = xin(t2, p0.i0, sc.z);
-    let x021 = xin(t2, p0.i1, sc.z);
-    a.z = a.z + term(p0, x020, x021);
-    b.z = b.z + term(q0, x020, x021);
-    let x030 = xin(t3, p0.i0, sc.w);
-    let x031 = xin(t3, p0.i1, sc.w);
-    a.w = a.w + term(p0, x030, x031);
-    b.w = b.w + term(q0, x030, x031);
-    let x040 = xin(t4, p0.i0, scb.x);
-    let x041 = xin(t4, p0.i1, scb.x);
-    ab.x = ab.x + term(p0, x040, x041);
-    bb.x = bb.x + term(q0, x040, x041);
-    let x050 = xin(t5, p0.i0, scb.y);
-    let x051 = xin(t5, p0.i1, scb.y);
-    ab.y = ab.y + term(p0, x050, x051);
-    bb.y = bb.y + term(q0, x050, x051);
-    let x060 = xin(t6, p0.i0, scb.z);
-    let x061 = xin(t6, p0.i1, scb.z);
-    ab.z = ab.z + term(p0, x060, x061);
-    bb.z = bb.z + term(q0, x060, x061);
-    let x070 = xin(t7, p0.i0, scb.w);
-    let x071 = xin(t7, p0.i1, scb.w);
-    ab.w = ab.w + term(p0, x070, x071);
-    bb.w = bb.w + term(q0, x070, x071);
+    let v000 = x[t * K4 + p0.i0];
+    let v001 = x[t * K4 + p0.i1];
+    let g000 = gx(v000, p0.i0);
+    let g001 = gx(v001, p0.i1);
+    a.x = a.x + term(p0, g000, g001);
+    b.x = b.x + term(q0, g000, g001);
+    if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
+    let v010 = x[t1 * K4 + p0.i0];
+    let v011 = x[t1 * K4 + p0.i1];
+    let g010 = gx(v010, p0.i0);
+    let g011 = gx(v011, p0.i1);
+    a.y = a.y + term(p0, g010, g011);
+    b.y = b.y + term(q0, g010, g011);
+    if (NORM) { s.y = s.y + (dot(v010, v010) + dot(v011, v011)); }
+    let v020 = x[t2 * K4 + p0.i0];
+    let v021 = x[t2 * K4 + p0.i1];
+    let g020 = gx(v020, p0.i0);
+    let g021 = gx(v021, p0.i1);
+    a.z = a.z + term(p0, g020, g021);
+    b.z = b.z + term(q0, g020, g021);
+    if (NORM) { s.z = s.z + (dot(v020, v020) + dot(v021, v021)); }
+    let v030 = x[t3 * K4 + p0.i0];
+    let v031 = x[t3 * K4 + p0.i1];
+    let g030 = gx(v030, p0.i0);
+    let g031 = gx(v031, p0.i1);
+    a.w = a.w + term(p0, g030, g031);
+    b.w = b.w + term(q0, g030, g031);
+    if (NORM) { s.w = s.w + (dot(v030, v030) + dot(v031, v031)); }
+    let v040 = x[t4 * K4 + p0.i0];
+    let v041 = x[t4 * K4 + p0.i1];
+    let g040 = gx(v040, p0.i0);
+    let g041 = gx(v041, p0.i1);
+    ab.x = ab.x + term(p0, g040, g041);
+    bb.x = bb.x + term(q0, g040, g041);
+    if (NORM) { sb.x = sb.x + (dot(v040, v040) + dot(v041, v041)); }
+    let v050 = x[t5 * K4 + p0.i0];
+    let v051 = x[t5 * K4 + p0.i1];
+    let g050 = gx(v050, p0.i0);
+    let g051 = gx(v051, p0.i1);
+    ab.y = ab.y + term(p0, g050, g051);
+    bb.y = bb.y + term(q0, g050, g051);
+    if (NORM) { sb.y = sb.y + (dot(v050, v050) + dot(v051, v051)); }
+    let v060 = x[t6 * K4 + p0.i0];
+    let v061 = x[t6 * K4 + p0.i1];
+    let g060 = gx(v060, p0.i0);
+    let g061 = gx(v061, p0.i1);
+    ab.z = ab.z + term(p0, g060, g061);
+    bb.z = bb.z + term(q0, g060, g061);
+    if (NORM) { sb.z = sb.z + (dot(v060, v060) + dot(v061, v061)); }
+    let v070 = x[t7 * K4 + p0.i0];
+    let v071 = x[t7 * K4 + p0.i1];
+    let g070 = gx(v070, p0.i0);
+    let g071 = gx(v071, p0.i1);
+    ab.w = ab.w + term(p0, g070, g071);
+    bb.w = bb.w + term(q0, g070, g071);
+    if (NORM) { sb.w = sb.w + (dot(v070, v070) + dot(v071, v071)); }
   }
-  return Oct(a, ab, b, bb);
+  return Oct(a, ab, b, bb, s, sb);
 }
 
-
-// RMSNorm scales of chunk rows t + min(i, n - 1), i = 0..3, summed over the subgroup: one pass over K for the four
-// rows (their loads in flight together). Component i's arithmetic is the same for every i and every n, so a row's
-// scale has the same bits wherever it is computed.
-fn norm4(t: u32, n: u32, lane: u32) -> vec4<f32> {
-  let K4 = params.K / 4u;
-  let t1 = t + min(1u, n - 1u);
-  let t2 = t + min(2u, n - 1u);
-  let t3 = t + min(3u, n - 1u);
-  var ss = vec4<f32>(0.0);
-  var i = lane;
-  // two strides per trip, loads first (more in flight), then the adds in the plain loop's order
-  for (; i + LANES < K4; i = i + 2u * LANES) {
-    let d0 = sq4(x[t * K4 + i], x[t1 * K4 + i], x[t2 * K4 + i], x[t3 * K4 + i]);
-    let j = i + LANES;
-    let d1 = sq4(x[t * K4 + j], x[t1 * K4 + j], x[t2 * K4 + j], x[t3 * K4 + j]);
-    ss = ss + d0;
-    ss = ss + d1;
-  }
-  if (i < K4) {
-    ss = ss + sq4(x[t * K4 + i], x[t1 * K4 + i], x[t2 * K4 + i], x[t3 * K4 + i]);
-  }
-  return inverseSqrt(subgroupAdd(ss) / f32(params.K) + params.eps);
-}
-
-fn sq4(v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>) -> vec4<f32> {
-  return vec4<f32>(dot(v0, v0), dot(v1, v1), dot(v2, v2), dot(v3, v3));
-}
 
 fn pick(v: vec4<f32>, vb: vec4<f32>, i: u32) -> f32 {   // slot i of an oct (0..3 in v, 4..7 in vb)
   if (i < 4u) { return v[i]; }
@@ -506,30 +636,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let hi = step.n;
   for (var t = lo; t < hi; t = t + TILE) {
     let n4 = min(TILE, hi - t);   // rows of this tile (TILE = 1, 4 or 8); uniform
-    var sc = vec4<f32>(1.0);
-    var scb = vec4<f32>(1.0);
-    if (NORM) {
-      sc = norm4(t, min(n4, 4u), lane);
-      if (n4 > 4u) { scb = norm4(t + 4u, n4 - 4u, lane); } else { scb = vec4<f32>(sc[n4 - 1u]); }
+    var y: Oct;
+    if (TILE == 8u) {
+      y = dot8(r0, have1, t, n4, lane);
+    } else if (TILE == 4u) {
+      y = dot4(r0, have1, t, n4, lane);
+    } else {
+      y = dot1(r0, have1, t, n4, lane);
     }
+    var s0 = subgroupAdd(y.y0);
+    var s1 = subgroupAdd(y.y1);
     var s0b = vec4<f32>(0.0);
     var s1b = vec4<f32>(0.0);
-    var s0: vec4<f32>;
-    var s1: vec4<f32>;
     if (TILE == 8u) {
-      let y = dot8(r0, have1, t, n4, sc, scb, lane);
-      s0 = subgroupAdd(y.y0);
-      s1 = subgroupAdd(y.y1);
       s0b = subgroupAdd(y.y0b);
       s1b = subgroupAdd(y.y1b);
-    } else if (TILE == 4u) {
-      let y = dot4(r0, have1, t, n4, sc, scb, lane);
-      s0 = subgroupAdd(y.y0);
-      s1 = subgroupAdd(y.y1);
-    } else {
-      let y = dot1(r0, have1, t, n4, sc, scb, lane);
-      s0 = subgroupAdd(y.y0);
-      s1 = subgroupAdd(y.y1);
+    }
+    if (NORM) {   // the rows' RMSNorm scales (sums of squares from the same pass), applied to the finished sums
+      let sc = inverseSqrt(subgroupAdd(y.ss) / f32(params.K) + params.eps);
+      s0 = s0 * sc;
+      s1 = s1 * sc;
+      if (TILE == 8u) {
+        let scb = inverseSqrt(subgroupAdd(y.ssb) / f32(params.K) + params.eps);
+        s0b = s0b * scb;
+        s1b = s1b * scb;
+      }
     }
     for (var i = lane; i < n4 && have0; i = i + LANES) {   // one slot per lane (LANES >= 8 on real GPUs)
       epilogue(t + i, pick(s0, s0b, i), pick(s1, s1b, i), params.row0 + r0, have1);

@@ -11,7 +11,11 @@
 //            lanes?: invocations per weight-row pair in matmul.wgsl (default 32; 1 on CPU adapters such as
 //            SwiftShader/llvmpipe), matmulWg?: matmul workgroup size (64), attnWg?: attention workgroup size (256 GPU / 64 CPU), timestamps?: GPU time
 //            per forward in model.stats.gpu_ms and model.profile() (bench only), maxBindingBytes?: cap on one
-//            weight binding (tests use it to force splits)}
+//            weight binding (tests use it to force splits), tile1?/tile8?: GPU matmul pipelines that decode each
+//            weight once for 1 row (dispatches of one row) / 8 rows (dispatches of more than 4 rows) besides the
+//            4-row one (default on where lanes > 1; every row runs the same slot code in all three),
+//            splits?: command buffers per forward, submitted one by one so the GPU starts while the rest is
+//            still being translated (default 4 on GPUs, 1 on CPU adapters)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.destroy()    destroys the device (and every model)
@@ -30,13 +34,14 @@
 //          submission, one readback. Batch-invariant: a position's row is bitwise the same whatever split of
 //          forwards (1 token, k+1 verify blocks, prefill chunks) produced it.
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
-//   model.stats              last forward: {dispatches, chunks, encode_ms, submit_ms, wait_ms, pre_encoded, gpu_ms}
+//   model.stats              last forward: {dispatches, command_buffers, chunks, encode_ms, submit_ms, wait_ms, pre_encoded, gpu_ms}
 //   model.weightBytes        bytes of weights on the GPU
 //   await model.profile(n)   bench only (timestamps): GPU microseconds per kind of dispatch for n rows
 //   model.destroy()          frees GPU buffers
 // Speed notes: one compute pass per forward (embed, then per layer qkv+RoPE+KV write, attention, o+residual,
-// gate/up+SwiGLU, down+residual, then the head for the rows asked: 5 * n_layers + 2 dispatches); the command
-// buffer for the next forward of the same shape is encoded while the GPU runs this one.
+// gate/up+SwiGLU, down+residual, then the head for the rows asked: 5 * n_layers + 2 dispatches), split into
+// `splits` command buffers submitted one after another (a small first one, so the GPU starts early); the command
+// buffers for the next forward of the same shape are encoded while the GPU runs this one.
 // Errors: device loss makes forward reject with an Error whose message starts with "device lost"; other GPU
 // errors with "gpu error"; bad arguments/files with a message naming the problem. Forwards are serialised.
 
@@ -479,6 +484,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     stats.submit_ms = performance.now() - tSub;
     stats.encode_ms = performance.now() - tEnc;
     stats.dispatches = cmd.dispatches;
+    stats.command_buffers = cmd.cbs.length;
     stats.chunks = nChunks;
     stats.pre_encoded = cmd.pre === true;
     // While the GPU runs, encode the command buffer for the next forward of the same shape (the decode loop

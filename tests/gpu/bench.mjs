@@ -85,6 +85,9 @@ async function main() {
     lanes: process.env.LANES ? Number(process.env.LANES) : undefined,
     subgroups: process.env.SUBGROUPS ? process.env.SUBGROUPS === '1' : undefined,
     matmulWg: process.env.MATMUL_WG ? Number(process.env.MATMUL_WG) : undefined,
+    splits: process.env.SPLITS ? Number(process.env.SPLITS) : undefined,
+    tile8: process.env.TILE8 ? process.env.TILE8 === '1' : undefined,
+    tile1: process.env.TILE1 ? process.env.TILE1 === '1' : undefined,
   });
   const { device, kernels } = engine;
   const hasTs = device.features.has('timestamp-query');
@@ -124,7 +127,11 @@ async function main() {
     const pb = device.createBuffer({ size: 48, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     device.queue.writeBuffer(pb, 0, p);
     const sb = device.createBuffer({ size: 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-    const pipe = await kernels.matmul(wtype, MODE.store, false);
+    // the engine's choice: weights decoded once per 1 (B = 1), 4 (B <= 4) or 8 rows (B > 4)
+    const tile1 = kernels.lanes > 1 && process.env.TILE1 !== '0';
+    const tile8 = kernels.lanes > 1 && process.env.TILE8 !== '0';
+    const pipes = { 1: await kernels.matmul(wtype, MODE.store, false, tile1 ? 1 : 4),
+      4: await kernels.matmul(wtype, MODE.store, false, 4), 8: await kernels.matmul(wtype, MODE.store, false, tile8 ? 8 : 4) };
     const bgs = ws.map((w) => device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
       { binding: 0, resource: { buffer: pb } }, { binding: 1, resource: { buffer: sb, offset: 0, size: 32 } },
       { binding: 2, resource: { buffer: w } }, { binding: 3, resource: { buffer: x } },
@@ -134,6 +141,7 @@ async function main() {
     const res = {};
     for (const B of [1, 2, 4, 5, 8, 9]) {
       device.queue.writeBuffer(sb, 0, new Uint32Array([B, 0, 0, 0, 0, 0, 0, 0]));
+      const pipe = pipes[B === 1 ? 1 : B <= 4 ? 4 : 8];
       const D = quick ? 8 : 60;
       const run = async () => {
         const e = device.createCommandEncoder();
@@ -265,6 +273,7 @@ async function main() {
   const single = await measure(1);
   out.single = single;
   out.dispatches_per_forward = single.dispatches;
+  log(`command buffers per forward: ${model.stats.command_buffers}`);
   log(`T_single at pos ${P}: wall ${single.wall.toFixed(3)} ms (GPU ${single.gpu?.toFixed(3)} ms, encode+submit ${single.enc.toFixed(3)} ms of which submit ${single.submit.toFixed(3)}, wait for readback ${single.wait.toFixed(3)} ms, pre-encoded ${(100 * single.pre_encoded).toFixed(0)}%), ${single.dispatches} dispatches/forward`);
   out.verify = {};
   for (let k = 1; k <= 8; k++) {

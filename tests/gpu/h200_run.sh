@@ -2,20 +2,39 @@
 # H200 bench (device machine, over Vulkan): unpack what tests/gpu/h200_prep.sh put in .devcarry/gpu, then run
 #   1. tests/gpu/bench.mjs (matmul bandwidth, T_verify(k)/T_single, tokens/s, per-kernel GPU time) -> $OUT/bench_h200.txt
 #   2. the tests/gpu pytest suite on the real GPU (EXACTSPEC_DAWN_BACKEND=vulkan)            -> $OUT/pytest_h200.txt
-#   3. the model part again with variants: workgroup-tree matmul (SUBGROUPS=0), matmul workgroups of 128 / 256
+#      (if it fails: the invariance tests again with each matmul tile variant off, to name the culprit)
+#   3. the model part again with variants (one command buffer per forward; no 1-row / 8-row tiles; 8 command
+#      buffers) and the head-shaped matmul (49152 x 576 Q8_0)                                 -> $OUT/variants_h200.txt
+# Whole run: about 2-3 minutes. Usage there: bash tests/gpu/h200_run.sh   (carry .devcarry/gpu)
 set -e
 D=.devcarry/gpu
+O=${OUT:-/tmp}
 mkdir -p /tmp/nb node_modules
-[ -x /tmp/nb/node ] || xz -dc $D/node.xz > /tmp/nb/node
+[ -x /tmp/nb/node ] || xz -T4 -dc $D/node.xz > /tmp/nb/node
 chmod +x /tmp/nb/node
 for f in $D/*.deb; do dpkg -x $f /; done; ldconfig
 tar -C node_modules -xJf $D/webgpu.tar.xz
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-timeout 200 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" | tee ${OUT:-/tmp}/bench_h200.txt
+set +e
+timeout 100 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
+grep -v '^JSON' $O/bench_h200.txt
 export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=vulkan
-timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu -k "not smollm2" 2>&1 | tail -15 | tee ${OUT:-/tmp}/pytest_h200.txt || true
-for v in "SUBGROUPS=0" "MATMUL_WG=128" "MATMUL_WG=256"; do
-  echo "== variant $v, model only"
-  env $v timeout 60 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "kernels|T_single|T_verify|decode|GPU us"
-done
+timeout 70 python3 -m pytest -q -p no:cacheprovider tests/gpu -k "not smollm2" 2>&1 | tail -25 > $O/pytest_h200.txt
+cat $O/pytest_h200.txt
+if ! tail -1 $O/pytest_h200.txt | grep -q " passed" || tail -1 $O/pytest_h200.txt | grep -q "failed"; then
+  for v in '{"tile1": false}' '{"tile8": false}' '{"tile1": false, "tile8": false}' '{"splits": 1}'; do
+    echo "== pytest invariance with EXACTSPEC_ENGINE_OPTS=$v"
+    EXACTSPEC_ENGINE_OPTS="$v" timeout 40 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_engine.py -k "invariance and not smollm2" 2>&1 | tail -2
+  done 2>&1 | tee -a $O/pytest_h200.txt
+fi
+{
+  for v in "SPLITS=1" "TILE1=0" "TILE8=0" "SPLITS=8"; do
+    echo "== variant $v, model only"
+    env $v timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers"
+  done
+  echo "== head-shaped matmul (49152 x 576 Q8_0) and SmolLM2 gate/up-shaped (3072 x 576 Q4_1)"
+  MM_N=49152 MM_K=576 MM_TYPES=Q8_0 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+} 2>&1 | tee $O/variants_h200.txt
+exit 0
