@@ -86,6 +86,7 @@ async function main() {
     subgroups: process.env.SUBGROUPS ? process.env.SUBGROUPS === '1' : undefined,
     matmulWg: process.env.MATMUL_WG ? Number(process.env.MATMUL_WG) : undefined,
     splits: process.env.SPLITS ? Number(process.env.SPLITS) : undefined,
+    attnWg: process.env.ATTN_WG ? Number(process.env.ATTN_WG) : undefined,
     tile8: process.env.TILE8 ? process.env.TILE8 === '1' : undefined,
     tile1: process.env.TILE1 ? process.env.TILE1 === '1' : undefined,
   });

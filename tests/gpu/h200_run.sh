@@ -4,7 +4,7 @@
 #   2. the tests/gpu pytest suite on the real GPU (EXACTSPEC_DAWN_BACKEND=vulkan)            -> $OUT/pytest_h200.txt
 #      (if it fails: the invariance tests again with each matmul tile variant off, to name the culprit)
 #   3. the model part again with variants (one command buffer per forward; no 1-row / 8-row tiles; 8 command
-#      buffers) and the head-shaped matmul (49152 x 576 Q8_0)                                 -> $OUT/variants_h200.txt
+#      buffers; attention / matmul workgroups of 128) and head- and gate/up-shaped matmuls                                 -> $OUT/variants_h200.txt
 # Whole run: about 2-3 minutes. Usage there: bash tests/gpu/h200_run.sh   (carry .devcarry/gpu)
 set -e
 D=.devcarry/gpu
@@ -29,12 +29,14 @@ if ! tail -1 $O/pytest_h200.txt | grep -q " passed" || tail -1 $O/pytest_h200.tx
   done 2>&1 | tee -a $O/pytest_h200.txt
 fi
 {
-  for v in "SPLITS=1" "TILE1=0" "TILE8=0" "SPLITS=8"; do
+  for v in "SPLITS=1" "TILE1=0" "TILE8=0" "SPLITS=8" "ATTN_WG=128" "MATMUL_WG=128"; do
     echo "== variant $v, model only"
     env $v timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers"
   done
   echo "== head-shaped matmul (49152 x 576 Q8_0) and SmolLM2 gate/up-shaped (3072 x 576 Q4_1)"
   MM_N=49152 MM_K=576 MM_TYPES=Q8_0 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
   MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  echo "== 8192 x 4096 matmuls with 128-invocation workgroups"
+  MATMUL_WG=128 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
 } 2>&1 | tee $O/variants_h200.txt
 exit 0
