@@ -31,14 +31,14 @@ fi
 {
   for v in "SPLITS=1" "TILE1=0" "TILE8=0" "SPLITS=8" "ATTN_WG=128" "MATMUL_WG=128"; do
     echo "== variant $v, model only"
-    env $v timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers"
+    env $v timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers"
   done
   echo "== head-shaped matmul (49152 x 576 Q8_0) and SmolLM2 gate/up-shaped (3072 x 576 Q4_1)"
-  MM_N=49152 MM_K=576 MM_TYPES=Q8_0 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
-  MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  MM_N=49152 MM_K=576 MM_TYPES=Q8_0 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
   echo "== 8192 x 4096 Q4_1 matmul without the 1-row tile (B=1 through dot4)"
-  TILE1=0 MM_TYPES=Q4_1 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul Q4_1 8192"
+  TILE1=0 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul Q4_1 8192"
   echo "== 8192 x 4096 matmuls with 128-invocation workgroups"
-  MATMUL_WG=128 timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  MATMUL_WG=128 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
 } 2>&1 | tee $O/variants_h200.txt
 exit 0
