@@ -45,6 +45,8 @@ override NORM: bool = false;
 override TILE: u32 = 4u;   // GPU paths: chunk rows per weight decode: 1 (dot1), 4 (dot4) or 8 (dot8)
 
 override LANES: u32 = 32;   // 1, 2, 4, 8, 16 or 32; divides WG_SIZE
+override KSPLIT: u32 = 1u;  // must be 1 here (matmul_sg.wgsl only)
+override STRIDE: u32 = LANES * KSPLIT;   // unit stride of one lane
 const TB: u32 = 8u;
 
 struct Params {
@@ -259,19 +261,19 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
-  for (; u + 3u * LANES < U; u = u + 4u * LANES) {   // 4 units per trip: loads first, adds in unit order
+  for (; u + 3u * STRIDE < U; u = u + 4u * STRIDE) {   // 4 units per trip: loads first, adds in unit order
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, u + 1u * LANES);
+    let p1 = load_unit(r0, u + 1u * STRIDE);
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
-    let p2 = load_unit(r0, u + 2u * LANES);
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * STRIDE); }
+    let p2 = load_unit(r0, u + 2u * STRIDE);
     var q2 = p2;
-    if (have1) { q2 = load_unit(r0 + 1u, u + 2u * LANES); }
-    let p3 = load_unit(r0, u + 3u * LANES);
+    if (have1) { q2 = load_unit(r0 + 1u, u + 2u * STRIDE); }
+    let p3 = load_unit(r0, u + 3u * STRIDE);
     var q3 = p3;
-    if (have1) { q3 = load_unit(r0 + 1u, u + 3u * LANES); }
+    if (have1) { q3 = load_unit(r0 + 1u, u + 3u * STRIDE); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);
@@ -305,12 +307,12 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, min(u + 1u * LANES, U - 1u));
+    let p1 = load_unit(r0, min(u + 1u * STRIDE, U - 1u));
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, min(u + 1u * LANES, U - 1u)); }
-    let p2 = load_unit(r0, min(u + 2u * LANES, U - 1u));
+    if (have1) { q1 = load_unit(r0 + 1u, min(u + 1u * STRIDE, U - 1u)); }
+    let p2 = load_unit(r0, min(u + 2u * STRIDE, U - 1u));
     var q2 = p2;
-    if (have1) { q2 = load_unit(r0 + 1u, min(u + 2u * LANES, U - 1u)); }
+    if (have1) { q2 = load_unit(r0 + 1u, min(u + 2u * STRIDE, U - 1u)); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);
@@ -318,7 +320,7 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
     a.x = a.x + term(p0, g000, g001);
     b.x = b.x + term(q0, g000, g001);
     if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
-    if (u + 1u * LANES < U) {
+    if (u + 1u * STRIDE < U) {
       let v100 = x[t * K4 + p1.i0];
       let v101 = x[t * K4 + p1.i1];
       let g100 = gx(v100, p1.i0);
@@ -327,7 +329,7 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
       b.x = b.x + term(q1, g100, g101);
       if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
     }
-    if (u + 2u * LANES < U) {
+    if (u + 2u * STRIDE < U) {
       let v200 = x[t * K4 + p2.i0];
       let v201 = x[t * K4 + p2.i1];
       let g200 = gx(v200, p2.i0);
@@ -353,13 +355,13 @@ fn dot4(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
-  for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
+  for (; u + 1u * STRIDE < U; u = u + 2u * STRIDE) {   // 2 units per trip: loads first, adds in unit order
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, u + 1u * LANES);
+    let p1 = load_unit(r0, u + 1u * STRIDE);
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * STRIDE); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);
@@ -470,13 +472,13 @@ fn dot8(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
-  for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
+  for (; u + 1u * STRIDE < U; u = u + 2u * STRIDE) {   // 2 units per trip: loads first, adds in unit order
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, u + 1u * LANES);
+    let p1 = load_unit(r0, u + 1u * STRIDE);
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * STRIDE); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);

@@ -22,6 +22,8 @@ override NORM: bool = false;
 override TILE: u32 = 4u;   // GPU paths: chunk rows per weight decode: 1 (dot1), 4 (dot4) or 8 (dot8)
 
 override LANES: u32 = 32;   // MUST equal the subgroup size (all subgroups full, aligned in local_invocation_index)
+override KSPLIT: u32 = 1u;  // subgroups per row pair (1, 2 or 4): each takes every KSPLIT-th group of LANES units
+override STRIDE: u32 = LANES * KSPLIT;   // unit stride of one lane
 const TB: u32 = 8u;
 
 struct Params {
@@ -217,19 +219,19 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
-  for (; u + 3u * LANES < U; u = u + 4u * LANES) {   // 4 units per trip: loads first, adds in unit order
+  for (; u + 3u * STRIDE < U; u = u + 4u * STRIDE) {   // 4 units per trip: loads first, adds in unit order
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, u + 1u * LANES);
+    let p1 = load_unit(r0, u + 1u * STRIDE);
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
-    let p2 = load_unit(r0, u + 2u * LANES);
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * STRIDE); }
+    let p2 = load_unit(r0, u + 2u * STRIDE);
     var q2 = p2;
-    if (have1) { q2 = load_unit(r0 + 1u, u + 2u * LANES); }
-    let p3 = load_unit(r0, u + 3u * LANES);
+    if (have1) { q2 = load_unit(r0 + 1u, u + 2u * STRIDE); }
+    let p3 = load_unit(r0, u + 3u * STRIDE);
     var q3 = p3;
-    if (have1) { q3 = load_unit(r0 + 1u, u + 3u * LANES); }
+    if (have1) { q3 = load_unit(r0 + 1u, u + 3u * STRIDE); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);
@@ -263,12 +265,12 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, min(u + 1u * LANES, U - 1u));
+    let p1 = load_unit(r0, min(u + 1u * STRIDE, U - 1u));
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, min(u + 1u * LANES, U - 1u)); }
-    let p2 = load_unit(r0, min(u + 2u * LANES, U - 1u));
+    if (have1) { q1 = load_unit(r0 + 1u, min(u + 1u * STRIDE, U - 1u)); }
+    let p2 = load_unit(r0, min(u + 2u * STRIDE, U - 1u));
     var q2 = p2;
-    if (have1) { q2 = load_unit(r0 + 1u, min(u + 2u * LANES, U - 1u)); }
+    if (have1) { q2 = load_unit(r0 + 1u, min(u + 2u * STRIDE, U - 1u)); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);
@@ -276,7 +278,7 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
     a.x = a.x + term(p0, g000, g001);
     b.x = b.x + term(q0, g000, g001);
     if (NORM) { s.x = s.x + (dot(v000, v000) + dot(v001, v001)); }
-    if (u + 1u * LANES < U) {
+    if (u + 1u * STRIDE < U) {
       let v100 = x[t * K4 + p1.i0];
       let v101 = x[t * K4 + p1.i1];
       let g100 = gx(v100, p1.i0);
@@ -285,7 +287,7 @@ fn dot1(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
       b.x = b.x + term(q1, g100, g101);
       if (NORM) { s.x = s.x + (dot(v100, v100) + dot(v101, v101)); }
     }
-    if (u + 2u * LANES < U) {
+    if (u + 2u * STRIDE < U) {
       let v200 = x[t * K4 + p2.i0];
       let v201 = x[t * K4 + p2.i1];
       let g200 = gx(v200, p2.i0);
@@ -311,13 +313,13 @@ fn dot4(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
-  for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
+  for (; u + 1u * STRIDE < U; u = u + 2u * STRIDE) {   // 2 units per trip: loads first, adds in unit order
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, u + 1u * LANES);
+    let p1 = load_unit(r0, u + 1u * STRIDE);
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * STRIDE); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);
@@ -428,13 +430,13 @@ fn dot8(r0: u32, have1: bool, t: u32, n: u32, lane: u32) -> Oct {
   let K4 = params.K / 4u;
   let U = params.K / 8u;
   var u = lane;
-  for (; u + 1u * LANES < U; u = u + 2u * LANES) {   // 2 units per trip: loads first, adds in unit order
+  for (; u + 1u * STRIDE < U; u = u + 2u * STRIDE) {   // 2 units per trip: loads first, adds in unit order
     let p0 = load_unit(r0, u);
     var q0 = p0;
     if (have1) { q0 = load_unit(r0 + 1u, u); }
-    let p1 = load_unit(r0, u + 1u * LANES);
+    let p1 = load_unit(r0, u + 1u * STRIDE);
     var q1 = p1;
-    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * LANES); }
+    if (have1) { q1 = load_unit(r0 + 1u, u + 1u * STRIDE); }
     let v000 = x[t * K4 + p0.i0];
     let v001 = x[t * K4 + p0.i1];
     let g000 = gx(v000, p0.i0);
@@ -618,14 +620,19 @@ fn pick(v: vec4<f32>, vb: vec4<f32>, i: u32) -> f32 {   // slot i of an oct (0..
   return vb[i - 4u];
 }
 
+var<workgroup> kpart: array<vec4<f32>, WG_SIZE / LANES * 6u>;   // KSPLIT > 1: (subgroup, 6) subgroup sums
+
 @compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
   let wg = wid.y * nwg.x + wid.x;
-  let groups_per_wg = WG_SIZE / LANES;
+  let groups_per_wg = WG_SIZE / (LANES * KSPLIT);
   if (wg * groups_per_wg >= params.n_groups) { return; }   // uniform per workgroup
   let lane = sid;
-  let g = (lid - sid) / LANES;                 // this subgroup's index in the workgroup
+  let gi = (lid - sid) / LANES;                // this subgroup's index in the workgroup
+  let g = gi / KSPLIT;                         // its row pair's index in the workgroup
+  let part = gi % KSPLIT;                      // which K-interleaved share of the pair's units it takes
+  let vl = part * LANES + lane;                // units vl, vl + STRIDE, ...
   let pair = wg * groups_per_wg + g;           // row pair within this part
   let have0 = 2u * pair < params.N;
   let r0 = min(2u * pair, params.N - 1u);      // a subgroup past the end computes a valid row, writes nothing
@@ -638,31 +645,61 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n4 = min(TILE, hi - t);   // rows of this tile (TILE = 1, 4 or 8); uniform
     var y: Oct;
     if (TILE == 8u) {
-      y = dot8(r0, have1, t, n4, lane);
+      y = dot8(r0, have1, t, n4, vl);
     } else if (TILE == 4u) {
-      y = dot4(r0, have1, t, n4, lane);
+      y = dot4(r0, have1, t, n4, vl);
     } else {
-      y = dot1(r0, have1, t, n4, lane);
+      y = dot1(r0, have1, t, n4, vl);
     }
     var s0 = subgroupAdd(y.y0);
     var s1 = subgroupAdd(y.y1);
     var s0b = vec4<f32>(0.0);
     var s1b = vec4<f32>(0.0);
+    var ss = vec4<f32>(0.0);
+    var ssb = vec4<f32>(0.0);
     if (TILE == 8u) {
       s0b = subgroupAdd(y.y0b);
       s1b = subgroupAdd(y.y1b);
     }
+    if (NORM) {
+      ss = subgroupAdd(y.ss);
+      if (TILE == 8u) { ssb = subgroupAdd(y.ssb); }
+    }
+    if (KSPLIT > 1u) {
+      // the pair's KSPLIT subgroup sums, added in part order by part 0 (a fixed order: batch invariant)
+      if (lane == 0u) {
+        kpart[gi * 6u] = s0;
+        kpart[gi * 6u + 1u] = s1;
+        kpart[gi * 6u + 2u] = s0b;
+        kpart[gi * 6u + 3u] = s1b;
+        kpart[gi * 6u + 4u] = ss;
+        kpart[gi * 6u + 5u] = ssb;
+      }
+      workgroupBarrier();
+      if (part == 0u) {
+        for (var k = 1u; k < KSPLIT; k = k + 1u) {
+          let o = (gi + k) * 6u;
+          s0 = s0 + kpart[o];
+          s1 = s1 + kpart[o + 1u];
+          s0b = s0b + kpart[o + 2u];
+          s1b = s1b + kpart[o + 3u];
+          ss = ss + kpart[o + 4u];
+          ssb = ssb + kpart[o + 5u];
+        }
+      }
+      workgroupBarrier();
+    }
     if (NORM) {   // the rows' RMSNorm scales (sums of squares from the same pass), applied to the finished sums
-      let sc = inverseSqrt(subgroupAdd(y.ss) / f32(params.K) + params.eps);
+      let sc = inverseSqrt(ss / f32(params.K) + params.eps);
       s0 = s0 * sc;
       s1 = s1 * sc;
       if (TILE == 8u) {
-        let scb = inverseSqrt(subgroupAdd(y.ssb) / f32(params.K) + params.eps);
+        let scb = inverseSqrt(ssb / f32(params.K) + params.eps);
         s0b = s0b * scb;
         s1b = s1b * scb;
       }
     }
-    for (var i = lane; i < n4 && have0; i = i + LANES) {   // one slot per lane (LANES >= 8 on real GPUs)
+    for (var i = lane; i < n4 && have0 && part == 0u; i = i + LANES) {   // one slot per lane (LANES >= 8 on GPUs)
       epilogue(t + i, pick(s0, s0b, i), pick(s1, s1b, i), params.row0 + r0, have1);
     }
   }

@@ -14,6 +14,9 @@
 //            weight binding (tests use it to force splits), tile1?/tile8?: GPU matmul pipelines that decode each
 //            weight once for 1 row (dispatches of one row) / 8 rows (dispatches of more than 4 rows) besides the
 //            4-row one (default on where lanes > 1; every row runs the same slot code in all three),
+//            ksplit?: subgroups per weight-row pair in matmul_sg.wgsl (1 default; 2 or 4: each takes an
+//            interleaved share of the units, the shares summed in a fixed order; more warps for small matrices),
+//            emulatedSubgroups?: (tests) shaderSource serves matmul_sg.wgsl with one-lane subgroups emulated,
 //            splits?: command buffers per forward, submitted one by one so the GPU starts while the rest is
 //            still being translated (default 4 on GPUs, 1 on CPU adapters)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
@@ -76,9 +79,15 @@ export async function createEngine(gpu, opts = {}) {
     const sgOk = device.features.has('subgroups') && S >= 4 && S <= WG_SIZE && WG_SIZE % S === 0;
     const useSg = sgOk && (opts.subgroups ?? !cpu);
     if (opts.subgroups === true && !sgOk) throw new Error(`subgroups requested but the adapter has none of a fixed size (${adapterInfo.subgroupMinSize}..${adapterInfo.subgroupMaxSize})`);
-    kernels = await createKernels(device, shaderSource, { lanes: useSg ? S : (opts.lanes ?? (cpu ? 1 : 32)),
-      attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg, matmulWg: opts.matmulWg ?? WG_SIZE });
-    adapterInfo.kernels = { matmul: useSg ? `matmul_sg (LANES=${S})` : `matmul (LANES=${kernels.lanes})`,
+    const lanes = useSg ? S : (opts.lanes ?? (cpu ? 1 : 32));
+    const matmulWg = opts.matmulWg ?? WG_SIZE;
+    const ksplit = opts.ksplit ?? 1;
+    if (![1, 2, 4].includes(ksplit)) throw new Error(`ksplit ${ksplit} must be 1, 2 or 4`);
+    if (ksplit > 1 && !useSg && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
+    if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
+    kernels = await createKernels(device, shaderSource, { lanes, attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg,
+      matmulWg, ksplit });
+    adapterInfo.kernels = { matmul: (useSg ? `matmul_sg (LANES=${S}` : `matmul (LANES=${kernels.lanes}`) + (ksplit > 1 ? `, KSPLIT=${ksplit})` : ')'),
       attention_wg: opts.attnWg ?? (cpu ? 64 : 256) };
   } catch (e) {
     device.destroy();
@@ -270,7 +279,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     new Float32Array(a.buffer)[11] = eps;
     return uni(label, a);
   };
-  const groupsPerWg = kernels.matmulWg / kernels.lanes;   // row pairs per matmul workgroup
+  const groupsPerWg = kernels.matmulWg / (kernels.lanes * kernels.ksplit);   // row pairs per matmul workgroup
   const mmDims = (part) => {
     const n = Math.ceil(Math.ceil(part.N / 2) / groupsPerWg);
     const x = Math.min(n, 32768);

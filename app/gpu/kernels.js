@@ -35,7 +35,7 @@ function layout(device, kinds) {
   return device.createBindGroupLayout({ entries });
 }
 
-export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64, subgroups = false, matmulWg = WG_SIZE } = {}) {
+export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64, subgroups = false, matmulWg = WG_SIZE, ksplit = 1 } = {}) {
   const mm = subgroups ? 'matmul_sg' : 'matmul';
   const [mmSrc, attSrc, embSrc] = await Promise.all([mm, 'attention', 'embed'].map((n) => shaderSource(n)));
   const modules = {};
@@ -71,9 +71,10 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
     lanes,
     subgroups,
     matmulWg,
+    ksplit,   // subgroups per row pair (matmul_sg.wgsl)
     // tile: chunk rows per weight decode on the GPU paths (4: quad_dot, 8: oct_dot); matmul.wgsl ignores it when lanes == 1
     matmul: (wtype, mode, norm, tile = 4) => pipeline('matmul', { WG_SIZE: matmulWg, WTYPE: wtype, MODE: mode,
-      NORM: norm ? 1 : 0, LANES: lanes, TILE: tile }),
+      NORM: norm ? 1 : 0, LANES: lanes, TILE: tile, KSPLIT: ksplit }),
     attention: () => pipeline('attention', { WG_SIZE: attnWg }),
     embed: (wtype) => pipeline('embed', { WTYPE: wtype }),
   };

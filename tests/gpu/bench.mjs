@@ -87,6 +87,7 @@ async function main() {
     matmulWg: process.env.MATMUL_WG ? Number(process.env.MATMUL_WG) : undefined,
     splits: process.env.SPLITS ? Number(process.env.SPLITS) : undefined,
     attnWg: process.env.ATTN_WG ? Number(process.env.ATTN_WG) : undefined,
+    ksplit: process.env.KSPLIT ? Number(process.env.KSPLIT) : undefined,
     tile8: process.env.TILE8 ? process.env.TILE8 === '1' : undefined,
     tile1: process.env.TILE1 ? process.env.TILE1 === '1' : undefined,
   });
@@ -138,7 +139,7 @@ async function main() {
       { binding: 2, resource: { buffer: w } }, { binding: 3, resource: { buffer: x } },
       { binding: 4, resource: { buffer: dummy } }, { binding: 5, resource: { buffer: dummy } },
       { binding: 6, resource: { buffer: o } }, { binding: 7, resource: { buffer: dummyW } }] }));
-    const wg = Math.ceil(N / 2 / (kernels.matmulWg / kernels.lanes));
+    const wg = Math.ceil(N / 2 / (kernels.matmulWg / (kernels.lanes * kernels.ksplit)));
     const res = {};
     for (const B of [1, 2, 4, 5, 8, 9]) {
       device.queue.writeBuffer(sb, 0, new Uint32Array([B, 0, 0, 0, 0, 0, 0, 0]));

@@ -39,7 +39,8 @@ async function main() {
     engine = await createEngine(gpu, {
       adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
       maxRows: spec.max_rows, maxBindingBytes: spec.max_binding_bytes, lanes: spec.lanes,
-      ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true } : {}),
+      ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true,
+        emulatedSubgroups: true, ksplit: spec.ksplit ?? 1 } : {}),
       // extra engine options (variants on a GPU host, e.g. {"splits": 1, "tile8": false})
       ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
     });

@@ -2,9 +2,10 @@
 # H200 bench (device machine, over Vulkan): unpack what tests/gpu/h200_prep.sh put in .devcarry/gpu, then run
 #   1. tests/gpu/bench.mjs (matmul bandwidth, T_verify(k)/T_single, tokens/s, per-kernel GPU time) -> $OUT/bench_h200.txt
 #   2. the tests/gpu pytest suite on the real GPU (EXACTSPEC_DAWN_BACKEND=vulkan)            -> $OUT/pytest_h200.txt
-#      (if it fails: the invariance tests again with each matmul tile variant off, to name the culprit)
-#   3. the model part again with variants (one command buffer per forward; no 1-row / 8-row tiles; 8 command
-#      buffers; attention / matmul workgroups of 128) and head- and gate/up-shaped matmuls                                 -> $OUT/variants_h200.txt
+#      (if it fails: the invariance tests again with each matmul tile variant off, to name the culprit;
+#      then the invariance tests with two subgroups per matmul row pair, ksplit 2)
+#   3. the model part again with variants (2 or 4 subgroups per matmul row pair; one command buffer per forward;
+#      no 1-row / 8-row tiles; matmul workgroups of 128) and head- and gate/up-shaped matmuls                                 -> $OUT/variants_h200.txt
 # Whole run: about 2-3 minutes. Usage there: bash tests/gpu/h200_run.sh   (carry .devcarry/gpu)
 set -e
 D=.devcarry/gpu
@@ -28,16 +29,18 @@ if ! tail -1 $O/pytest_h200.txt | grep -q " passed" || tail -1 $O/pytest_h200.tx
     EXACTSPEC_ENGINE_OPTS="$v" timeout 40 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_engine.py -k "invariance and not smollm2" 2>&1 | tail -2
   done 2>&1 | tee -a $O/pytest_h200.txt
 fi
+echo "== pytest invariance with EXACTSPEC_ENGINE_OPTS={\"ksplit\": 2} (two subgroups per matmul row pair)" | tee -a $O/pytest_h200.txt
+EXACTSPEC_ENGINE_OPTS='{"ksplit": 2}' timeout 40 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_engine.py -k "invariance and not smollm2" 2>&1 | tail -2 | tee -a $O/pytest_h200.txt
 {
-  for v in "SPLITS=1" "TILE1=0" "TILE8=0" "SPLITS=8" "ATTN_WG=128" "MATMUL_WG=128"; do
+  for v in "KSPLIT=2" "KSPLIT=4 MATMUL_WG=128" "SPLITS=1" "TILE1=0" "TILE8=0" "MATMUL_WG=128"; do
     echo "== variant $v, model only"
     env $v timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers"
   done
   echo "== head-shaped matmul (49152 x 576 Q8_0) and SmolLM2 gate/up-shaped (3072 x 576 Q4_1)"
   MM_N=49152 MM_K=576 MM_TYPES=Q8_0 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
   MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
-  echo "== 8192 x 4096 Q4_1 matmul without the 1-row tile (B=1 through dot4)"
-  TILE1=0 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul Q4_1 8192"
+  echo "== SmolLM2 gate/up-shaped matmul with two subgroups per row pair (KSPLIT=2)"
+  KSPLIT=2 MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
   echo "== 8192 x 4096 matmuls with 128-invocation workgroups"
   MATMUL_WG=128 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
 } 2>&1 | tee $O/variants_h200.txt

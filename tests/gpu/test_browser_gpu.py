@@ -51,10 +51,12 @@ return { adapter: info, bad, full: Array.from(full), dispatches: model.stats.dis
 
 @pytest.mark.browser
 @pytest.mark.skipif(_why is not None, reason=f"Chromium engine test cannot run here: {_why}")
-@pytest.mark.parametrize("opts", ["{}", "{subgroups: true}"], ids=["cpu_path", "subgroup_matmul"])
+@pytest.mark.parametrize("opts", ["{}", "{subgroups: true}", "{subgroups: true, ksplit: 2}"],
+                         ids=["cpu_path", "subgroup_matmul", "subgroup_matmul_ksplit2"])
 def test_chromium_swiftshader_batch_invariance(tmp_path, opts):
     """cpu_path: what SwiftShader runs by default; subgroup_matmul: shaders/matmul_sg.wgsl (the GPU default where
-    subgroups have one fixed size), forced here on SwiftShader's 4-wide subgroups."""
+    subgroups have one fixed size), forced here on SwiftShader's 4-wide subgroups; _ksplit2: two subgroups per
+    weight-row pair, their sums added through workgroup memory."""
     from exactspec.formats import describe
     from exactspec.micro import micro_config, write_micro_gguf
     from exactspec.reference import ReferenceModel

@@ -71,7 +71,8 @@ def rows_of(outs, plan, name):
     return np.concatenate([outs[i] for i in plan[name]], axis=0)
 
 
-def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3, lanes=None, emulate_sg=False):
+def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3, lanes=None, emulate_sg=False,
+                 ksplit=None):
     from exactspec.formats import describe
     from exactspec.reference import ReferenceModel
 
@@ -82,7 +83,7 @@ def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, pari
     alt = [int(t) for t in rng.integers(0, vocab, 6)]
     ops, plan = invariance_ops(toks, alt)
     info, outs = run_engine(path, d, ops, max_rows=max_rows, max_binding_bytes=max_binding_bytes, lanes=lanes,
-                            emulate_sg=emulate_sg)
+                            emulate_sg=emulate_sg, ksplit=ksplit)
     res = [r for r in info["results"] if r["op"] == "forward"]
     assert "start_pos" in res[-2].get("error", "") and "length" in res[-2]["error"], res[-2]
     assert "outside" in res[-1].get("error", ""), res[-1]
@@ -132,12 +133,13 @@ def test_micro_invariance_parity_gpu_path(micro_paths, ty):
     check_engine(micro_paths[ty], n=20, lanes=32)
 
 
-@pytest.mark.parametrize("ty", ["F32", "Q4_1"])
-def test_micro_invariance_parity_subgroup_kernel(micro_paths, ty):
-    """matmul_sg.wgsl (what GPUs with subgroups run) with subgroups of one lane emulated: quad tiles for <= 4 rows,
-    oct tiles for more, norm4, every epilogue; only the cross-lane subgroupAdd is left out."""
-    full, diff, info = check_engine(micro_paths[ty], n=20, emulate_sg=True)
-    assert info["adapter"]["kernels"]["matmul"].startswith("matmul (LANES=1)")
+@pytest.mark.parametrize("ty,ksplit", [("F32", 1), ("Q4_1", 1), ("Q4_1", 2), ("Q8_0", 4)])
+def test_micro_invariance_parity_subgroup_kernel(micro_paths, ty, ksplit):
+    """matmul_sg.wgsl (what GPUs with subgroups run) with subgroups of one lane emulated: 1-, 4- and 8-row tiles,
+    the RMSNorm statistic from the dot pass, every epilogue, and with ksplit > 1 several subgroups per row pair
+    summed through workgroup memory; only the cross-lane subgroupAdd itself is left out."""
+    full, diff, info = check_engine(micro_paths[ty], n=20, emulate_sg=True, ksplit=ksplit)
+    assert info["adapter"]["kernels"]["matmul"].startswith("matmul (LANES=1" + (f", KSPLIT={ksplit})" if ksplit > 1 else ")"))
 
 
 def test_micro_row_chunks_and_split_bindings(micro_paths):
