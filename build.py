@@ -259,19 +259,25 @@ def default_models() -> list[dict]:
         out.append({"name": champ.stem, "path": champ, "size": CHAMPION["size"], "sha256": CHAMPION["sha256"],
                     "role": "champion"})
     import json
-    pinned = {}
+    pinned = {}  # draft file -> (draft sha256, champion sha256) from its provenance manifest
     for mf in sorted(MODELS.glob("*.manifest.json")):
         try:
-            d = json.loads(mf.read_text()).get("draft", {})
-            pinned[d["file"]] = d["sha256"]
+            m = json.loads(mf.read_text())
+            d = m.get("draft", {})
+            pinned[d["file"]] = (d["sha256"], m["champion"]["sha256"])
         except (ValueError, KeyError, AttributeError, TypeError):
             log(f"warning: {mf.name} is not a readable draft manifest; ignored")
     for p in sorted(MODELS.glob("draft-*.gguf")):
         got = sha256_file(p)
-        if p.name in pinned and pinned[p.name] != got:
-            log(f"warning: {p.name} has sha256 {got}, its manifest says {pinned[p.name]}: not served as a default")
-            continue
-        out.append({"name": p.stem, "path": p, "size": p.stat().st_size, "sha256": got, "role": "draft"})
+        entry = {"name": p.stem, "path": p, "size": p.stat().st_size, "sha256": got, "role": "draft"}
+        if p.name in pinned:
+            want, champion_sha = pinned[p.name]
+            if want != got:
+                log(f"warning: {p.name} has sha256 {got}, its manifest says {want}: not served as a default")
+                continue
+            # the page shows a draft as verified only for the champion its manifest names
+            entry["provenance"] = {"draft_sha256": got, "champion_sha256": champion_sha}
+        out.append(entry)
     return out
 
 

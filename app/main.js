@@ -219,7 +219,22 @@ function renderMetrics(s) {
 }
 
 // ---- models -----------------------------------------------------------------------------------------------------
+const PROVENANCE_TEXT = {
+  verified: 'verified: its provenance manifest names this champion',
+  unverified: 'unverified: no provenance manifest (answers stay exact; only speed depends on the draft)',
+  'other-champion': 'unverified for this champion: its manifest names another champion',
+};
+
+async function renderDraftProvenance() {
+  let p = null;
+  try { p = (await exactspec.status()).draft_provenance; } catch (e) { /* worker not ready */ }
+  const el = $('draft-provenance');
+  el.textContent = p ? `Draft ${p.draft} — ${PROVENANCE_TEXT[p.status] || p.status}` : 'No draft model loaded.';
+  el.dataset.status = p ? p.status : 'none';
+}
+
 async function renderModels() {
+  renderDraftProvenance();
   let list = [];
   try { list = await exactspec.listModels(); } catch (e) { showError(e.message); }
   $('models').replaceChildren(...list.map((m) => {

@@ -11,7 +11,7 @@ export const REQ = Object.freeze({
   IMPORT_MODEL: 'import_model', // {url?, file?, files?, name?, role?} -> {name, size, sha256}
   DELETE_MODEL: 'delete_model', // {name} -> {deleted: bool}
   LOAD_MODEL: 'load_model',     // {name, role: 'champion' | 'draft'} -> {name, role, config}
-  STATUS: 'status',             // {} -> {backend, active, stages}
+  STATUS: 'status',             // {} -> {backend, active, stages, draft_provenance: {draft, champion, status} or null}
 });
 
 export const EVT = Object.freeze({

@@ -164,7 +164,23 @@ async function fallbackToCpu(reason) {
 
 function status() {
   return { backend: state.modelBackend.champion || state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
-    models: [] };
+    draft_provenance: state.draftProvenance || null, models: [] };
+}
+
+// Does the active draft have a provenance manifest (served with the default models) naming the active champion?
+// 'verified' | 'unverified' (no manifest for this draft) | 'other-champion' (its manifest names another champion).
+async function updateDraftProvenance() {
+  state.draftProvenance = null;
+  if (!state.active.draft) return;
+  const stored = await state.store.list();
+  const sha = (name) => (stored.find((x) => x.name === name) || {}).sha256;
+  const draftSha = sha(state.active.draft);
+  const champSha = state.active.champion ? sha(state.active.champion) : null;
+  const known = ((state.manifest && state.manifest.models) || []).map((x) => x.provenance).filter(Boolean)
+    .filter((p) => p.draft_sha256 === draftSha);
+  const status = !known.length ? 'unverified'
+    : known.some((p) => p.champion_sha256 === champSha) ? 'verified' : 'other-champion';
+  state.draftProvenance = { draft: state.active.draft, champion: state.active.champion, status };
 }
 
 // ---- models ---------------------------------------------------------------------------------------------------
@@ -219,6 +235,8 @@ async function loadModel(name, role) {
   }
   state.active[role] = name;
   state.modelBackend[role] = backendName;
+  await updateDraftProvenance();
+  out.draft_provenance = state.draftProvenance;
   return out;
 }
 
@@ -338,7 +356,9 @@ const handlers = {
       if (state.active.champion === name) state.active.champion = null;
       if (state.active.draft === name) state.active.draft = null;
     }
-    return { deleted: await state.store.delete(name) };
+    const deleted = await state.store.delete(name);
+    await updateDraftProvenance();
+    return { deleted };
   },
   async [REQ.LOAD_MODEL](msg) {
     needReady();

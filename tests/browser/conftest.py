@@ -79,7 +79,10 @@ def server(test_models):
         {"name": "micro-chat", "path": test_models["micro-chat"], "size": test_models["micro-chat"].stat().st_size,
          "sha256": sha256(test_models["micro-chat"]), "role": "champion"},
         {"name": "micro-draft", "path": test_models["micro-draft"], "size": test_models["micro-draft"].stat().st_size,
-         "sha256": sha256(test_models["micro-draft"]), "role": "draft", "default": False},
+         "sha256": sha256(test_models["micro-draft"]), "role": "draft", "default": False,
+         # a provenance manifest naming micro-chat as its champion (as build.py lists the shipped draft's)
+         "provenance": {"draft_sha256": sha256(test_models["micro-draft"]),
+                        "champion_sha256": sha256(test_models["micro-chat"])}},
     ]
     if "smollm2" in test_models:
         models.append({"name": "smollm2", "path": test_models["smollm2"], "size": build.CHAMPION["size"],

@@ -397,3 +397,25 @@ def test_smollm2_matches_cli(session, models_dir, cli):
     assert got["text"] == want["text"]
     print(json.dumps({"smollm2_import_s": round(t_import, 2), "smollm2_load_s": round(t_load, 2),
                       "cpu_tokens_per_s": got["stats"]["tokens_per_s"], "ttft_ms": got["stats"]["ttft_ms"]}))
+
+
+def test_draft_provenance_label(session, models_dir):
+    """A draft shows as verified only with a provenance manifest that names the active champion."""
+    session.open()
+    page = session.page
+    assert session.js("exactspec.status()")["draft_provenance"] is None
+    wait_js(page, "document.querySelector('#draft-provenance').dataset.status === 'none'")
+    session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'micro-draft', role: 'draft'})")
+    got = session.js("exactspec.loadModel('micro-draft', 'draft')")
+    assert got["draft_provenance"]["status"] == "verified"
+    # a draft without a manifest: unverified
+    page.set_input_files("#import-file", str(models_dir["user-model"]))
+    wait_js(page, "document.querySelector('#import-status').textContent.startsWith('Imported')")
+    page.click("#models li[data-name='user-model'] button:has-text('As draft')")
+    wait_js(page, "document.querySelector('#draft-provenance').dataset.status === 'unverified'")
+    assert "unverified" in page.locator("#draft-provenance").inner_text()
+    assert session.js("exactspec.status()")["draft_provenance"]["status"] == "unverified"
+    # the manifest's draft with another champion: not verified for it
+    session.js("exactspec.loadModel('user-model', 'champion')")
+    got = session.js("exactspec.loadModel('micro-draft', 'draft')")
+    assert got["draft_provenance"]["status"] == "other-champion"

@@ -323,3 +323,14 @@ def test_session_one_model_per_role(micro, tmp_path):
     s.load("a", str(micro), role="draft")
     out = run(s.generate({"prompt": "x", "drafter": "model", "k": 2, "max_new_tokens": 4}))
     assert out["stats"]["draft_passes"] > 0
+
+
+def test_default_draft_carries_its_provenance():
+    """build.py lists the shipped draft with the champion sha256 its manifest names (the page's 'verified' label)."""
+    import json
+    drafts = [m for m in build.default_models() if m["role"] == "draft"]
+    assert drafts, "the shipped draft is missing from static/models"
+    for d in drafts:
+        manifest = json.loads((build.MODELS / "draft-smollm2.manifest.json").read_text())
+        assert d["provenance"] == {"draft_sha256": manifest["draft"]["sha256"],
+                                   "champion_sha256": build.CHAMPION["sha256"]}
