@@ -187,11 +187,11 @@ async def generate_async(
     t_first = None
     eos_hit = None
 
-    async def champion_pass(tokens, pos):
+    async def champion_pass(tokens, pos, n_out, what="forward"):
         try:
-            return await call_backend(champion.forward(tokens, pos, len(tokens)), len(tokens), V)
+            return await call_backend(champion.forward(tokens, pos, n_out), n_out, V)
         except Exception as e:  # a backend fault: report it, keep the committed prefix
-            raise BackendError(f"champion forward failed: {e}") from e
+            raise BackendError(f"champion {what} failed: {e}") from e
 
     try:
         # prefill: everything but the last prompt token, reusing what the cache already holds
@@ -200,10 +200,7 @@ async def generate_async(
         if draft is not None and cfg.drafter == "model":
             draft.truncate(min(draft.common_prefix(prompt), len(prompt) - 1))
         if keep < len(prompt) - 1:
-            try:
-                await call_backend(champion.forward(prompt[keep:-1], keep, 1), 1, V)
-            except Exception as e:
-                raise BackendError(f"champion prefill failed: {e}") from e
+            await champion_pass(prompt[keep:-1], keep, 1, "prefill")
             n.prefill_passes += 1
         n.reused_prefix = keep
         while True:
@@ -230,7 +227,7 @@ async def generate_async(
             g = len(proposals)
             n.draft_passes += getattr(drafter, "passes", 0) - passes_before
             t_b = clock()
-            logits = await champion_pass([seq[-1]] + proposals, t0 - 1)  # (g+1, vocab)
+            logits = await champion_pass([seq[-1]] + proposals, t0 - 1, g + 1)  # (g+1, vocab)
             t_c = clock()
             n.target_passes += 1
             n.rounds += 1
