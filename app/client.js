@@ -1,6 +1,7 @@
 // The page's proxy to the worker: window.exactspec. UI, tests, benches and power users all use this API.
 //   await exactspec.ready()            -> {backend: 'webgpu' | 'cpu', models, stages, active}
-//   await exactspec.generate({prompt, chat, max_new_tokens, temperature, top_k, top_p, seed, drafter, k, mode})
+//   await exactspec.generate({prompt, chat, max_new_tokens, temperature, top_k, top_p, seed, drafter, k, mode,
+//                             backend?: 'webgpu' | 'cpu'})   (backend moves the active models there first)
 //                                      -> {text, token_ids, finish_reason, stats: {backend, target_passes, ...}}
 //   exactspec.cancel(), listModels(), importModel({url | file | files, name?}), deleteModel(name),
 //   loadModel(name, role), on(kind, fn) for 'stage' | 'progress' | 'tokens' | 'log' (returns an unsubscribe).

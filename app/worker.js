@@ -203,14 +203,28 @@ function unmount(name) {
   state.mounted.delete(dir);
 }
 
-async function loadModel(name, role) {
+// Put the active models on the backend a request asks for ('webgpu' | 'cpu'); later requests stay there.
+async function useBackend(want) {
+  if (want !== 'webgpu' && want !== 'cpu') throw new Error(`backend must be 'webgpu' or 'cpu', got ${JSON.stringify(want)}`);
+  if (want === 'webgpu' && !state.gpu) {
+    throw new Error(`the WebGPU backend is not available here (${state.gpuReason || 'no adapter'}): use backend 'cpu'`);
+  }
+  for (const role of ['champion', 'draft']) {
+    const name = state.active[role];
+    if (!name || state.modelBackend[role] === want) continue;
+    const out = await loadModel(name, role, want);
+    if (out.backend !== want) throw new Error(`${name} could not be loaded on the ${want} backend (see the log)`);
+  }
+}
+
+async function loadModel(name, role, want = null) {
   const { meta, files } = await state.store.files(name);
   const hf = meta.format === 'hf';
   const dir = mount(name, files.map((f, i) => new File([f], meta.files[i].file)));
   const path = hf ? dir : `${dir}/${meta.files[0].file}`;
   let backend, backendName = 'cpu';
   if (hf && state.backend === 'webgpu') log('info', `${name}: Hugging Face folders run on the CPU fallback`);
-  if (!hf && state.backend === 'webgpu' && state.gpu) {
+  if (!hf && state.gpu && (want ? want === 'webgpu' : state.backend === 'webgpu')) {
     try {
       const desc = JSON.parse(state.session.describe(path));
       const file = files[0];
@@ -318,6 +332,8 @@ const handlers = {
   async [REQ.STATUS]() { return status(); },
   async [REQ.GENERATE](msg) {
     needReady();
+    const want = (msg.params || {}).backend;
+    if (want !== undefined && want !== null) await useBackend(want);
     const emit = (json) => {
       const d = JSON.parse(json);
       event(EVT.TOKENS, { request_id: msg.id, text: d.text, token_ids: d.token_ids });

@@ -419,3 +419,19 @@ def test_draft_provenance_label(session, models_dir):
     session.js("exactspec.loadModel('user-model', 'champion')")
     got = session.js("exactspec.loadModel('micro-draft', 'draft')")
     assert got["draft_provenance"]["status"] == "other-champion"
+
+
+def test_generate_backend_choice(session):
+    """generate({backend}) runs on the asked backend, stats.backend says which, and the answer is the same."""
+    r = session.open("")
+    session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'micro-draft', role: 'draft'})")
+    session.js("exactspec.loadModel('micro-draft', 'draft')")
+    p = dict(prompt="Name a color.", chat=True, max_new_tokens=8, temperature=0.8, seed=3, drafter="model", k=3)
+    cpu = session.generate(**p, backend="cpu")
+    assert cpu["stats"]["backend"] == "cpu"
+    if r["backend"] == "webgpu":
+        gpu = session.generate(**p, backend="webgpu")
+        assert gpu["stats"]["backend"] == "webgpu"
+        assert gpu["token_ids"] == cpu["token_ids"]
+    with pytest.raises(Exception, match="backend must be"):
+        session.generate(**p, backend="tpu")
