@@ -1,4 +1,5 @@
-"""The engine in headless Chromium (WebGPU on SwiftShader): bitwise batch invariance and parity on a micro-model.
+"""The engine in headless Chromium (WebGPU on SwiftShader): bitwise batch invariance and parity on a micro-model
+and on SmolLM2.
 
 The page imports app/gpu/engine.js with `navigator.gpu` (the same module the worker uses), computes every position
 of a micro-model in one prefill, one token at a time, in verify blocks of k+1 for k = 1..8 and in prefill chunks,
@@ -9,12 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chromium_harness import PRELUDE, engine_page, probe
+from chromium_harness import PRELUDE, ROOT, engine_page, probe
 
 _why = probe()
 
 SCRIPT = PRELUDE + """
 const model = await engine.loadModel(desc, readSlice, { seq_len: 64 });
+const KS = KS_VALUES, CHUNKS = CHUNK_VALUES;
 const toks = TOKENS;
 const n = toks.length;
 const V = desc.config.vocab_size;
@@ -32,12 +34,12 @@ const check = async (name, blocks) => {
   }
 };
 await check('single', Array(n).fill(1));
-for (let k = 1; k <= 8; k++) {
+for (const k of KS) {
   const blocks = [2];
   for (let s = 2; s < n; s += k + 1) blocks.push(Math.min(k + 1, n - s));
   await check(`verify${k}`, blocks);
 }
-for (const c of [3, 5]) {
+for (const c of CHUNKS) {
   const blocks = [];
   for (let s = 0; s < n; s += c) blocks.push(Math.min(c, n - s));
   await check(`chunk${c}`, blocks);
@@ -59,21 +61,51 @@ def test_chromium_swiftshader_batch_invariance(tmp_path, opts):
     weight-row pair, their sums added through workgroup memory."""
     from exactspec.formats import describe
     from exactspec.micro import micro_config, write_micro_gguf
-    from exactspec.reference import ReferenceModel
 
     path = tmp_path / "micro-q4_1.gguf"
     write_micro_gguf(path, micro_config(), seed=11, tensor_type="Q4_1")
     d = describe(path)
     toks = [int(t) for t in np.random.default_rng(2).integers(0, d["config"]["vocab_size"], 16)]
+    res = run_invariance(path, d, toks, opts, ks=range(1, 9), chunks=(3, 5))
+    check_against_reference(res, path, toks)
+
+
+def run_invariance(path, d, toks, opts, ks, chunks):
     with engine_page(path, d) as page:
-        script = SCRIPT.replace("TOKENS", str(toks)).replace("createEngine(navigator.gpu, {})",
-                                                              f"createEngine(navigator.gpu, {opts})")
+        script = (SCRIPT.replace("TOKENS", str(toks)).replace("KS_VALUES", str(list(ks)))
+                  .replace("CHUNK_VALUES", str(list(chunks)))
+                  .replace("createEngine(navigator.gpu, {})", f"createEngine(navigator.gpu, {opts})"))
         res = page.evaluate("async () => {" + script + "}")
     if "no_webgpu" in res:
         pytest.skip(f"Chromium offers no WebGPU adapter here: {res['no_webgpu']}")
     print(f"[chromium] adapter {res['adapter']['architecture']} kernels {res['adapter'].get('kernels')}")
     assert res["bad"] == [], f"batch invariance broken in Chromium: {res['bad']}"
+    return res
+
+
+def check_against_reference(res, path, toks, bound=1e-3):
+    from exactspec.reference import ReferenceModel
     full = np.asarray(res["full"], dtype=np.float32).reshape(len(toks), -1)
-    ref = ReferenceModel.from_file(path).forward(toks, 0)
+    ref = ReferenceModel.from_file(path, max_len=64).forward(toks, 0)
     assert (ref.argmax(1) == full.argmax(1)).all()
-    assert float(np.abs(ref - full).max()) <= 1e-3
+    diff = float(np.abs(ref - full).max())
+    print(f"[chromium] max |logit diff| vs reference: {diff:.2e}")
+    assert diff <= bound
+
+
+CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(_why is not None, reason=f"Chromium engine test cannot run here: {_why}")
+@pytest.mark.skipif(not CHAMPION.exists(), reason="run `python build.py setup` to fetch the champion")
+def test_chromium_swiftshader_smollm2_batch_invariance():
+    """SmolLM2 in Chromium's WebGPU (SwiftShader, ~1 s per single-row forward): a 6-token chat prefix computed in
+    one prefill, one token at a time, in a verify block of k+1 = 5 (after 2), in chunks of 3 — bitwise equal —
+    and within 1e-3 of the numpy reference with the same top-1."""
+    from exactspec.formats import describe
+    d = describe(CHAMPION)
+    toks = [1, 4093, 198, 1780, 314, 260]  # "<|im_start|>user\nWhat is the"
+    res = run_invariance(CHAMPION, d, toks, "{}", ks=[4], chunks=[3])
+    check_against_reference(res, CHAMPION, toks)
