@@ -92,6 +92,11 @@ def test_greedy_matches_cli(session, server, models_dir, cli, query):
     want_raw = cli(models_dir["micro-chat"], "Once upon a time", chat=False, max_new_tokens=n)
     got_raw = session.generate(prompt="Once upon a time", chat=False, max_new_tokens=n)
     assert got_raw["token_ids"] == want_raw["token_ids"]
+    # coupled-sampled: the same seed gives the CPython answer too (counter-based RNG, same in Pyodide)
+    sampled = dict(temperature=0.9, top_p=0.95, seed=7)
+    want_s = cli(models_dir["micro-chat"], prompt, chat=True, max_new_tokens=n, **sampled)
+    got_s = session.generate(prompt=prompt, chat=True, max_new_tokens=n, **sampled)
+    assert got_s["token_ids"] == want_s["token_ids"] and got_s["token_ids"] != want["token_ids"]
     # offline on this backend too (the WebGPU engine fetches its shaders from this origin)
     assert [u for u in session.requests if not u.startswith(server + "/")] == []
     if r["backend"] == "webgpu":
