@@ -8,15 +8,8 @@
 #      no 1-row / 8-row tiles; matmul workgroups of 128) and head- and gate/up-shaped matmuls                                 -> $OUT/variants_h200.txt
 # Whole run: about 2-3 minutes. Usage there: bash tests/gpu/h200_run.sh   (carry .devcarry/gpu)
 set -e
-D=.devcarry/gpu
 O=${OUT:-/tmp}
-mkdir -p /tmp/nb node_modules
-[ -x /tmp/nb/node ] || xz -T4 -dc $D/node.xz > /tmp/nb/node
-chmod +x /tmp/nb/node
-for f in $D/*.deb; do dpkg -x $f /; done; ldconfig
-tar -C node_modules -xJf $D/webgpu.tar.xz
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+source tests/gpu/h200_setup.sh
 set +e
 timeout 100 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
 grep -v '^JSON' $O/bench_h200.txt

@@ -1,0 +1,10 @@
+# Sourced by tests/gpu/h200_run.sh and h200_spec_run.sh on the device machine: unpack node, Dawn's webgpu package
+# and the Vulkan loader debs that tests/gpu/h200_prep.sh put in .devcarry/gpu (carried), point Vulkan at NVIDIA's ICD.
+D=.devcarry/gpu
+mkdir -p /tmp/nb node_modules
+[ -x /tmp/nb/node ] || xz -T4 -dc $D/node.xz > /tmp/nb/node
+chmod +x /tmp/nb/node
+for f in $D/*.deb; do dpkg -x $f /; done; ldconfig
+tar -C node_modules -xJf $D/webgpu.tar.xz
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
