@@ -231,15 +231,14 @@ async def generate_async(
             t_c = clock()
             n.target_passes += 1
             n.rounds += 1
+            z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab) declared support
             if params.greedy:
-                z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab)
                 emitted = verify.greedy(z, proposals)
             elif cfg.mode == "coupled":
-                z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab)
                 noise = np.stack([picker.gumbel(t0 + i) for i in range(g + 1)])  # (g+1, vocab)
                 emitted = verify.coupled(z, proposals, noise)
             else:
-                p = probs_from_scaled(np.stack([scaled_logits(r, params) for r in logits]))  # (g+1, vocab)
+                p = probs_from_scaled(z)  # (g+1, vocab)
                 if g == 0:
                     emitted = [int(sample_index(p[0], rng.uniform(STREAM_SAMPLE, t0)))]
                 else:
