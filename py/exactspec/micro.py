@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from .backend import ModelConfig
+from .tokenizer import bytes_to_unicode
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")   # ids 0, 1, 2 as in SmolLM2
 BOS_ID, EOS_ID = 1, 2
@@ -84,20 +85,6 @@ def micro_weights(config: ModelConfig, seed: int) -> dict[str, np.ndarray]:
 def micro_model(config: ModelConfig, seed: int, max_len: int | None = None):
     from .reference import ReferenceModel
     return ReferenceModel.from_weights(config, micro_weights(config, seed), max_len=max_len)
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map (in GPT-2's order)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
 
 
 def micro_tokenizer(vocab_size: int) -> dict:
