@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reference import log_softmax
+
 
 def simulate_rounds(match: np.ndarray, k: int, max_new: int | None = None, ends_with_eos: bool = False) -> dict:
     """match (N,) bool: draft == champion at each of the N trajectory positions (the final EOS included when the
@@ -46,16 +48,10 @@ def simulate_rounds(match: np.ndarray, k: int, max_new: int | None = None, ends_
             "emitted": emitted}
 
 
-def log_softmax(x: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    z = np.asarray(x, dtype=np.float64) / temperature          # (N, vocab)
-    z = z - z.max(-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(-1, keepdims=True))
-
-
 def beta(p_logits: np.ndarray, q_logits: np.ndarray, temperature: float) -> np.ndarray:
     """(N,) per-position acceptance probability of rejection sampling: sum_v min(p, q) at `temperature`."""
-    p = np.exp(log_softmax(p_logits, temperature))
-    q = np.exp(log_softmax(q_logits, temperature))
+    p = np.exp(log_softmax(np.asarray(p_logits, dtype=np.float64) / temperature))  # (N, vocab)
+    q = np.exp(log_softmax(np.asarray(q_logits, dtype=np.float64) / temperature))
     return np.minimum(p, q).sum(-1)
 
 
