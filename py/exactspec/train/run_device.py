@@ -54,6 +54,15 @@ def main(argv=None) -> int:
                     help="deterministic stand-in for --gen-time: stop after the batch reaching this many prompts")
     ap.add_argument("--gen-order", choices=("sorted", "shuffled"), default="shuffled",
                     help="batch order of the champion's answers (the shipped draft's run: sorted)")
+    ap.add_argument("--samples", type=int, default=1,
+                    help="answers per prompt; copies after the first are sampled (T 0.7 or 1.0), never greedy")
+    ap.add_argument("--max-batch", type=int, default=384, help="prompts per generation batch at most")
+    ap.add_argument("--token-budget", type=int, default=160_000, help="prompts x (prompt+answer length) per batch")
+    ap.add_argument("--hidden-dim", type=int, default=DRAFT["hidden_dim"], help="the draft's FFN width")
+    ap.add_argument("--n-layers", type=int, default=DRAFT["n_layers"], help="the draft's layer count")
+    ap.add_argument("--modes", default="kd,ce", help="which drafts to train: kd, ce or both")
+    ap.add_argument("--gen-from", default=None,
+                    help="gen.npz of an earlier run with the same prompts and flags: reuse its answers")
     ap.add_argument("--kd-stop-step", type=int, default=None,
                     help="deterministic stand-in for --kd-time: stop KD after this many steps (schedule of --steps)")
     a = ap.parse_args(argv)
@@ -104,10 +113,23 @@ def main(argv=None) -> int:
         prompts = prompts[:a.max_prompts]
     rng = np.random.default_rng(a.seed)
     temps = rng.choice([0.0, 0.7, 1.0], size=len(prompts), p=[0.5, 0.35, 0.15]).tolist()
-    answers = generate_all(teacher, prompts, temps, a.max_new, eos, a.seed, dev,
-                           token_budget=160_000 if dev.type == "cuda" else 4096,
-                           time_limit_s=a.gen_time, log=log, max_prompts=a.gen_max_prompts,
-                           order=a.gen_order)
+    n_base = len(prompts)
+    for _ in range(1, a.samples):                  # extra answers to the same prompts: sampled, so they differ
+        temps += rng.choice([0.7, 1.0], size=n_base, p=[0.7, 0.3]).tolist()
+    prompts = prompts * a.samples
+    if a.gen_from:
+        g = np.load(a.gen_from)
+        if len(g["off"]) != len(prompts) + 1 or not np.array_equal(g["temps"], np.asarray(temps, dtype=np.float32)):
+            raise SystemExit(f"{a.gen_from} was generated for other prompts or flags (--samples, --seed)")
+        gi, go, gdone = g["ids"], g["off"], g["done"] if "done" in g else np.ones(len(prompts), bool)
+        answers = [gi[go[i]:go[i + 1]].astype(np.int64).tolist() if gdone[i] else None for i in range(len(prompts))]
+        log(f"answers reused from {a.gen_from}")
+    else:
+        answers = generate_all(teacher, prompts, temps, a.max_new, eos, a.seed, dev,
+                               token_budget=a.token_budget if dev.type == "cuda" else 4096,
+                               max_batch=a.max_batch,
+                               time_limit_s=a.gen_time, log=log, max_prompts=a.gen_max_prompts,
+                               order=a.gen_order)
     n_done = sum(x is not None for x in answers)
     texts = [tok.decode(x) if x is not None else "" for x in answers]
     gen_seqs, dropped = [], 0
@@ -123,7 +145,8 @@ def main(argv=None) -> int:
         f"{sum(len(x) for x in answers if x)} answer tokens")
     flat = np.asarray([t for x in answers if x is not None for t in x], dtype=np.uint16)
     aoff = np.cumsum([0] + [len(x) if x is not None else 0 for x in answers]).astype(np.int64)
-    np.savez_compressed(out / "gen.npz", ids=flat, off=aoff, temps=np.asarray(temps, dtype=np.float32))
+    np.savez_compressed(out / "gen.npz", ids=flat, off=aoff, temps=np.asarray(temps, dtype=np.float32),
+                        done=np.asarray([x is not None for x in answers]))
 
     gen_rows = D.pack_rows(gen_seqs, seq_len, eot, a.seed)                  # (n, seq_len) uint16
     corpus = np.load(data / "corpus.npy")                                  # (m, 2048) uint16
@@ -137,17 +160,23 @@ def main(argv=None) -> int:
     log(f"rows: gen {len(gen_rows)} corpus {len(corpus)} eval {len(eval_rows)} seq_len {seq_len}")
 
     # 2. the drafts
-    cfg = draft_config(teacher.config)
+    cfg = draft_config(teacher.config, hidden_dim=a.hidden_dim, n_layers=a.n_layers)
     init_seed = a.seed + 7
     emb0 = pca_embedding(champ_emb, cfg.dim)                                # (vocab, dim)
     steps = a.steps if not a.tiny else 6
     record = {"argv": sys.argv[1:] if argv is None else list(argv), "gen_order": a.gen_order, "seed": a.seed, "init_seed": init_seed, "draft_config": cfg.to_json(), "max_new": a.max_new,
               "temps_choice": {"0.0": 0.5, "0.7": 0.35, "1.0": 0.15}, "seq_len": seq_len,
-              "gen_weight": a.gen_weight, "n_prompts": len(prompts), "n_answers": n_done,
+              "gen_weight": a.gen_weight, "n_prompts": n_base, "samples": a.samples, "n_answers": n_done,
               "answers_refused_for_workload": dropped, "gen_rows": int(len(gen_rows)),
               "corpus_rows": int(len(corpus)), "eval_rows": int(len(eval_rows)), "runs": {}}
     kd_steps_done = None
-    for mode in ("kd", "ce"):
+    modes = [m for m in a.modes.split(",") if m]
+    if not modes or set(modes) - {"kd", "ce"}:
+        raise SystemExit(f"--modes takes kd, ce or kd,ce, not {a.modes!r}")
+    if (out / "run.json").exists():               # a second call (e.g. --modes ce) adds to the first one's record
+        record["runs"] = json.loads((out / "run.json").read_text()).get("runs", {})
+        kd_steps_done = record["runs"].get("kd", {}).get("steps_done")
+    for mode in modes:
         student = TorchLlama(cfg)
         student.init_random(init_seed)
         with torch.no_grad():
