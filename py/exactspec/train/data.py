@@ -293,15 +293,26 @@ def teacher_prompts(seed: int, n: int, chats: list[list[str]], quotes: list[str]
     return out
 
 
-def pack_rows(seqs: list[list[int]], seq_len: int, sep: int, seed: int) -> "np.ndarray":
-    """Concatenate shuffled sequences (separator between them) and cut into rows -> (n_rows, seq_len) uint16."""
+def pack_rows(seqs: list[list[int]], seq_len: int, sep: int, seed: int, weights: list[list[float]] | None = None):
+    """Concatenate shuffled sequences (separator between them) and cut into rows -> (n_rows, seq_len) uint16.
+
+    With `weights` (one float per token of each sequence; the separator gets 1.0) it returns (rows, w), w the
+    same cut of the weights as (n_rows, seq_len) float32, in the same shuffled order."""
     import numpy as np
     rng = random.Random(seed)
     order = list(range(len(seqs)))
     rng.shuffle(order)
-    flat = []
+    flat, wflat = [], []
     for i in order:
         flat.extend(seqs[i])
         flat.append(sep)
+        if weights is not None:
+            if len(weights[i]) != len(seqs[i]):
+                raise ValueError(f"sequence {i}: {len(weights[i])} weights for {len(seqs[i])} tokens")
+            wflat.extend(weights[i])
+            wflat.append(1.0)
     n = len(flat) // seq_len
-    return np.asarray(flat[:n * seq_len], dtype=np.uint16).reshape(n, seq_len)   # (n_rows, seq_len)
+    rows = np.asarray(flat[:n * seq_len], dtype=np.uint16).reshape(n, seq_len)   # (n_rows, seq_len)
+    if weights is None:
+        return rows
+    return rows, np.asarray(wflat[:n * seq_len], dtype=np.float32).reshape(n, seq_len)   # (n_rows, seq_len)

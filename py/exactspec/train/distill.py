@@ -12,15 +12,18 @@ import torch.nn.functional as F
 from .model import TorchLlama
 
 
-def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
-    """mean over tokens of KL(p_teacher || q_student). logits (N, vocab); chunked to bound memory."""
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, chunk: int = 4096,
+            weight: torch.Tensor | None = None) -> torch.Tensor:
+    """mean over tokens of KL(p_teacher || q_student), or its `weight`-weighted mean (weight (N,) >= 0).
+    logits (N, vocab); chunked to bound memory."""
     total = student_logits.new_zeros((), dtype=torch.float32)
     n = student_logits.shape[0]
     for s in range(0, n, chunk):
         ls = F.log_softmax(student_logits[s:s + chunk].float(), -1)            # (c, vocab)
         lt = F.log_softmax(teacher_logits[s:s + chunk].float(), -1)            # (c, vocab)
-        total = total + (lt.exp() * (lt - ls)).sum()
-    return total / n
+        kl = (lt.exp() * (lt - ls)).sum(-1)                                    # (c,)
+        total = total + (kl if weight is None else kl * weight[s:s + chunk]).sum()
+    return total / (n if weight is None else weight.sum().clamp_min(1e-6))
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int, final_frac: float = 0.1) -> float:
@@ -34,7 +37,8 @@ def train(student: TorchLlama, sources: list[tuple[np.ndarray, float]], *, mode:
           lr: float, seed: int, device, teacher: TorchLlama | None = None, warmup: int = 50,
           weight_decay: float = 0.01, time_limit_s: float = 1e9, log=print, log_every: int = 50,
           stop_at: int | None = None) -> dict:
-    """sources: [(rows (n, seq_len) uint16, weight)]: each batch row is drawn from a source with that weight.
+    """sources: [(rows (n, seq_len) uint16, weight)] or [(rows, weight, token_weights (n, seq_len) float32)]: each
+    batch row is drawn from a source with that weight; token_weights (default 1) weight each predicted token's loss.
 
     mode 'kd': loss = KL(teacher || student) at every position; 'ce': next-token cross-entropy.
     Returns a record (steps done, losses, seconds)."""
@@ -61,8 +65,12 @@ def train(student: TorchLlama, sources: list[tuple[np.ndarray, float]], *, mode:
             log(f"{mode}: stopped at step {step} (stop_at, the schedule still spans {steps} steps)")
             break
         src = rng.choice(len(sources), size=batch, p=w)
-        rows = np.stack([sources[k][0][rng.integers(len(sources[k][0]))] for k in src])   # (B, seq_len)
+        pick = [(k, rng.integers(len(sources[k][0]))) for k in src]
+        rows = np.stack([sources[k][0][i] for k, i in pick])                   # (B, seq_len)
+        tw = np.stack([sources[k][2][i] if len(sources[k]) > 2 else np.ones(rows.shape[1], np.float32)
+                       for k, i in pick])                                      # (B, seq_len)
         x = torch.from_numpy(rows.astype(np.int64)).to(device)
+        wt = torch.from_numpy(tw[:, 1:].reshape(-1)).to(device)                # (B*(T-1),) weight of each target
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, warmup)
         with torch.autocast(device_type="cuda" if str(device).startswith("cuda") else "cpu", dtype=torch.bfloat16):
@@ -70,9 +78,12 @@ def train(student: TorchLlama, sources: list[tuple[np.ndarray, float]], *, mode:
             if mode == "kd":
                 with torch.no_grad():
                     t_logits = teacher(x[:, :-1])                              # (B, T-1, vocab)
-                loss = kd_loss(s_logits.reshape(-1, s_logits.shape[-1]), t_logits.reshape(-1, t_logits.shape[-1]))
+                loss = kd_loss(s_logits.reshape(-1, s_logits.shape[-1]), t_logits.reshape(-1, t_logits.shape[-1]),
+                               weight=wt)
             else:
-                loss = F.cross_entropy(s_logits.reshape(-1, s_logits.shape[-1]).float(), x[:, 1:].reshape(-1))
+                ce = F.cross_entropy(s_logits.reshape(-1, s_logits.shape[-1]).float(), x[:, 1:].reshape(-1),
+                                     reduction="none")                         # (B*(T-1),)
+                loss = (ce * wt).sum() / wt.sum().clamp_min(1e-6)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)

@@ -63,6 +63,12 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="kd,ce", help="which drafts to train: kd, ce or both")
     ap.add_argument("--gen-from", default=None,
                     help="gen.npz of an earlier run with the same prompts and flags: reuse its answers")
+    ap.add_argument("--gen-continue", action="store_true",
+                    help="with --gen-from: also answer the prompts that run left unanswered (within --gen-time)")
+    ap.add_argument("--prompt-weight", type=float, default=1.0,
+                    help="loss weight of prompt tokens in the champion-answer rows (answer tokens: 1)")
+    ap.add_argument("--init-from", default=None, help="start the distilled draft from this draft GGUF (same dims)")
+    ap.add_argument("--init-ce-from", default=None, help="start the plain-loss draft from this draft GGUF")
     ap.add_argument("--kd-stop-step", type=int, default=None,
                     help="deterministic stand-in for --kd-time: stop KD after this many steps (schedule of --steps)")
     a = ap.parse_args(argv)
@@ -123,7 +129,14 @@ def main(argv=None) -> int:
             raise SystemExit(f"{a.gen_from} was generated for other prompts or flags (--samples, --seed)")
         gi, go, gdone = g["ids"], g["off"], g["done"] if "done" in g else np.ones(len(prompts), bool)
         answers = [gi[go[i]:go[i + 1]].astype(np.int64).tolist() if gdone[i] else None for i in range(len(prompts))]
-        log(f"answers reused from {a.gen_from}")
+        log(f"answers reused from {a.gen_from}: {sum(x is not None for x in answers)} of {len(prompts)}")
+        if a.gen_continue:
+            todo = [i for i, x in enumerate(answers) if x is None]
+            more = generate_all(teacher, [prompts[i] for i in todo], [temps[i] for i in todo], a.max_new, eos,
+                                a.seed + 1, dev, token_budget=a.token_budget if dev.type == "cuda" else 4096,
+                                max_batch=a.max_batch, time_limit_s=a.gen_time, log=log, order=a.gen_order)
+            for i, x in zip(todo, more):
+                answers[i] = x
     else:
         answers = generate_all(teacher, prompts, temps, a.max_new, eos, a.seed, dev,
                                token_budget=a.token_budget if dev.type == "cuda" else 4096,
@@ -132,7 +145,7 @@ def main(argv=None) -> int:
                                order=a.gen_order)
     n_done = sum(x is not None for x in answers)
     texts = [tok.decode(x) if x is not None else "" for x in answers]
-    gen_seqs, dropped = [], 0
+    gen_seqs, gen_w, dropped = [], [], 0
     for p, x, t in zip(prompts, answers, texts):
         if x is None:
             continue
@@ -140,6 +153,7 @@ def main(argv=None) -> int:
             dropped += 1
             continue
         gen_seqs.append(p + x + ([nl] if x and x[-1] == eos else []))
+        gen_w.append([a.prompt_weight] * len(p) + [1.0] * (len(gen_seqs[-1]) - len(p)))
     widx.check([tok.decode(s) for s in gen_seqs[:50]], "generated training text")
     log(f"answers: {n_done} generated, {dropped} refused for workload overlap, "
         f"{sum(len(x) for x in answers if x)} answer tokens")
@@ -148,15 +162,15 @@ def main(argv=None) -> int:
     np.savez_compressed(out / "gen.npz", ids=flat, off=aoff, temps=np.asarray(temps, dtype=np.float32),
                         done=np.asarray([x is not None for x in answers]))
 
-    gen_rows = D.pack_rows(gen_seqs, seq_len, eot, a.seed)                  # (n, seq_len) uint16
+    gen_rows, gen_tw = D.pack_rows(gen_seqs, seq_len, eot, a.seed, weights=gen_w)   # (n, seq_len) uint16, float32
     corpus = np.load(data / "corpus.npy")                                  # (m, 2048) uint16
     if corpus.shape[1] != seq_len:
         corpus = corpus[:, :seq_len]
     n_eval_g = max(1, len(gen_rows) // 50)
     n_eval_c = max(1, len(corpus) // 100)
     eval_rows = np.concatenate([gen_rows[:n_eval_g], corpus[:n_eval_c]])
-    sources = [(r, w) for r, w in ((gen_rows[n_eval_g:], a.gen_weight), (corpus[n_eval_c:], 1.0 - a.gen_weight))
-               if len(r)]
+    sources = [(gen_rows[n_eval_g:], a.gen_weight, gen_tw[n_eval_g:]), (corpus[n_eval_c:], 1.0 - a.gen_weight)]
+    sources = [src for src in sources if len(src[0])]
     log(f"rows: gen {len(gen_rows)} corpus {len(corpus)} eval {len(eval_rows)} seq_len {seq_len}")
 
     # 2. the drafts
@@ -166,7 +180,11 @@ def main(argv=None) -> int:
     steps = a.steps if not a.tiny else 6
     record = {"argv": sys.argv[1:] if argv is None else list(argv), "gen_order": a.gen_order, "seed": a.seed, "init_seed": init_seed, "draft_config": cfg.to_json(), "max_new": a.max_new,
               "temps_choice": {"0.0": 0.5, "0.7": 0.35, "1.0": 0.15}, "seq_len": seq_len,
-              "gen_weight": a.gen_weight, "n_prompts": n_base, "samples": a.samples, "n_answers": n_done,
+              "gen_weight": a.gen_weight, "prompt_weight": a.prompt_weight,
+              "init_from": {"file": Path(a.init_from).name, "sha256": D.sha256_file(a.init_from)} if a.init_from else None,
+              "init_ce_from": {"file": Path(a.init_ce_from).name, "sha256": D.sha256_file(a.init_ce_from)}
+              if a.init_ce_from else None,
+              "gen_from": a.gen_from, "gen_continue": a.gen_continue, "n_prompts": n_base, "samples": a.samples, "n_answers": n_done,
               "answers_refused_for_workload": dropped, "gen_rows": int(len(gen_rows)),
               "corpus_rows": int(len(corpus)), "eval_rows": int(len(eval_rows)), "runs": {}}
     kd_steps_done = None
@@ -183,6 +201,14 @@ def main(argv=None) -> int:
             student.w("token_embd.weight").copy_(torch.from_numpy(emb0))
             # logits = norm(h) . e_v have std ~ |e_v| at init: scale the final norm so they start near std 1
             student.w("output_norm.weight").fill_(1.0 / float(np.linalg.norm(emb0, axis=1).mean()))
+        init = a.init_from if mode == "kd" else a.init_ce_from
+        if init:
+            src_m = TorchLlama.from_gguf(init)
+            if src_m.config.to_json() != cfg.to_json():
+                raise SystemExit(f"initial draft {init}: config {src_m.config} differs from {cfg}")
+            student.load_numpy(src_m.to_numpy())
+            log(f"{mode}: initialised from {init} ({D.sha256_file(init)})")
+            del src_m
         student = student.to(dev)
         n_steps = steps if mode == "kd" else (kd_steps_done or steps)
         rec = train(student, sources, mode=mode, steps=n_steps, batch=a.batch if not a.tiny else 2, lr=a.lr,
