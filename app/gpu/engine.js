@@ -18,7 +18,17 @@
 //            interleaved share of the units, the shares summed in a fixed order; more warps for small matrices),
 //            emulatedSubgroups?: (tests) shaderSource serves matmul_sg.wgsl with one-lane subgroups emulated,
 //            splits?: command buffers per forward, submitted one by one so the GPU starts while the rest is
-//            still being translated (default 4 on GPUs, 1 on CPU adapters)}
+//            still being translated (default 4 on GPUs, 1 on CPU adapters),
+//            fuse?: false (default) | 'attn' | true: fewer dispatches per forward, only with matmul_sg.wgsl (GPUs
+//            with a fixed subgroup size, or emulatedSubgroups) and ksplit 1. 'attn': attention + O projection in
+//            one kernel (attn_o.wgsl, per-head split-K partials summed by the gate/up matmul's prologue,
+//            matmul_sg_pro.wgsl): 4 * n_layers + 2 dispatches. true: also the FFN in one kernel per slice of hidden
+//            units (ffn_sg.wgsl, down-projection partials summed by the next qkv matmul's / the head's prologue):
+//            3 * n_layers + 2. Partials are summed in a fixed order, so forwards stay batch invariant (not bitwise
+//            equal to fuse: false: the residual adds are grouped differently).
+//            fuseSlice?: hidden units per FFN workgroup (multiple of 32, default 64), fuseWg?: workgroup size of
+//            ffn_sg.wgsl and of the head's prologue matmul (default 256 GPU / 64 CPU adapters), fuseHeadPairs?:
+//            row pairs per subgroup in the head's prologue matmul (default 4)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.destroy()    destroys the device (and every model)
@@ -85,10 +95,23 @@ export async function createEngine(gpu, opts = {}) {
     if (![1, 2, 4].includes(ksplit)) throw new Error(`ksplit ${ksplit} must be 1, 2 or 4`);
     if (ksplit > 1 && !useSg && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
     if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
+    const fuse = opts.fuse ?? false;
+    if (![false, true, 'attn'].includes(fuse)) throw new Error(`fuse ${JSON.stringify(fuse)} must be false, true or 'attn'`);
+    if (fuse && !useSg && !opts.emulatedSubgroups) throw new Error('fuse needs the subgroup matmul (matmul_sg.wgsl): a GPU with a fixed subgroup size');
+    if (fuse && ksplit > 1) throw new Error('fuse needs ksplit 1');
+    const fuseWg = opts.fuseWg ?? (cpu ? 64 : 256);
+    const fuseSlice = opts.fuseSlice ?? 64;
+    const fuseHeadPairs = opts.fuseHeadPairs ?? 4;
+    if (fuse && (!Number.isInteger(fuseWg) || fuseWg < lanes || fuseWg % lanes || fuseWg > device.limits.maxComputeInvocationsPerWorkgroup)) {
+      throw new Error(`fuseWg ${fuseWg} must be a multiple of the subgroup size ${lanes} within the device's workgroup limit`);
+    }
+    if (fuse && (!Number.isInteger(fuseSlice) || fuseSlice < 32 || fuseSlice % 32)) throw new Error(`fuseSlice ${fuseSlice} must be a positive multiple of 32`);
+    if (fuse && (!Number.isInteger(fuseHeadPairs) || fuseHeadPairs < 1 || fuseHeadPairs > 64)) throw new Error(`fuseHeadPairs ${fuseHeadPairs} must be in 1..64`);
     kernels = await createKernels(device, shaderSource, { lanes, attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg,
-      matmulWg, ksplit });
+      matmulWg, ksplit, fuse: !!fuse });
+    kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadPairs } : null;
     adapterInfo.kernels = { matmul: (useSg ? `matmul_sg (LANES=${S}` : `matmul (LANES=${kernels.lanes}`) + (ksplit > 1 ? `, KSPLIT=${ksplit})` : ')'),
-      attention_wg: opts.attnWg ?? (cpu ? 64 : 256) };
+      attention_wg: opts.attnWg ?? (cpu ? 64 : 256), fuse: kernels.fuseOpts ?? false };
   } catch (e) {
     device.destroy();
     throw e;
@@ -321,21 +344,140 @@ async function loadModel(ctx, description, readSlice, lopts) {
   new Float32Array(attParams.buffer)[6] = 1 / Math.sqrt(hd);
   const attParamBuf = uni('attention', attParams);
   const attPipeline = await kernels.attention();
-  for (let i = 0; i < nL; i++) {
-    const L = layers[i];
-    for (const lin of L.qkv) await addMatmul(`blk.${i}.qkv`, lin, resid, L.attnNorm, qbuf, L.kv, MODE.qkv, qDim);
-    const bindGroup = device.createBindGroup({ layout: kernels.layouts.attention, entries: [
-      { binding: 0, resource: { buffer: attParamBuf } },
-      { binding: 1, resource: stepBinding },
-      { binding: 2, resource: { buffer: qbuf } },
-      { binding: 3, resource: { buffer: L.kv } },
-      { binding: 4, resource: { buffer: scores } },
-      { binding: 5, resource: { buffer: att } },
-    ] });
-    ops.push({ label: `blk.${i}.attention`, pipeline: attPipeline, bindGroup, dims: (nc) => [nH, nc] });
-    await addMatmul(`blk.${i}.attn_output`, L.o, att, null, resid, null, MODE.add, dim);
-    await addMatmul(`blk.${i}.ffn_gate_up`, L.gateUp, resid, L.ffnNorm, hid, null, MODE.swiglu, hidden);
-    await addMatmul(`blk.${i}.ffn_down`, L.down, hid, null, resid, null, MODE.add, dim);
+  const F = kernels.fuseOpts;   // fused engine (opts.fuse): null, or {fuse: 'attn' | true, fuseWg, fuseSlice, fuseHeadPairs}
+  let headIn = resid;           // the residual buffer the head reads
+  let headPro = null;           // fuse true: the head's prologue {parts, npart}
+  if (!F) {
+    for (let i = 0; i < nL; i++) {
+      const L = layers[i];
+      for (const lin of L.qkv) await addMatmul(`blk.${i}.qkv`, lin, resid, L.attnNorm, qbuf, L.kv, MODE.qkv, qDim);
+      const bindGroup = device.createBindGroup({ layout: kernels.layouts.attention, entries: [
+        { binding: 0, resource: { buffer: attParamBuf } },
+        { binding: 1, resource: stepBinding },
+        { binding: 2, resource: { buffer: qbuf } },
+        { binding: 3, resource: { buffer: L.kv } },
+        { binding: 4, resource: { buffer: scores } },
+        { binding: 5, resource: { buffer: att } },
+      ] });
+      ops.push({ label: `blk.${i}.attention`, pipeline: attPipeline, bindGroup, dims: (nc) => [nH, nc] });
+      await addMatmul(`blk.${i}.attn_output`, L.o, att, null, resid, null, MODE.add, dim);
+      await addMatmul(`blk.${i}.ffn_gate_up`, L.gateUp, resid, L.ffnNorm, hid, null, MODE.swiglu, hidden);
+      await addMatmul(`blk.${i}.ffn_down`, L.down, hid, null, resid, null, MODE.add, dim);
+    }
+  } else {
+    // Per layer: [qkv (+ prologue: r + the previous layer's FFN partials)], [attention + O slice per head -> P_attn],
+    // then fuse 'attn': [gate/up (+ prologue: r + P_attn) + SwiGLU], [down + residual];
+    //      fuse true: [ffn_sg: prologue r + P_attn, norm, gate/up slice, SwiGLU, down slice -> P_ffn].
+    // The prologues' workgroup 0 writes the summed residual to the other buffer of a ping-pong pair (resid, resid2).
+    const full = F.fuse === true;
+    const resid2 = mk('resid2', maxRows * dim * 4);                       // (max_rows, dim)
+    const pstride = maxRows * dim;                                        // floats per partial
+    const dummyW2 = mk('dummy_w2', 16);   // unused r_out (binding 9) beside an unused kv (binding 7): no aliasing
+    const pattn = mk('p_attn', nH * pstride * 4);                         // (n_heads, max_rows, dim)
+    const nSlices = Math.ceil(hidden / F.fuseSlice);
+    const pffn = full ? mk('p_ffn', nSlices * pstride * 4) : null;      // (n_slices, max_rows, dim)
+    const wgMem = device.limits.maxComputeWorkgroupStorageSize;
+    // fused pipelines stage TILE rows of x (TILE * dim floats) in workgroup memory: tiles that fit
+    const tiles = (extraPerRow) => {
+      const fits = (t) => t * (dim + extraPerRow) * 4 <= wgMem;
+      if (!fits(1)) throw new Error(`fuse: one row of dim ${dim} does not fit the device's ${wgMem} bytes of workgroup memory`);
+      const t4 = fits(4) ? 4 : 1;
+      return { t4, t8: ctx.tile8 && fits(8) ? 8 : t4, t1: ctx.tile1 ? 1 : t4 };
+    };
+    const tp = tiles(0);
+    const single = (lin, what) => {
+      if (lin.parts.length !== 1) throw new Error(`fuse: ${what} is split over ${lin.parts.length} storage bindings (binding limit ${weightBinding} bytes); fused kernels need it in one`);
+      return lin.parts[0];
+    };
+    // a matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg_pro.wgsl)
+    const addMatmulPro = async (label, lin, rIn, parts, npart, gamma, out, kv, mode, outStride, rOut, window = 0,
+      pairs = 1, wg = kernels.matmulWg, list = ops) => {
+      const made = [];
+      for (const [j, part] of lin.parts.entries()) {
+        const mk3 = (t) => kernels.matmulPro(lin.wtype, mode, !!gamma, t, lin.K, pairs, wg);
+        const pipeline = await mk3(tp.t4);
+        const pipeline8 = await mk3(tp.t8);
+        const pipeline1 = await mk3(tp.t1);
+        const a = new Uint32Array(16);
+        a.set([lin.K, part.N, part.row0, outStride, window, qDim, kvDim, hd, ropeDim, seqLen, Math.ceil(part.N / 2), 0,
+          npart, pstride / 4, rOut && j === 0 ? 1 : 0, 0]);
+        new Float32Array(a.buffer)[11] = eps;
+        const bindGroup = device.createBindGroup({ layout: kernels.layouts.matmul_pro, entries: [
+          { binding: 0, resource: { buffer: uni(label, a) } },
+          { binding: 1, resource: stepBinding },
+          { binding: 2, resource: { buffer: part.buffer } },
+          { binding: 3, resource: { buffer: rIn } },
+          { binding: 4, resource: { buffer: gamma ?? dummyR } },
+          { binding: 5, resource: { buffer: mode === MODE.qkv ? rope : dummyR } },
+          { binding: 6, resource: { buffer: out } },
+          { binding: 7, resource: { buffer: kv ?? dummyW } },
+          { binding: 8, resource: { buffer: npart ? parts : dummyR } },
+          { binding: 9, resource: { buffer: rOut && j === 0 ? rOut : dummyW2 } },
+        ] });
+        const n = Math.ceil(Math.ceil(part.N / 2) / ((wg / kernels.lanes) * pairs));
+        const d = [Math.min(n, 32768), Math.ceil(n / Math.min(n, 32768))];
+        made.push({ label, pipeline, pipeline8, pipeline1, bindGroup, dims: () => d });
+      }
+      list.push(...made);
+    };
+    const aoParams = new Uint32Array(16);
+    aoParams.set([nH, nKV, hd, seqLen, qDim, kvDim, 0, dim, qDim, pstride]);
+    new Float32Array(aoParams.buffer)[6] = 1 / Math.sqrt(hd);
+    const aoParamBuf = uni('attn_o', aoParams);
+    const ffnParams = new Uint32Array(8);
+    ffnParams.set([dim, hidden, dim, nH, pstride / 4, 1, 0, 0]);
+    new Float32Array(ffnParams.buffer)[6] = eps;
+    const ffnParamBuf = uni('ffn', ffnParams);
+    const tf = tiles(F.fuseSlice);
+    let cur = resid;   // buffer holding the residual (before the pending partials)
+    for (let i = 0; i < nL; i++) {
+      const L = layers[i];
+      if (full && i > 0) {
+        const rOut = cur === resid ? resid2 : resid;
+        for (const [j, lin] of L.qkv.entries()) {
+          await addMatmulPro(`blk.${i}.qkv`, lin, cur, pffn, nSlices, L.attnNorm, qbuf, L.kv, MODE.qkv, qDim, j === 0 ? rOut : null);
+        }
+        cur = rOut;
+      } else {
+        for (const lin of L.qkv) await addMatmul(`blk.${i}.qkv`, lin, cur, L.attnNorm, qbuf, L.kv, MODE.qkv, qDim);
+      }
+      const o = single(L.o, `blk.${i}.attn_output`);
+      ops.push({ label: `blk.${i}.attn_o`, pipeline: await kernels.attnO(L.o.wtype), dims: (nc) => [nH, nc],
+        bindGroup: device.createBindGroup({ layout: kernels.layouts.attn_o, entries: [
+          { binding: 0, resource: { buffer: aoParamBuf } },
+          { binding: 1, resource: stepBinding },
+          { binding: 2, resource: { buffer: qbuf } },
+          { binding: 3, resource: { buffer: L.kv } },
+          { binding: 4, resource: { buffer: scores } },
+          { binding: 5, resource: { buffer: o.buffer } },
+          { binding: 6, resource: { buffer: pattn } },
+        ] }) });
+      const rOut = cur === resid ? resid2 : resid;
+      if (full) {
+        const gu = single(L.gateUp, `blk.${i}.ffn_gate_up`);
+        const dn = single(L.down, `blk.${i}.ffn_down`);
+        const mkF = (t) => kernels.ffn(L.gateUp.wtype, L.down.wtype, t, dim, F.fuseSlice, F.fuseWg);
+        ops.push({ label: `blk.${i}.ffn`, pipeline: await mkF(tf.t4), pipeline8: await mkF(tf.t8), pipeline1: await mkF(tf.t1),
+          dims: () => [nSlices, 1],
+          bindGroup: device.createBindGroup({ layout: kernels.layouts.ffn, entries: [
+            { binding: 0, resource: { buffer: ffnParamBuf } },
+            { binding: 1, resource: stepBinding },
+            { binding: 2, resource: { buffer: gu.buffer } },
+            { binding: 3, resource: { buffer: cur } },
+            { binding: 4, resource: { buffer: L.ffnNorm } },
+            { binding: 5, resource: { buffer: pattn } },
+            { binding: 6, resource: { buffer: rOut } },
+            { binding: 7, resource: { buffer: dn.buffer } },
+            { binding: 8, resource: { buffer: pffn } },
+          ] }) });
+      } else {
+        await addMatmulPro(`blk.${i}.ffn_gate_up`, L.gateUp, cur, pattn, nH, L.ffnNorm, hid, null, MODE.swiglu, hidden, rOut);
+        await addMatmul(`blk.${i}.ffn_down`, L.down, hid, null, rOut, null, MODE.add, dim);
+      }
+      cur = rOut;
+    }
+    headIn = cur;
+    if (full) headPro = { parts: pffn, npart: nSlices, addMatmulPro };
   }
   // logits ops are rebuilt when the logits buffer grows
   let logitsCap = 0;
@@ -347,7 +489,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
   const headPipeline8 = ctx.tile8 ? await kernels.matmul(head.wtype, MODE.store, true, 8) : headPipeline;
   const headPipeline1 = ctx.tile1 ? await kernels.matmul(head.wtype, MODE.store, true, 1) : headPipeline;
   const headParams = head.parts.map((part) => mmParams('logits', dim, part, vocab, 1));
-  const ensureLogits = (rows) => {
+  const ensureLogits = async (rows) => {
     if (rows <= logitsCap) return;
     const cap = Math.max(rows, Math.min(maxRows, 16));
     if (cap * vocab * 4 > maxBinding) throw new Error(`n_out ${rows}: logits exceed the binding limit`);
@@ -355,13 +497,21 @@ async function loadModel(ctx, description, readSlice, lopts) {
     if (staging) staging.destroy();
     logitsBuf = device.createBuffer({ label: 'logits', size: cap * vocab * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
     staging = device.createBuffer({ label: 'staging', size: cap * vocab * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    if (headPro) {
+      // fuse true: the head's prologue adds the last layer's FFN partials (more rows per workgroup: see matmul_sg_pro.wgsl)
+      logitOps = [];
+      logitsCap = cap;
+      logitsGen++;
+      return headPro.addMatmulPro('logits', head, headIn, headPro.parts, headPro.npart, outNorm, logitsBuf, null, MODE.store,
+        vocab, null, 1, kernels.fuseOpts.fuseHeadPairs, kernels.fuseOpts.fuseWg, logitOps);
+    }
     logitOps = head.parts.map((part, j) => ({
       label: 'logits', pipeline: headPipeline, pipeline8: headPipeline8, pipeline1: headPipeline1, dims: (() => { const d = mmDims(part); return () => d; })(),
       bindGroup: device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
         { binding: 0, resource: { buffer: headParams[j] } },
         { binding: 1, resource: stepBinding },
         { binding: 2, resource: { buffer: part.buffer } },
-        { binding: 3, resource: { buffer: resid } },
+        { binding: 3, resource: { buffer: headIn } },
         { binding: 4, resource: { buffer: outNorm } },
         { binding: 5, resource: { buffer: dummyR } },
         { binding: 6, resource: { buffer: logitsBuf } },
@@ -371,7 +521,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     logitsCap = cap;
     logitsGen++;
   };
-  ensureLogits(1);
+  await ensureLogits(1);
 
   let length = 0;
   let destroyed = false;
@@ -470,7 +620,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       if (!Number.isInteger(t) || t < 0 || t >= vocab) throw new Error(`forward: token ${t} at ${i} is outside 0..${vocab - 1}`);
       tok[i] = t;
     }
-    ensureLogits(nOut);
+    await ensureLogits(nOut);
     device.queue.writeBuffer(tokBuf, 0, tok);
     const nChunks = Math.ceil(n / maxRows);
     const steps = new Uint32Array((nChunks * slot) / 4);

@@ -3,6 +3,10 @@
 // shaders/matmul.wgsl (or matmul_sg.wgsl: subgroup reductions)   bindings 0 params, 1 step(dyn), 2 w, 3 x, 4 gamma, 5 rope, 6 out(rw), 7 kv(rw)
 // shaders/attention.wgsl bindings 0 params, 1 step(dyn), 2 q, 3 kv, 4 scores(rw), 5 out(rw)
 // shaders/embed.wgsl     bindings 0 params, 1 step(dyn), 2 w, 3 tokens, 4 out(rw)
+// fused engine (opts.fuse, subgroup GPUs only):
+// shaders/matmul_sg_pro.wgsl bindings 0 params, 1 step(dyn), 2 w, 3 r_in, 4 gamma, 5 rope, 6 out(rw), 7 kv(rw), 8 parts, 9 r_out(rw)
+// shaders/attn_o.wgsl    bindings 0 params, 1 step(dyn), 2 q, 3 kv, 4 scores(rw), 5 w_o, 6 pattn(rw)
+// shaders/ffn_sg.wgsl    bindings 0 params, 1 step(dyn), 2 w gate/up, 3 r_in, 4 gamma, 5 pattn, 6 r_out(rw), 7 w_down, 8 pffn(rw)
 
 export const WTYPE_IDS = { F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 8, BF16: 30 };
 export const MODE = { store: 0, add: 1, swiglu: 2, qkv: 3 };
@@ -35,11 +39,15 @@ function layout(device, kinds) {
   return device.createBindGroupLayout({ entries });
 }
 
-export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64, subgroups = false, matmulWg = WG_SIZE, ksplit = 1 } = {}) {
+export async function createKernels(device, shaderSource, { lanes = 32, attnWg = 64, subgroups = false, matmulWg = WG_SIZE, ksplit = 1,
+  fuse = false } = {}) {
   const mm = subgroups ? 'matmul_sg' : 'matmul';
-  const [mmSrc, attSrc, embSrc] = await Promise.all([mm, 'attention', 'embed'].map((n) => shaderSource(n)));
+  const names = [['matmul', mm], ['attention', 'attention'], ['embed', 'embed']];
+  if (fuse) names.push(['matmul_pro', 'matmul_sg_pro'], ['attn_o', 'attn_o'], ['ffn', 'ffn_sg']);
+  const srcs = await Promise.all(names.map(([, n]) => shaderSource(n)));
   const modules = {};
-  for (const [name, code] of [['matmul', mmSrc], ['attention', attSrc], ['embed', embSrc]]) {
+  for (const [i, [name]] of names.entries()) {
+    const code = srcs[i];
     const m = device.createShaderModule({ code, label: name });
     if (m.getCompilationInfo) {
       const info = await m.getCompilationInfo();
@@ -53,6 +61,11 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
     attention: layout(device, ['u', 'ud', 'r', 'r', 's', 's']),
     embed: layout(device, ['u', 'ud', 'r', 'r', 's']),
   };
+  if (fuse) {
+    layouts.matmul_pro = layout(device, ['u', 'ud', 'r', 'r', 'r', 'r', 's', 's', 'r', 's']);
+    layouts.attn_o = layout(device, ['u', 'ud', 'r', 'r', 's', 'r', 's']);
+    layouts.ffn = layout(device, ['u', 'ud', 'r', 'r', 'r', 'r', 's', 'r', 's']);
+  }
   const plLayouts = {};
   for (const k in layouts) plLayouts[k] = device.createPipelineLayout({ bindGroupLayouts: [layouts[k]] });
   const cache = new Map();
@@ -77,5 +90,11 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
       NORM: norm ? 1 : 0, LANES: lanes, TILE: tile, KSPLIT: ksplit }),
     attention: () => pipeline('attention', { WG_SIZE: attnWg }),
     embed: (wtype) => pipeline('embed', { WTYPE: wtype }),
+    // fused engine: K = in features (sizes the x staging), pairs = row pairs per subgroup, wg = workgroup size
+    matmulPro: (wtype, mode, norm, tile, K, pairs = 1, wg = matmulWg) => pipeline('matmul_pro', { WG_SIZE: wg, WTYPE: wtype,
+      MODE: mode, NORM: norm ? 1 : 0, LANES: lanes, TILE: tile, KX: K, PAIRS: pairs }),
+    attnO: (wtype) => pipeline('attn_o', { WG_SIZE: attnWg, WTYPE: wtype }),
+    ffn: (wtype, wtypeD, tile, K, slice, wg) => pipeline('ffn', { WG_SIZE: wg, WTYPE: wtype, WTYPE_D: wtypeD, LANES: lanes,
+      TILE: tile, KX: K, SLICE: slice }),
   };
 }

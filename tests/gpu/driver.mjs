@@ -3,6 +3,7 @@
 //   node tests/gpu/driver.mjs SPEC.json OUT.bin
 // Env EXACTSPEC_ENGINE_OPTS: JSON of extra createEngine options (variants: {"splits": 1, "tile8": false}).
 // SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?, lanes?,
+//        engine_opts?: {extra createEngine options, e.g. fuse}, emulate_sg?, ksplit?,
 //        ops may also hold {op: 'lose_device'} (destroys the device),
 //        max_binding_bytes?, ops: [{op: 'forward', tokens, start_pos, n_out?} | {op: 'truncate', n}]}
 // Writes every forward's logits (float32, row-major) back to back into OUT.bin and prints one JSON line:
@@ -25,8 +26,9 @@ globalThis.__dawnGPU = gpu;   // keep the reference alive (GC of it crashes Node
 // cross-lane sum (tiles, quad/oct slots, norm4, epilogues) runs and is checked.
 async function emulateSubgroups(name) {
   const base = new URL('../../shaders/', import.meta.url);
-  if (name !== 'matmul') return readFileSync(new URL(`${name}.wgsl`, base), 'utf8');
-  let src = readFileSync(new URL('matmul_sg.wgsl', base), 'utf8');
+  // the subgroup kernels: matmul_sg.wgsl (asked for as 'matmul') and the fused engine's matmul_sg_pro / ffn_sg
+  if (!['matmul', 'matmul_sg_pro', 'ffn_sg'].includes(name)) return readFileSync(new URL(`${name}.wgsl`, base), 'utf8');
+  let src = readFileSync(new URL(name === 'matmul' ? 'matmul_sg.wgsl' : `${name}.wgsl`, base), 'utf8');
   src = src.replace(/^enable subgroups;$/m, '').replace(/^diagnostic\(off, subgroup_uniformity\);$/m, '');
   src = src.replace(/subgroupAdd\(/g, 'sg_add1(');
   src = src.replace(/,\s*@builtin\(subgroup_invocation_id\) sid: u32\) \{/, ') {\n  let sid = 0u;   // emulated: one lane');
@@ -41,6 +43,7 @@ async function main() {
       maxRows: spec.max_rows, maxBindingBytes: spec.max_binding_bytes, lanes: spec.lanes,
       ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true,
         emulatedSubgroups: true, ksplit: spec.ksplit ?? 1 } : {}),
+      ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
       // extra engine options (variants on a GPU host, e.g. {"splits": 1, "tile8": false})
       ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
     });
@@ -67,7 +70,8 @@ async function main() {
       try {
         const y = await model.forward(op.tokens, op.start_pos, op.n_out);
         outs.push(Buffer.from(y.buffer));
-        results.push({ op: 'forward', rows: y.length / model.config.vocab_size, dispatches: model.stats.dispatches });
+        results.push({ op: 'forward', rows: y.length / model.config.vocab_size, dispatches: model.stats.dispatches,
+          chunks: model.stats.chunks });
       } catch (e) {
         results.push({ op: 'forward', error: e.message });
       }

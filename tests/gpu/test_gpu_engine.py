@@ -72,18 +72,20 @@ def rows_of(outs, plan, name):
 
 
 def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, parity=1e-3, lanes=None, emulate_sg=False,
-                 ksplit=None):
+                 ksplit=None, engine_opts=None, description=None, ref_path=None):
+    """description/ref_path: the engine runs `description` on `path` (default describe(path)), the reference model
+    is read from ref_path (default path)."""
     from exactspec.formats import describe
     from exactspec.reference import ReferenceModel
 
-    d = describe(path)
+    d = description or describe(path)
     vocab = d["config"]["vocab_size"]
     rng = np.random.default_rng(seed)
     toks = [int(t) for t in rng.integers(0, vocab, n)]
     alt = [int(t) for t in rng.integers(0, vocab, 6)]
     ops, plan = invariance_ops(toks, alt)
     info, outs = run_engine(path, d, ops, max_rows=max_rows, max_binding_bytes=max_binding_bytes, lanes=lanes,
-                            emulate_sg=emulate_sg, ksplit=ksplit)
+                            emulate_sg=emulate_sg, ksplit=ksplit, engine_opts=engine_opts)
     res = [r for r in info["results"] if r["op"] == "forward"]
     assert "start_pos" in res[-2].get("error", "") and "length" in res[-2]["error"], res[-2]
     assert "outside" in res[-1].get("error", ""), res[-1]
@@ -100,7 +102,7 @@ def check_engine(path, n=24, seed=0, max_rows=None, max_binding_bytes=None, pari
     assert np.array_equal(rows_of(outs, plan, "branch").view(np.uint32),
                           rows_of(outs, plan, "fresh_branch").view(np.uint32))
     # (b) parity with the reference
-    ref = ReferenceModel.from_file(path).forward(toks, 0)  # (n, vocab)
+    ref = ReferenceModel.from_file(ref_path or path).forward(toks, 0)  # (n, vocab)
     diff = float(np.abs(ref - full).max())
     assert (ref.argmax(axis=1) == full.argmax(axis=1)).all(), "top-1 differs from the reference"
     assert diff <= parity, f"max |diff| {diff} > {parity}"
@@ -193,3 +195,98 @@ def test_bad_description_is_refused(micro_paths):
 def test_smollm2_invariance_parity():
     full, diff, _ = check_engine(CHAMPION, n=10, seed=7)
     print(f"[SmolLM2 Q4_1] max |diff| vs reference over 10 positions: {diff:.3g}")
+
+
+# ---- the fused engine (opts.fuse: attn_o.wgsl, matmul_sg_pro.wgsl, ffn_sg.wgsl), with one-lane subgroups emulated
+
+def write_bf16_pair(src, ref_path, bf16_path):
+    """From an F32 GGUF: ref_path = the same file with every matrix truncated to bfloat16 values (still F32, what the
+    reference reads), bf16_path = ref_path plus the matrices as BF16 appended; returns the description of the BF16
+    tensors (2-D tensors point at the appended BF16 bytes)."""
+    import copy
+
+    from exactspec.formats import describe
+
+    d = describe(src)
+    raw = bytearray(Path(src).read_bytes())
+    d2 = copy.deepcopy(d)
+    tail = bytearray()
+    base = (len(raw) + 31) // 32 * 32
+    for t, t2 in zip(d["tensors"], d2["tensors"]):
+        if len(t["shape"]) != 2:
+            continue
+        assert t["ggml_type"] == "F32"
+        a = np.frombuffer(bytes(raw[t["offset"]:t["offset"] + t["nbytes"]]), "<u4") & np.uint32(0xFFFF0000)  # (numel,)
+        raw[t["offset"]:t["offset"] + t["nbytes"]] = a.tobytes()
+        b = (a >> 16).astype("<u2").tobytes()
+        t2.update(ggml_type="BF16", offset=base + len(tail), nbytes=len(b))
+        tail += b + b"\0" * (-len(b) % 32)
+    Path(ref_path).write_bytes(bytes(raw))
+    Path(bf16_path).write_bytes(bytes(raw) + b"\0" * (base - len(raw)) + bytes(tail))
+    return d2
+
+
+def fused_dispatches(info, n_layers, fuse):
+    """Dispatches of every one-chunk forward of a run (all the same: embed + per layer + head)."""
+    per = {"attn": 4, True: 3}[fuse]
+    got = {r["dispatches"] for r in info["results"] if r["op"] == "forward" and "error" not in r and r["chunks"] == 1}
+    assert got == {per * n_layers + 2}, got
+
+
+@pytest.mark.parametrize("ty,fuse,slice_", [("F32", True, 32), ("F16", True, 64), ("Q8_0", True, 96), ("Q4_0", True, 32),
+                                            ("Q4_1", True, 32), ("Q4_1", "attn", 32), ("Q8_0", "attn", 32)])
+def test_fused_invariance_parity(micro_paths, ty, fuse, slice_):
+    """fuse true (3 dispatches per layer) and 'attn' (4): bitwise batch invariance (one token at a time, verify blocks
+    k+1 for k = 1..8, prefill chunks, truncate) and parity with the reference. head_dim 16 puts two heads in one Q4
+    block of W_o (attn_o.wgsl's zero-padded units); slice 96 of hidden 128 leaves a short last FFN slice."""
+    _, _, info = check_engine(micro_paths[ty], n=20, emulate_sg=True,
+                              engine_opts={"fuse": fuse, "fuseSlice": slice_})
+    assert info["adapter"]["kernels"]["fuse"]["fuse"] == fuse
+    fused_dispatches(info, 2, fuse)
+
+
+def test_fused_bf16(micro_paths, tmp_path):
+    """BF16 matrices (written here: the project's GGUF writer has no BF16) through every fused kernel."""
+    ref, bf = tmp_path / "ref.gguf", tmp_path / "bf16.gguf"
+    d = write_bf16_pair(micro_paths["F32"], ref, bf)
+    _, _, info = check_engine(bf, n=12, emulate_sg=True, engine_opts={"fuse": True, "fuseSlice": 32},
+                              description=d, ref_path=ref)
+    fused_dispatches(info, 2, True)
+
+
+def test_fused_gqa_partial_rope_untied_chunks(tmp_path):
+    """fuse true on other shapes (1 kv head for 4 query heads, rotary on half the head, untied Q4_1 head, 3 layers),
+    with internal row chunks of 5 (each chunk its own pass through the ping-pong residuals and partials)."""
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    p = tmp_path / "m.gguf"
+    write_micro_gguf(p, micro_config(n_kv_heads=1, rope_dim=8, tied_embeddings=False, n_layers=3, vocab_size=301),
+                     seed=5, tensor_type="Q4_1")
+    _, _, info = check_engine(p, n=12, emulate_sg=True, max_rows=5, engine_opts={"fuse": True, "fuseSlice": 64})
+    fused_dispatches(info, 3, True)
+
+
+def test_fused_refusals(micro_paths):
+    """fuse is refused, with a message naming why, without the subgroup matmul, with ksplit > 1, with a bad slice,
+    and when a fused layer's weights are split over several storage bindings."""
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = describe(path)
+    cases = [({"engine_opts": {"fuse": True}}, "fuse needs the subgroup matmul"),
+             ({"emulate_sg": True, "ksplit": 2, "engine_opts": {"fuse": True}}, "fuse needs ksplit 1"),
+             ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseSlice": 48}}, "fuseSlice 48 must be"),
+             ({"emulate_sg": True, "engine_opts": {"fuse": "yes"}}, "must be false, true or 'attn'"),
+             ({"emulate_sg": True, "max_binding_bytes": 4096, "engine_opts": {"fuse": True}}, "storage bindings")]
+    for kw, msg in cases:
+        with pytest.raises(RuntimeError, match=msg):
+            run_engine(path, d, [{"op": "forward", "tokens": [1, 2], "start_pos": 0}], **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHAMPION.exists(), reason="champion GGUF not fetched (python build.py setup)")
+def test_smollm2_fused_invariance_parity():
+    """SmolLM2-135M with fuse true (92 dispatches per forward): invariance and parity as above."""
+    _, diff, info = check_engine(CHAMPION, n=10, seed=7, emulate_sg=True, engine_opts={"fuse": True})
+    fused_dispatches(info, 30, True)
+    print(f"[SmolLM2 Q4_1, fused] max |diff| vs reference over 10 positions: {diff:.3g}")
