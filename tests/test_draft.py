@@ -216,3 +216,27 @@ def test_teacher_batched_generation_equals_plain_greedy_decoding():
                     if t == 96:
                         break
             assert g == want
+
+
+def test_pack_rows_carries_token_weights_in_the_same_order():
+    seqs = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    wts = [[0.5, 0.5, 1.0], [0.25, 1.0], [0.0, 1.0, 1.0, 1.0]]
+    rows = D.pack_rows(seqs, 4, 99, seed=3)                                    # (n_rows, 4)
+    rows2, w = D.pack_rows(seqs, 4, 99, seed=3, weights=wts)                   # (n_rows, 4) x2
+    assert np.array_equal(rows, rows2) and w.shape == rows.shape
+    lookup = {t: x for s, ws in zip(seqs, wts) for t, x in zip(s, ws)} | {99: 1.0}
+    assert all(w[i, j] == lookup[int(rows[i, j])] for i in range(rows.shape[0]) for j in range(rows.shape[1]))
+    with pytest.raises(ValueError, match="weights"):
+        D.pack_rows(seqs, 4, 99, seed=3, weights=[[1.0]] * 3)
+
+
+def test_weighted_kd_loss_is_the_weighted_mean_of_per_token_kl():
+    torch = pytest.importorskip("torch")
+    from exactspec.train.distill import kd_loss
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(6, 11, generator=g), torch.randn(6, 11, generator=g)     # (N, vocab)
+    lt, ls = torch.log_softmax(t, -1), torch.log_softmax(s, -1)
+    kl = (lt.exp() * (lt - ls)).sum(-1)                                         # (N,)
+    w = torch.tensor([1.0, 0.0, 0.3, 1.0, 0.0, 2.0])
+    assert torch.allclose(kd_loss(s, t), kl.mean(), atol=1e-6)
+    assert torch.allclose(kd_loss(s, t, chunk=4, weight=w), (kl * w).sum() / w.sum(), atol=1e-6)
