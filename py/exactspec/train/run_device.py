@@ -215,6 +215,7 @@ def main(argv=None) -> int:
                     seed=a.seed + 100, device=dev, teacher=teacher if mode == "kd" else None,
                     time_limit_s=a.kd_time if mode == "kd" else a.ce_time, log=log,
                     warmup=50 if not a.tiny else 2, stop_at=a.kd_stop_step if mode == "kd" else None)
+        rec["argv"] = record["argv"]
         if mode == "kd":
             kd_steps_done = rec["steps_done"]
         student.eval()
