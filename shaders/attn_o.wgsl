@@ -25,6 +25,7 @@
 
 override WG_SIZE: u32 = 64;
 override WTYPE: u32 = 0;
+override OU: u32 = 8u;   // most 8-value units of W_o any head's slice takes (engine: max over heads of u1 - u0)
 
 struct Params {
   n_heads: u32,
@@ -167,11 +168,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let pb = h * params.pstride + t * params.dim;
   for (var r = lid; r < params.dim; r = r + WG_SIZE) {
     var acc = 0.0;
-    for (var u = u0; u < u1; u = u + 1u) {
+    for (var k = 0u; k < OU; k = k + 1u) {   // constant trip count: loads can all be in flight
+      let u = min(u0 + k, u1 - 1u);
       let p = load_unit(r, u);
-      let x0 = ohv(p.i0, h4, hd4);
-      let x1 = ohv(p.i1, h4, hd4);
-      acc = acc + term(p, x0, x1);
+      if (u0 + k < u1) {
+        acc = acc + term(p, ohv(p.i0, h4, hd4), ohv(p.i1, h4, hd4));
+      }
     }
     pattn[pb + r] = acc;
   }

@@ -38,6 +38,7 @@ override TILE: u32 = 4u;     // chunk rows per weight decode: 1, 4 or 8
 override LANES: u32 = 32;    // MUST equal the subgroup size
 override KX: u32 = 64u;      // = params.K = dim (sizes the staging array)
 override SLICE: u32 = 64u;   // hidden units per workgroup (multiple of 32)
+override NPART: u32 = 1u;    // attention partials (= params.npart = n_heads)
 override STRIDE: u32 = LANES;
 const TB: u32 = 8u;
 
@@ -663,7 +664,7 @@ fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
   for (var i = lid; i < n4 * K4; i = i + WG_SIZE) {
     let g = t * K4 + i;
     var v = r_in[g];
-    for (var p = 0u; p < params.npart; p = p + 1u) {
+    for (var p = 0u; p < NPART; p = p + 1u) {   // a constant trip count: the loads can all be in flight
       v = v + parts[p * params.pstride + g];
     }
     xs[i] = v;
@@ -735,11 +736,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var r = lid; r < params.dim; r = r + WG_SIZE) {
       var acc: array<f32, 8>;   // slots 0 .. TILE-1
       for (var i = 0u; i < TILE; i = i + 1u) { acc[i] = 0.0; }
-      for (var u = j0 / 8u; u < j1 / 8u; u = u + 1u) {
+      for (var k = 0u; k < SLICE / 8u; k = k + 1u) {   // constant trip count: loads can all be in flight
+        let u = min(j0 / 8u + k, j1 / 8u - 1u);         // (a short last slice: clamped load, no add)
         let p = load_unit_d(r, u);
-        for (var i = 0u; i < TILE; i = i + 1u) {
-          let slot = min(i, n4 - 1u);
-          acc[i] = acc[i] + term_d(p, hv(slot, p.i0 - hb), hv(slot, p.i1 - hb));
+        if (j0 / 8u + k < j1 / 8u) {
+          for (var i = 0u; i < TILE; i = i + 1u) {
+            let slot = min(i, n4 - 1u);
+            acc[i] = acc[i] + term_d(p, hv(slot, p.i0 - hb), hv(slot, p.i1 - hb));
+          }
         }
       }
       for (var i = 0u; i < n4; i = i + 1u) {

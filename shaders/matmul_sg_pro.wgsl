@@ -37,6 +37,7 @@ override TILE: u32 = 4u;   // chunk rows per weight decode: 1 (dot1), 4 (dot4) o
 override LANES: u32 = 32;  // MUST equal the subgroup size
 override KX: u32 = 64u;    // = params.K (sizes the staging array)
 override PAIRS: u32 = 1u;  // row pairs per subgroup
+override NPART: u32 = 0u;  // partial sums added to r_in (= params.npart)
 override STRIDE: u32 = LANES;
 const TB: u32 = 8u;
 
@@ -53,7 +54,7 @@ struct Params {
   seq_len: u32,
   n_groups: u32,    // number of row pairs in this part: ceil(N / 2)
   eps: f32,
-  npart: u32,       // partial sums added to r_in
+  npart: u32,       // partial sums added to r_in (the kernel uses the override NPART, equal to it)
   pstride: u32,     // vec4s from one partial to the next (max_rows * K / 4)
   write_r: u32,     // 1: workgroup 0 writes x to r_out
   _p0: u32,
@@ -648,7 +649,7 @@ fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
   for (var i = lid; i < n4 * K4; i = i + WG_SIZE) {
     let g = t * K4 + i;   // row t + i / K4, vec4 i % K4
     var v = r_in[g];
-    for (var p = 0u; p < params.npart; p = p + 1u) {
+    for (var p = 0u; p < NPART; p = p + 1u) {   // a constant trip count: the loads can all be in flight
       v = v + parts[p * params.pstride + g];
     }
     xs[i] = v;

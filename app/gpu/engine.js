@@ -27,8 +27,8 @@
 //            3 * n_layers + 2. Partials are summed in a fixed order, so forwards stay batch invariant (not bitwise
 //            equal to fuse: false: the residual adds are grouped differently).
 //            fuseSlice?: hidden units per FFN workgroup (multiple of 32, default 64), fuseWg?: workgroup size of
-//            ffn_sg.wgsl and of the head's prologue matmul (default 256 GPU / 64 CPU adapters), fuseHeadPairs?:
-//            row pairs per subgroup in the head's prologue matmul (default 4)}
+//            ffn_sg.wgsl (default 256 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default as
+//            fuseWg) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.destroy()    destroys the device (and every model)
@@ -52,7 +52,8 @@
 //   await model.profile(n)   bench only (timestamps): GPU microseconds per kind of dispatch for n rows
 //   model.destroy()          frees GPU buffers
 // Speed notes: one compute pass per forward (embed, then per layer qkv+RoPE+KV write, attention, o+residual,
-// gate/up+SwiGLU, down+residual, then the head for the rows asked: 5 * n_layers + 2 dispatches), split into
+// gate/up+SwiGLU, down+residual, then the head for the rows asked: 5 * n_layers + 2 dispatches; fuse 'attn':
+// 4 * n_layers + 2, fuse true: 3 * n_layers + 2, see opts.fuse), split into
 // `splits` command buffers submitted one after another (a small first one, so the GPU starts early); the command
 // buffers for the next forward of the same shape are encoded while the GPU runs this one.
 // Errors: device loss makes forward reject with an Error whose message starts with "device lost"; other GPU
@@ -102,14 +103,17 @@ export async function createEngine(gpu, opts = {}) {
     const fuseWg = opts.fuseWg ?? (cpu ? 64 : 256);
     const fuseSlice = opts.fuseSlice ?? 64;
     const fuseHeadPairs = opts.fuseHeadPairs ?? 4;
-    if (fuse && (!Number.isInteger(fuseWg) || fuseWg < lanes || fuseWg % lanes || fuseWg > device.limits.maxComputeInvocationsPerWorkgroup)) {
-      throw new Error(`fuseWg ${fuseWg} must be a multiple of the subgroup size ${lanes} within the device's workgroup limit`);
+    const fuseHeadWg = opts.fuseHeadWg ?? fuseWg;
+    for (const [k, v] of [['fuseWg', fuseWg], ['fuseHeadWg', fuseHeadWg]]) {
+      if (fuse && (!Number.isInteger(v) || v < lanes || v % lanes || v > device.limits.maxComputeInvocationsPerWorkgroup)) {
+        throw new Error(`${k} ${v} must be a multiple of the subgroup size ${lanes} within the device's workgroup limit`);
+      }
     }
     if (fuse && (!Number.isInteger(fuseSlice) || fuseSlice < 32 || fuseSlice % 32)) throw new Error(`fuseSlice ${fuseSlice} must be a positive multiple of 32`);
     if (fuse && (!Number.isInteger(fuseHeadPairs) || fuseHeadPairs < 1 || fuseHeadPairs > 64)) throw new Error(`fuseHeadPairs ${fuseHeadPairs} must be in 1..64`);
     kernels = await createKernels(device, shaderSource, { lanes, attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg,
       matmulWg, ksplit, fuse: !!fuse });
-    kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadPairs } : null;
+    kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadWg, fuseHeadPairs } : null;
     adapterInfo.kernels = { matmul: (useSg ? `matmul_sg (LANES=${S}` : `matmul (LANES=${kernels.lanes}`) + (ksplit > 1 ? `, KSPLIT=${ksplit})` : ')'),
       attention_wg: opts.attnWg ?? (cpu ? 64 : 256), fuse: kernels.fuseOpts ?? false };
   } catch (e) {
@@ -394,7 +398,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       pairs = 1, wg = kernels.matmulWg, list = ops) => {
       const made = [];
       for (const [j, part] of lin.parts.entries()) {
-        const mk3 = (t) => kernels.matmulPro(lin.wtype, mode, !!gamma, t, lin.K, pairs, wg);
+        const mk3 = (t) => kernels.matmulPro(lin.wtype, mode, !!gamma, t, lin.K, npart, pairs, wg);
         const pipeline = await mk3(tp.t4);
         const pipeline8 = await mk3(tp.t8);
         const pipeline1 = await mk3(tp.t1);
@@ -429,6 +433,19 @@ async function loadModel(ctx, description, readSlice, lopts) {
     new Float32Array(ffnParams.buffer)[6] = eps;
     const ffnParamBuf = uni('ffn', ffnParams);
     const tf = tiles(F.fuseSlice);
+    // attn_o.wgsl's unit range of head h (units of 8 columns; whole 32-column blocks for quantised W_o): the most of any head
+    const oUnits = (wtype) => {
+      let most = 0;
+      for (let h = 0; h < nH; h++) {
+        const c0 = h * hd;
+        const c1 = c0 + hd;
+        const q = [2, 3, 8].includes(wtype);
+        const u0 = q ? Math.floor(c0 / 32) * 4 : c0 / 8;
+        const u1 = q ? Math.ceil(c1 / 32) * 4 : c1 / 8;
+        most = Math.max(most, u1 - u0);
+      }
+      return most;
+    };
     let cur = resid;   // buffer holding the residual (before the pending partials)
     for (let i = 0; i < nL; i++) {
       const L = layers[i];
@@ -442,7 +459,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
         for (const lin of L.qkv) await addMatmul(`blk.${i}.qkv`, lin, cur, L.attnNorm, qbuf, L.kv, MODE.qkv, qDim);
       }
       const o = single(L.o, `blk.${i}.attn_output`);
-      ops.push({ label: `blk.${i}.attn_o`, pipeline: await kernels.attnO(L.o.wtype), dims: (nc) => [nH, nc],
+      ops.push({ label: `blk.${i}.attn_o`, pipeline: await kernels.attnO(L.o.wtype, oUnits(L.o.wtype)), dims: (nc) => [nH, nc],
         bindGroup: device.createBindGroup({ layout: kernels.layouts.attn_o, entries: [
           { binding: 0, resource: { buffer: aoParamBuf } },
           { binding: 1, resource: stepBinding },
@@ -456,7 +473,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       if (full) {
         const gu = single(L.gateUp, `blk.${i}.ffn_gate_up`);
         const dn = single(L.down, `blk.${i}.ffn_down`);
-        const mkF = (t) => kernels.ffn(L.gateUp.wtype, L.down.wtype, t, dim, F.fuseSlice, F.fuseWg);
+        const mkF = (t) => kernels.ffn(L.gateUp.wtype, L.down.wtype, t, dim, F.fuseSlice, F.fuseWg, nH);
         ops.push({ label: `blk.${i}.ffn`, pipeline: await mkF(tf.t4), pipeline8: await mkF(tf.t8), pipeline1: await mkF(tf.t1),
           dims: () => [nSlices, 1],
           bindGroup: device.createBindGroup({ layout: kernels.layouts.ffn, entries: [
@@ -503,7 +520,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       logitsCap = cap;
       logitsGen++;
       return headPro.addMatmulPro('logits', head, headIn, headPro.parts, headPro.npart, outNorm, logitsBuf, null, MODE.store,
-        vocab, null, 1, kernels.fuseOpts.fuseHeadPairs, kernels.fuseOpts.fuseWg, logitOps);
+        vocab, null, 1, kernels.fuseOpts.fuseHeadPairs, kernels.fuseOpts.fuseHeadWg, logitOps);
     }
     logitOps = head.parts.map((part, j) => ({
       label: 'logits', pipeline: headPipeline, pipeline8: headPipeline8, pipeline1: headPipeline1, dims: (() => { const d = mmDims(part); return () => d; })(),

@@ -91,10 +91,11 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
     attention: () => pipeline('attention', { WG_SIZE: attnWg }),
     embed: (wtype) => pipeline('embed', { WTYPE: wtype }),
     // fused engine: K = in features (sizes the x staging), pairs = row pairs per subgroup, wg = workgroup size
-    matmulPro: (wtype, mode, norm, tile, K, pairs = 1, wg = matmulWg) => pipeline('matmul_pro', { WG_SIZE: wg, WTYPE: wtype,
-      MODE: mode, NORM: norm ? 1 : 0, LANES: lanes, TILE: tile, KX: K, PAIRS: pairs }),
-    attnO: (wtype) => pipeline('attn_o', { WG_SIZE: attnWg, WTYPE: wtype }),
-    ffn: (wtype, wtypeD, tile, K, slice, wg) => pipeline('ffn', { WG_SIZE: wg, WTYPE: wtype, WTYPE_D: wtypeD, LANES: lanes,
-      TILE: tile, KX: K, SLICE: slice }),
+    // npart = partials its prologue adds, ou = most W_o units of one head's slice
+    matmulPro: (wtype, mode, norm, tile, K, npart, pairs = 1, wg = matmulWg) => pipeline('matmul_pro', { WG_SIZE: wg, WTYPE: wtype,
+      MODE: mode, NORM: norm ? 1 : 0, LANES: lanes, TILE: tile, KX: K, PAIRS: pairs, NPART: npart }),
+    attnO: (wtype, ou) => pipeline('attn_o', { WG_SIZE: attnWg, WTYPE: wtype, OU: ou }),
+    ffn: (wtype, wtypeD, tile, K, slice, wg, npart) => pipeline('ffn', { WG_SIZE: wg, WTYPE: wtype, WTYPE_D: wtypeD, LANES: lanes,
+      TILE: tile, KX: K, SLICE: slice, NPART: npart }),
   };
 }

@@ -1,6 +1,9 @@
 // bench.mjs — speed of the WebGPU engine under Node + Dawn (H200 over Vulkan, or llvmpipe over OpenGL here).
 //
-//   node tests/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick]
+//   node tests/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick] [--model-only]
+// Engine variants by environment: SPLITS, KSPLIT, TILE1/TILE8, MATMUL_WG, ATTN_WG, SUBGROUPS, LANES and the fused
+// engine FUSE=1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS (see engine_env.mjs); EMULATE_SG=1 runs the
+// subgroup kernels with one-lane subgroups (a check that FUSE=1 runs on llvmpipe here, not a speed figure).
 // Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
@@ -11,6 +14,7 @@ import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
 import { MODE } from '../../app/gpu/kernels.js';
 import { rowBytes } from '../../app/gpu/weights.js';
+import { emulationOpts, fuseOpts } from './engine_env.mjs';
 
 Object.assign(globalThis, globals);
 const args = process.argv.slice(2);
@@ -90,6 +94,8 @@ async function main() {
     ksplit: process.env.KSPLIT ? Number(process.env.KSPLIT) : undefined,
     tile8: process.env.TILE8 ? process.env.TILE8 === '1' : undefined,
     tile1: process.env.TILE1 ? process.env.TILE1 === '1' : undefined,
+    ...fuseOpts(process.env),
+    ...emulationOpts(process.env),
   });
   const { device, kernels } = engine;
   const hasTs = device.features.has('timestamp-query');

@@ -11,6 +11,7 @@
 import { readFileSync, writeFileSync, openSync, readSync, closeSync } from 'node:fs';
 import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
+import { emulateSubgroups } from './engine_env.mjs';
 
 Object.assign(globalThis, globals);
 const [specPath, outPath] = process.argv.slice(2);
@@ -20,20 +21,6 @@ const flags = [`backend=${backend}`];
 if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
 const gpu = create(flags);
 globalThis.__dawnGPU = gpu;   // keep the reference alive (GC of it crashes Node)
-
-// spec.emulate_sg: run shaders/matmul_sg.wgsl (the subgroup kernel) on an adapter without subgroups, with
-// subgroups of ONE lane (LANES = 1: subgroupAdd is the identity, the lane is 0): every part of that kernel but the
-// cross-lane sum (tiles, quad/oct slots, norm4, epilogues) runs and is checked.
-async function emulateSubgroups(name) {
-  const base = new URL('../../shaders/', import.meta.url);
-  // the subgroup kernels: matmul_sg.wgsl (asked for as 'matmul') and the fused engine's matmul_sg_pro / ffn_sg
-  if (!['matmul', 'matmul_sg_pro', 'ffn_sg'].includes(name)) return readFileSync(new URL(`${name}.wgsl`, base), 'utf8');
-  let src = readFileSync(new URL(name === 'matmul' ? 'matmul_sg.wgsl' : `${name}.wgsl`, base), 'utf8');
-  src = src.replace(/^enable subgroups;$/m, '').replace(/^diagnostic\(off, subgroup_uniformity\);$/m, '');
-  src = src.replace(/subgroupAdd\(/g, 'sg_add1(');
-  src = src.replace(/,\s*@builtin\(subgroup_invocation_id\) sid: u32\) \{/, ') {\n  let sid = 0u;   // emulated: one lane');
-  return src + '\nfn sg_add1(v: vec4<f32>) -> vec4<f32> { return v; }\n';
-}
 
 async function main() {
   let engine;

@@ -5,6 +5,7 @@
 //        prompt_ids: [...], max_new_tokens, ks: [1, 2, ...], seq_len?}
 // (py/bench/gpu_spec.py writes it from the GGUF files.) Prints one JSON line:
 // {adapter, plain: {tokens, ms, tok_s}, spec: {k: {ms, tok_s, tau, target_passes, draft_passes, identical}}}.
+// Engine options: env EXACTSPEC_ENGINE_OPTS (JSON) and FUSE=1|attn (+ FUSE_SLICE, ...: see bench.mjs).
 // The loop is the greedy case of exactspec.verify.coupled (argmax, lowest id on ties; accept while the draft's argmax
 // equals the champion's; emit the champion's token at the first mismatch, the bonus after k matches), and the draft
 // catches up on every committed token before proposing, as exactspec.drafters.ModelDrafter does. `identical` says the
@@ -12,6 +13,7 @@
 import { readFileSync, openSync, readSync } from 'node:fs';
 import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
+import { emulationOpts, fuseOpts } from './engine_env.mjs';
 
 Object.assign(globalThis, globals);
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
@@ -95,6 +97,8 @@ async function main() {
   const engine = await createEngine(gpu, {
     adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
     ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
+    ...fuseOpts(process.env),   // FUSE=1|attn, FUSE_SLICE, ... as in bench.mjs
+    ...emulationOpts(process.env),   // EMULATE_SG=1: subgroup kernels with one-lane subgroups (tests here)
   });
   const champ = await load(engine, spec.champion);
   const draft = await load(engine, spec.draft);

@@ -53,12 +53,14 @@ return { adapter: info, bad, full: Array.from(full), dispatches: model.stats.dis
 
 @pytest.mark.browser
 @pytest.mark.skipif(_why is not None, reason=f"Chromium engine test cannot run here: {_why}")
-@pytest.mark.parametrize("opts", ["{}", "{subgroups: true}", "{subgroups: true, ksplit: 2}"],
-                         ids=["cpu_path", "subgroup_matmul", "subgroup_matmul_ksplit2"])
+@pytest.mark.parametrize("opts", ["{}", "{subgroups: true}", "{subgroups: true, ksplit: 2}",
+                                  "{subgroups: true, fuse: true, fuseSlice: 32}", "{subgroups: true, fuse: 'attn'}"],
+                         ids=["cpu_path", "subgroup_matmul", "subgroup_matmul_ksplit2", "fused", "fused_attn"])
 def test_chromium_swiftshader_batch_invariance(tmp_path, opts):
     """cpu_path: what SwiftShader runs by default; subgroup_matmul: shaders/matmul_sg.wgsl (the GPU default where
     subgroups have one fixed size), forced here on SwiftShader's 4-wide subgroups; _ksplit2: two subgroups per
-    weight-row pair, their sums added through workgroup memory."""
+    weight-row pair, their sums added through workgroup memory; fused / fused_attn: the fused engine (3 / 4 dispatches
+    per layer: attn_o.wgsl, matmul_sg_pro.wgsl, ffn_sg.wgsl) with real 4-wide subgroups."""
     from exactspec.formats import describe
     from exactspec.micro import micro_config, write_micro_gguf
 
@@ -68,6 +70,8 @@ def test_chromium_swiftshader_batch_invariance(tmp_path, opts):
     toks = [int(t) for t in np.random.default_rng(2).integers(0, d["config"]["vocab_size"], 16)]
     res = run_invariance(path, d, toks, opts, ks=range(1, 9), chunks=(3, 5))
     check_against_reference(res, path, toks)
+    if "fuse" in opts:
+        assert res["adapter"]["kernels"]["fuse"] and res["dispatches"] == (3 if "fuse: true" in opts else 4) * 2 + 2
 
 
 def run_invariance(path, d, toks, opts, ks, chunks):
