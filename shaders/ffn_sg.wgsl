@@ -16,10 +16,15 @@
 //   3. down: invocation l takes output rows r = l, l + WG_SIZE, ... and sums W_down[r, j0..j1) . hs[slot] over the
 //      slice's units in ascending order, each unit decoded once for the tile's slots.
 // Slice size (engine option fuseSlice, default 64; SmolLM2: 1536 / 64 = 24 workgroups and 24 partials): the slice
-// count is both this kernel's parallelism (one workgroup per slice, each reading 3 * SLICE * dim weights) and the
-// number of partials every workgroup of the next qkv matmul and of the head must add in its prologue. 64 keeps the
-// workgroup's weights at ~69 KB (Q4_1) and the prologue at 25 loads per x element; 32 doubles the workgroups and the
-// prologue, 128 halves both. The H200 run (tests/gpu/h200_run.sh) measures 32 / 64 / 128.
+// count is both this kernel's parallelism (one workgroup per slice, each reading 3 * SLICE * dim weights: ~69 KB of
+// Q4_1 at 64) and the number of partials every workgroup of the next qkv matmul and of the head adds in its
+// prologue (25 loads per x element at 64). 32 doubles the workgroups and the prologue, 128 halves both.
+// Workgroup size (engine option fuseWg, default 512 on GPUs): with so few workgroups the time is latency, i.e. the
+// dependent steps one subgroup/invocation takes: gate/up takes SLICE / (WG_SIZE / 32) pairs one after another (one
+// memory round trip each: dot1's loads are issued together), down ceil(dim / WG_SIZE) passes (the SLICE / 8 unit
+// loads of a pass are in flight together: constant trip count). At 512 and 64: 4 pairs + 2 passes; at 256: 8 + 3;
+// 1024 halves again but leaves 64 registers per invocation (dot8 needs more). The H200 run (tests/gpu/h200_run.sh)
+// measures slices 32 / 64 / 128 and workgroups 256 / 512 / 1024.
 // BATCH INVARIANCE: every x2 element, gate/up dot (matmul_sg.wgsl's slot code) and partial element (one add per
 // unit, ascending, the same code in every slot) is a fixed sequence whatever the chunk's row count or tile.
 //

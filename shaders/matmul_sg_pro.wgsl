@@ -18,7 +18,8 @@
 // subgroups and PAIRS = 1 stages 25 * 4 = 100 B per weight column against 2.5 B of weights, so the qkv matmul's
 // prologue costs more loads than its dot, but from L2 and in parallel over all workgroups; for the head
 // (49152 x 576 Q8_0, 12288 workgroups at G = 2, PAIRS = 1) that ratio would make the prologue dominate, hence
-// G = 8 (256 invocations) and PAIRS = 4 there (128 weight rows per staging). The FFN slice size (engine option
+// G = 8 (256 invocations) and PAIRS = 4 there (engine options fuseHeadWg, fuseHeadPairs: 64 weight rows per
+// staging, 768 workgroups). The partial loop has a constant trip count (NPART) so its loads are all in flight. The FFN slice size (engine option
 // fuseSlice) sets npart: fewer, larger slices cut this prologue but leave fewer FFN workgroups (fewer SMs busy).
 // BATCH INVARIANCE: x[t, i] is the same fixed-order sum in every workgroup and every dispatch shape; the dots are
 // matmul_sg.wgsl's slot code (reading xs instead of x), so a row's bits do not depend on the chunk's row count.

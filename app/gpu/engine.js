@@ -27,8 +27,8 @@
 //            3 * n_layers + 2. Partials are summed in a fixed order, so forwards stay batch invariant (not bitwise
 //            equal to fuse: false: the residual adds are grouped differently).
 //            fuseSlice?: hidden units per FFN workgroup (multiple of 32, default 64), fuseWg?: workgroup size of
-//            ffn_sg.wgsl (default 256 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default as
-//            fuseWg) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true)}
+//            ffn_sg.wgsl (default 512 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default
+//            256 GPU / 64 CPU) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.destroy()    destroys the device (and every model)
@@ -100,10 +100,10 @@ export async function createEngine(gpu, opts = {}) {
     if (![false, true, 'attn'].includes(fuse)) throw new Error(`fuse ${JSON.stringify(fuse)} must be false, true or 'attn'`);
     if (fuse && !useSg && !opts.emulatedSubgroups) throw new Error('fuse needs the subgroup matmul (matmul_sg.wgsl): a GPU with a fixed subgroup size');
     if (fuse && ksplit > 1) throw new Error('fuse needs ksplit 1');
-    const fuseWg = opts.fuseWg ?? (cpu ? 64 : 256);
+    const fuseWg = opts.fuseWg ?? (cpu ? 64 : 512);
     const fuseSlice = opts.fuseSlice ?? 64;
     const fuseHeadPairs = opts.fuseHeadPairs ?? 4;
-    const fuseHeadWg = opts.fuseHeadWg ?? fuseWg;
+    const fuseHeadWg = opts.fuseHeadWg ?? (cpu ? 64 : 256);
     for (const [k, v] of [['fuseWg', fuseWg], ['fuseHeadWg', fuseHeadWg]]) {
       if (fuse && (!Number.isInteger(v) || v < lanes || v % lanes || v > device.limits.maxComputeInvocationsPerWorkgroup)) {
         throw new Error(`${k} ${v} must be a multiple of the subgroup size ${lanes} within the device's workgroup limit`);

@@ -9,7 +9,7 @@
 #   4. the invariance tests on the real GPU's subgroups with the fused engine forced (EXACTSPEC_ENGINE_OPTS fuse
 #      true, then 'attn')                                                                    -> $OUT/pytest_h200.txt
 #   5. the model part again with variants: fused (FUSE=attn: 4 per layer; FFN slices of 32 / 128 hidden units;
-#      FFN workgroups of 512 / 1024; the head's prologue matmul with 8 pairs per subgroup), then the older ones (2 or 4
+#      FFN workgroups of 256 / 1024; the head's prologue matmul with 1 / 8 pairs per subgroup), then the older ones (2 or 4
 #      subgroups per matmul row pair; one command buffer per forward; no 1-row / 8-row tiles; matmul workgroups of
 #      128) and head- and gate/up-shaped matmuls                                             -> $OUT/variants_h200.txt
 # Whole run: about 4-5 minutes. Usage there: bash tests/gpu/h200_run.sh   (carry .devcarry/gpu)
@@ -38,8 +38,8 @@ for v in '{"fuse": true}' '{"fuse": "attn"}'; do
   EXACTSPEC_ENGINE_OPTS="$v" timeout 40 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_engine.py -k "invariance_parity_truncate or gpu_path or gqa_partial_rope_untied" 2>&1 | tail -4 | tee -a $O/pytest_h200.txt
 done
 {
-  for v in "FUSE=attn" "FUSE=1 FUSE_SLICE=32" "FUSE=1 FUSE_SLICE=128" "FUSE=1 FUSE_WG=512" "FUSE=1 FUSE_WG=1024" \
-           "FUSE=1 FUSE_HEAD_PAIRS=8" "FUSE=1 FUSE_WG=512 FUSE_SLICE=32"; do
+  for v in "FUSE=attn" "FUSE=1 FUSE_SLICE=32" "FUSE=1 FUSE_SLICE=128" "FUSE=1 FUSE_WG=256" "FUSE=1 FUSE_WG=1024" \
+           "FUSE=1 FUSE_HEAD_PAIRS=1" "FUSE=1 FUSE_HEAD_PAIRS=8" "FUSE=1 FUSE_WG=1024 FUSE_SLICE=32"; do
     echo "== variant $v, model only"
     env $v timeout 40 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers|GPU us per kind|Error"
   done
