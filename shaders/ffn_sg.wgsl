@@ -4,10 +4,12 @@
 //                                                     buffer: ping-pong, no workgroup reads what another writes)
 //   h[j] = silu(gate_j . RMSNorm(x2)) * (up_j . RMSNorm(x2))          for j in this slice: j0 = SLICE * wid.x .. j1
 //   P_ffn[wid.x][t, r] = sum_{j0 <= j < j1} W_down[r, j] * h[j]        r = 0 .. dim-1
+// (workgroup 0 = the one of slice 0 for the tile's rows)
 // The next consumer (matmul_sg_pro.wgsl: the next layer's qkv, or the head) adds r + P_ffn[0] + ... in fixed order.
 //
-// Work split: one workgroup per slice of SLICE hidden units (a multiple of 32: whole quant blocks of W_down's rows);
-// the chunk's rows go in tiles of TILE = 1, 4 or 8 (by the dispatch's row count, as in matmul_sg.wgsl). Per tile:
+// Work split: workgroup (wid.x, wid.y) takes the slice wid.x of SLICE hidden units (a multiple of 32: whole quant
+// blocks of W_down's rows) for the chunk's row tiles wid.y, wid.y + nwg.y, ... (tiles of TILE = 1, 4 or 8 rows, by
+// the dispatch's row count as in matmul_sg.wgsl; the engine dispatches one y per tile). Per tile:
 //   1. stage the tile's x2 rows in workgroup memory `xs` (matmul_sg_pro.wgsl's prologue);
 //   2. gate/up: gate/up rows are stored interleaved (row 2j = gate_j, 2j + 1 = up_j), so a slice is SLICE row pairs;
 //      subgroup g (LANES = subgroup size) takes pairs g, g + G, ... with matmul_sg.wgsl's dot1/dot4/dot8 (lanes over
@@ -683,8 +685,8 @@ fn hv(slot: u32, i: u32) -> vec4<f32> {   // vec4 i of slot's slice of h
 }
 
 @compute @workgroup_size(WG_SIZE)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
-        @builtin(subgroup_invocation_id) sid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {
   let sl = wid.x;                               // hidden slice
   let j0 = sl * SLICE;
   let j1 = min(j0 + SLICE, params.KD);
@@ -693,7 +695,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let g = (lid - sid) / LANES;
   let writer = sl == 0u && params.write_r == 1u;
   let hi = step.n;
-  for (var t = 0u; t < hi; t = t + TILE) {
+  for (var t = wid.y * TILE; t < hi; t = t + TILE * nwg.y) {   // tiles wid.y, wid.y + nwg.y, ...
     let n4 = min(TILE, hi - t);   // uniform
     workgroupBarrier();           // the previous tile is done with xs and hs
     stage(t, n4, lid, writer);

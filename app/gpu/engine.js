@@ -475,7 +475,8 @@ async function loadModel(ctx, description, readSlice, lopts) {
         const dn = single(L.down, `blk.${i}.ffn_down`);
         const mkF = (t) => kernels.ffn(L.gateUp.wtype, L.down.wtype, t, dim, F.fuseSlice, F.fuseWg, nH);
         ops.push({ label: `blk.${i}.ffn`, pipeline: await mkF(tf.t4), pipeline8: await mkF(tf.t8), pipeline1: await mkF(tf.t1),
-          dims: () => [nSlices, 1],
+          // one workgroup row per tile of chunk rows (the tile pickPipeline's choice for that row count uses)
+          dims: (nc) => [nSlices, Math.ceil(nc / (nc > 4 ? tf.t8 : nc === 1 ? tf.t1 : tf.t4))],
           bindGroup: device.createBindGroup({ layout: kernels.layouts.ffn, entries: [
             { binding: 0, resource: { buffer: ffnParamBuf } },
             { binding: 1, resource: stepBinding },
