@@ -28,7 +28,9 @@
 //            equal to fuse: false: the residual adds are grouped differently).
 //            fuseSlice?: hidden units per FFN workgroup (multiple of 32, default 64), fuseWg?: workgroup size of
 //            ffn_sg.wgsl (default 512 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default
-//            256 GPU / 64 CPU) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true)}
+//            256 GPU / 64 CPU) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true),
+//            fuseMatmulWg?: workgroup size of the qkv (fuse true) / gate-up (fuse 'attn') prologue matmuls (default
+//            matmulWg: fewer, larger workgroups stage x fewer times)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.destroy()    destroys the device (and every model)
@@ -104,7 +106,8 @@ export async function createEngine(gpu, opts = {}) {
     const fuseSlice = opts.fuseSlice ?? 64;
     const fuseHeadPairs = opts.fuseHeadPairs ?? 4;
     const fuseHeadWg = opts.fuseHeadWg ?? (cpu ? 64 : 256);
-    for (const [k, v] of [['fuseWg', fuseWg], ['fuseHeadWg', fuseHeadWg]]) {
+    const fuseMatmulWg = opts.fuseMatmulWg ?? matmulWg;
+    for (const [k, v] of [['fuseWg', fuseWg], ['fuseHeadWg', fuseHeadWg], ['fuseMatmulWg', fuseMatmulWg]]) {
       if (fuse && (!Number.isInteger(v) || v < lanes || v % lanes || v > device.limits.maxComputeInvocationsPerWorkgroup)) {
         throw new Error(`${k} ${v} must be a multiple of the subgroup size ${lanes} within the device's workgroup limit`);
       }
@@ -113,7 +116,7 @@ export async function createEngine(gpu, opts = {}) {
     if (fuse && (!Number.isInteger(fuseHeadPairs) || fuseHeadPairs < 1 || fuseHeadPairs > 64)) throw new Error(`fuseHeadPairs ${fuseHeadPairs} must be in 1..64`);
     kernels = await createKernels(device, shaderSource, { lanes, attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg,
       matmulWg, ksplit, fuse: !!fuse });
-    kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadWg, fuseHeadPairs } : null;
+    kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadWg, fuseHeadPairs, fuseMatmulWg } : null;
     adapterInfo.kernels = { matmul: (useSg ? `matmul_sg (LANES=${S}` : `matmul (LANES=${kernels.lanes}`) + (ksplit > 1 ? `, KSPLIT=${ksplit})` : ')'),
       attention_wg: opts.attnWg ?? (cpu ? 64 : 256), fuse: kernels.fuseOpts ?? false };
   } catch (e) {
@@ -395,7 +398,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     };
     // a matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg_pro.wgsl)
     const addMatmulPro = async (label, lin, rIn, parts, npart, gamma, out, kv, mode, outStride, rOut, window = 0,
-      pairs = 1, wg = kernels.matmulWg, list = ops) => {
+      pairs = 1, wg = F.fuseMatmulWg, list = ops) => {
       const made = [];
       for (const [j, part] of lin.parts.entries()) {
         const mk3 = (t) => kernels.matmulPro(lin.wtype, mode, !!gamma, t, lin.K, npart, pairs, wg);

@@ -2,7 +2,7 @@
 //
 //   node tests/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick] [--model-only]
 // Engine variants by environment: SPLITS, KSPLIT, TILE1/TILE8, MATMUL_WG, ATTN_WG, SUBGROUPS, LANES and the fused
-// engine FUSE=1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS (see engine_env.mjs); EMULATE_SG=1 runs the
+// engine FUSE=1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG (see engine_env.mjs); EMULATE_SG=1 runs the
 // subgroup kernels with one-lane subgroups (a check that FUSE=1 runs on llvmpipe here, not a speed figure).
 // Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.

@@ -3,11 +3,13 @@
 import { readFileSync } from 'node:fs';
 
 /** The fused engine from the environment: FUSE=1 (3 dispatches per layer) | FUSE=attn (4), FUSE_SLICE (hidden units
- * per FFN workgroup), FUSE_WG (its workgroup size), FUSE_HEAD_WG / FUSE_HEAD_PAIRS (the head's prologue matmul). */
+ * per FFN workgroup), FUSE_WG (its workgroup size), FUSE_HEAD_WG / FUSE_HEAD_PAIRS (the head's prologue matmul),
+ * FUSE_MM_WG (the qkv / gate-up prologue matmuls' workgroup size). */
 export function fuseOpts(env) {
   const o = {};
   if (env.FUSE && env.FUSE !== '0') o.fuse = env.FUSE === 'attn' ? 'attn' : true;
-  for (const [k, e] of [['fuseSlice', 'FUSE_SLICE'], ['fuseWg', 'FUSE_WG'], ['fuseHeadWg', 'FUSE_HEAD_WG'], ['fuseHeadPairs', 'FUSE_HEAD_PAIRS']]) {
+  for (const [k, e] of [['fuseSlice', 'FUSE_SLICE'], ['fuseWg', 'FUSE_WG'], ['fuseHeadWg', 'FUSE_HEAD_WG'],
+    ['fuseHeadPairs', 'FUSE_HEAD_PAIRS'], ['fuseMatmulWg', 'FUSE_MM_WG']]) {
     if (env[e]) o[k] = Number(env[e]);
   }
   return o;

@@ -9,7 +9,8 @@
 #   4. the invariance tests on the real GPU's subgroups with the fused engine forced (EXACTSPEC_ENGINE_OPTS fuse
 #      true, then 'attn')                                                                    -> $OUT/pytest_h200.txt
 #   5. the model part again with variants: fused (FUSE=attn: 4 per layer; FFN slices of 32 / 128 hidden units;
-#      FFN workgroups of 256 / 1024; the head's prologue matmul with 1 / 8 pairs per subgroup), then the older ones (2 or 4
+#      FFN workgroups of 256 / 1024; the head's prologue matmul with 1 / 8 pairs per subgroup; qkv prologue matmul
+#      workgroups of 128), then the older ones (2 or 4
 #      subgroups per matmul row pair; one command buffer per forward; no 1-row / 8-row tiles; matmul workgroups of
 #      128) and head- and gate/up-shaped matmuls                                             -> $OUT/variants_h200.txt
 # Whole run: about 4-5 minutes. Usage there: bash tests/gpu/h200_run.sh   (carry .devcarry/gpu)
@@ -39,9 +40,9 @@ for v in '{"fuse": true}' '{"fuse": "attn"}'; do
 done
 {
   for v in "FUSE=attn" "FUSE=1 FUSE_SLICE=32" "FUSE=1 FUSE_SLICE=128" "FUSE=1 FUSE_WG=256" "FUSE=1 FUSE_WG=1024" \
-           "FUSE=1 FUSE_HEAD_PAIRS=1" "FUSE=1 FUSE_HEAD_PAIRS=8" "FUSE=1 FUSE_WG=1024 FUSE_SLICE=32"; do
+           "FUSE=1 FUSE_HEAD_PAIRS=1" "FUSE=1 FUSE_HEAD_PAIRS=8" "FUSE=1 FUSE_MM_WG=128" "FUSE=1 FUSE_WG=1024 FUSE_SLICE=32"; do
     echo "== variant $v, model only"
-    env $v timeout 40 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers|GPU us per kind|Error"
+    env $v timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers|GPU us per kind|Error"
   done
   for v in "KSPLIT=2" "KSPLIT=4 MATMUL_WG=128" "SPLITS=1" "TILE1=0" "TILE8=0" "MATMUL_WG=128"; do
     echo "== variant $v, model only"

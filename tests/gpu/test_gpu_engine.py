@@ -234,18 +234,19 @@ def fused_dispatches(info, n_layers, fuse, extra=0):
     assert got == {per * n_layers + 2 + extra}, got
 
 
-SMALL_WG = {"fuseWg": 16, "fuseHeadWg": 16, "fuseHeadPairs": 3}
+SMALL_WG = {"fuseWg": 16, "fuseHeadWg": 16, "fuseHeadPairs": 3, "fuseMatmulWg": 8}
 
 
 @pytest.mark.parametrize("ty,fuse,slice_,more", [("F32", True, 32, {}), ("F16", True, 64, {}), ("Q8_0", True, 96, {}),
                                                  ("Q4_0", True, 32, SMALL_WG), ("Q4_1", True, 32, {}),
-                                                 ("Q4_1", "attn", 32, {}), ("Q8_0", "attn", 32, {})])
+                                                 ("Q4_1", "attn", 32, {}), ("Q8_0", "attn", 32, SMALL_WG)])
 def test_fused_invariance_parity(micro_paths, ty, fuse, slice_, more):
     """fuse true (3 dispatches per layer) and 'attn' (4): bitwise batch invariance (one token at a time, verify blocks
     k+1 for k = 1..8, prefill chunks, truncate) and parity with the reference. head_dim 16 puts two heads in one Q4
     block of W_o (attn_o.wgsl's zero-padded units); slice 96 of hidden 128 leaves a short last FFN slice; SMALL_WG
-    makes each FFN subgroup take 2 gate/up pairs and 4 down passes, and the head's subgroups 3 row pairs each (the
-    last workgroup partly past the vocabulary)."""
+    makes each FFN subgroup take 2 gate/up pairs and 4 down passes, the head's subgroups 3 row pairs each (the
+    last workgroup partly past the vocabulary) and the qkv / gate-up prologue matmuls stage x in 8-invocation
+    workgroups."""
     _, _, info = check_engine(micro_paths[ty], n=20, emulate_sg=True,
                               engine_opts={"fuse": fuse, "fuseSlice": slice_, **more})
     assert info["adapter"]["kernels"]["fuse"]["fuse"] == fuse
