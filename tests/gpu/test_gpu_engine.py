@@ -283,7 +283,7 @@ def test_fused_refusals(micro_paths):
 
     path = micro_paths["Q4_1"]
     d = describe(path)
-    cases = [({"engine_opts": {"fuse": True}}, "fuse needs the subgroup matmul"),
+    cases = [({"engine_opts": {"fuse": True, "subgroups": False}}, "fuse needs the subgroup matmul"),
              ({"emulate_sg": True, "ksplit": 2, "engine_opts": {"fuse": True}}, "fuse needs ksplit 1"),
              ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseSlice": 48}}, "fuseSlice 48 must be"),
              ({"emulate_sg": True, "engine_opts": {"fuse": "yes"}}, "must be false, true or 'attn'"),
