@@ -19,14 +19,17 @@
 //            emulatedSubgroups?: (tests) shaderSource serves matmul_sg.wgsl with one-lane subgroups emulated,
 //            splits?: command buffers per forward, submitted one by one so the GPU starts while the rest is
 //            still being translated (default 4 on GPUs, 1 on CPU adapters),
-//            fuse?: false (default) | 'attn' | true: fewer dispatches per forward, only with matmul_sg.wgsl (GPUs
-//            with a fixed subgroup size, or emulatedSubgroups) and ksplit 1. 'attn': attention + O projection in
+//            fuse?: false | 'attn' | true | 'auto' (default 'auto', false with emulatedSubgroups: true where
+//            matmul_sg.wgsl runs with ksplit 1,
+//            else false, and a model the fused kernels cannot take runs unfused, see model.fused; an explicit true
+//            or 'attn' refuses such a model with an error instead): fewer dispatches per forward,
+//            only with matmul_sg.wgsl (GPUs with a fixed subgroup size, or emulatedSubgroups) and ksplit 1. 'attn': attention + O projection in
 //            one kernel (attn_o.wgsl, per-head split-K partials summed by the gate/up matmul's prologue,
 //            matmul_sg_pro.wgsl): 4 * n_layers + 2 dispatches. true: also the FFN in one kernel per slice of hidden
 //            units (ffn_sg.wgsl, down-projection partials summed by the next qkv matmul's / the head's prologue):
 //            3 * n_layers + 2. Partials are summed in a fixed order, so forwards stay batch invariant (not bitwise
 //            equal to fuse: false: the residual adds are grouped differently).
-//            fuseSlice?: hidden units per FFN workgroup (multiple of 32, default 64), fuseWg?: workgroup size of
+//            fuseSlice?: hidden units per FFN workgroup (multiple of 32, default 32), fuseWg?: workgroup size of
 //            ffn_sg.wgsl (default 512 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default
 //            256 GPU / 64 CPU) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true),
 //            fuseMatmulWg?: workgroup size of the qkv (fuse true) / gate-up (fuse 'attn') prologue matmuls (default
@@ -51,6 +54,7 @@
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
 //   model.stats              last forward: {dispatches, command_buffers, chunks, encode_ms, submit_ms, wait_ms, pre_encoded, gpu_ms}
 //   model.weightBytes        bytes of weights on the GPU
+//   model.fused              the fused kernels this model runs: false | 'attn' | true (see opts.fuse)
 //   await model.profile(n)   bench only (timestamps): GPU microseconds per kind of dispatch for n rows
 //   model.destroy()          frees GPU buffers
 // Speed notes: one compute pass per forward (embed, then per layer qkv+RoPE+KV write, attention, o+residual,
@@ -98,12 +102,17 @@ export async function createEngine(gpu, opts = {}) {
     if (![1, 2, 4].includes(ksplit)) throw new Error(`ksplit ${ksplit} must be 1, 2 or 4`);
     if (ksplit > 1 && !useSg && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
     if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
-    const fuse = opts.fuse ?? false;
-    if (![false, true, 'attn'].includes(fuse)) throw new Error(`fuse ${JSON.stringify(fuse)} must be false, true or 'attn'`);
+    // default: the fused engine (3 dispatches per layer, FFN slices of 32) wherever matmul_sg.wgsl runs — measured
+    // on an H200 (tests/gpu/h200_results.md): 7-10% less GPU time per token than unfused, same verify cost for
+    // k <= 3; a model it cannot take (split attention/FFN bindings, small workgroup memory) runs unfused
+    const fuseReq = opts.fuse ?? (opts.emulatedSubgroups ? false : 'auto');   // (tests emulate the unfused kernel)
+    if (![false, true, 'attn', 'auto'].includes(fuseReq)) throw new Error(`fuse ${JSON.stringify(fuseReq)} must be false, true, 'attn' or 'auto'`);
+    const fuseAuto = fuseReq === 'auto';
+    const fuse = fuseAuto ? (useSg || !!opts.emulatedSubgroups) && ksplit === 1 : fuseReq;
     if (fuse && !useSg && !opts.emulatedSubgroups) throw new Error('fuse needs the subgroup matmul (matmul_sg.wgsl): a GPU with a fixed subgroup size');
     if (fuse && ksplit > 1) throw new Error('fuse needs ksplit 1');
     const fuseWg = opts.fuseWg ?? (cpu ? 64 : 512);
-    const fuseSlice = opts.fuseSlice ?? 64;
+    const fuseSlice = opts.fuseSlice ?? 32;
     const fuseHeadPairs = opts.fuseHeadPairs ?? 4;
     const fuseHeadWg = opts.fuseHeadWg ?? (cpu ? 64 : 256);
     const fuseMatmulWg = opts.fuseMatmulWg ?? matmulWg;
@@ -116,7 +125,7 @@ export async function createEngine(gpu, opts = {}) {
     if (fuse && (!Number.isInteger(fuseHeadPairs) || fuseHeadPairs < 1 || fuseHeadPairs > 64)) throw new Error(`fuseHeadPairs ${fuseHeadPairs} must be in 1..64`);
     kernels = await createKernels(device, shaderSource, { lanes, attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg,
       matmulWg, ksplit, fuse: !!fuse });
-    kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadWg, fuseHeadPairs, fuseMatmulWg } : null;
+    kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadWg, fuseHeadPairs, fuseMatmulWg, auto: fuseAuto } : null;
     adapterInfo.kernels = { matmul: (useSg ? `matmul_sg (LANES=${S}` : `matmul (LANES=${kernels.lanes}`) + (ksplit > 1 ? `, KSPLIT=${ksplit})` : ')'),
       attention_wg: opts.attnWg ?? (cpu ? 64 : 256), fuse: kernels.fuseOpts ?? false };
   } catch (e) {
@@ -351,7 +360,13 @@ async function loadModel(ctx, description, readSlice, lopts) {
   new Float32Array(attParams.buffer)[6] = 1 / Math.sqrt(hd);
   const attParamBuf = uni('attention', attParams);
   const attPipeline = await kernels.attention();
-  const F = kernels.fuseOpts;   // fused engine (opts.fuse): null, or {fuse: 'attn' | true, fuseWg, fuseSlice, fuseHeadPairs}
+  let F = kernels.fuseOpts;     // fused engine (opts.fuse): null, or {fuse: 'attn' | true, fuseWg, fuseSlice, fuseHeadPairs}
+  if (F && F.auto) {            // fused by default only: a model the fused kernels cannot take runs unfused
+    const wgMem = device.limits.maxComputeWorkgroupStorageSize;
+    const oneBinding = layers.every((L) => L.o.parts.length === 1 && L.gateUp.parts.length === 1 && L.down.parts.length === 1);
+    if (!oneBinding || (dim + F.fuseSlice) * 4 > wgMem) F = null;
+  }
+  const fused = F ? F.fuse : false;   // what this model runs: false | 'attn' | true
   let headIn = resid;           // the residual buffer the head reads
   let headPro = null;           // fuse true: the head's prologue {parts, npart}
   if (!F) {
@@ -524,7 +539,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       logitsCap = cap;
       logitsGen++;
       return headPro.addMatmulPro('logits', head, headIn, headPro.parts, headPro.npart, outNorm, logitsBuf, null, MODE.store,
-        vocab, null, 1, kernels.fuseOpts.fuseHeadPairs, kernels.fuseOpts.fuseHeadWg, logitOps);
+        vocab, null, 1, F.fuseHeadPairs, F.fuseHeadWg, logitOps);
     }
     logitOps = head.parts.map((part, j) => ({
       label: 'logits', pipeline: headPipeline, pipeline8: headPipeline8, pipeline1: headPipeline1, dims: (() => { const d = mmDims(part); return () => d; })(),
@@ -703,6 +718,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
     stats,
     weightBytes,
     maxRows,
+    fused,
     forward(tokens, startPos, nOut) {
       const p = queue.then(() => forwardNow(tokens, startPos, nOut));
       queue = p.catch(() => {});

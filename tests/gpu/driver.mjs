@@ -57,7 +57,7 @@ async function main() {
       try {
         const y = await model.forward(op.tokens, op.start_pos, op.n_out);
         outs.push(Buffer.from(y.buffer));
-        results.push({ op: 'forward', rows: y.length / model.config.vocab_size, dispatches: model.stats.dispatches,
+        results.push({ op: 'forward', rows: y.length / model.config.vocab_size, dispatches: model.stats.dispatches, fused: model.fused,
           chunks: model.stats.chunks });
       } catch (e) {
         results.push({ op: 'forward', error: e.message });

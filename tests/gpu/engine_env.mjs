@@ -2,12 +2,13 @@
 // subgroup emulation (driver.mjs, bench.mjs EMULATE_SG=1).
 import { readFileSync } from 'node:fs';
 
-/** The fused engine from the environment: FUSE=1 (3 dispatches per layer) | FUSE=attn (4), FUSE_SLICE (hidden units
+/** The fused engine from the environment: FUSE=0 (unfused: 5 dispatches per layer) | FUSE=1 (3) | FUSE=attn (4), FUSE_SLICE (hidden units
  * per FFN workgroup), FUSE_WG (its workgroup size), FUSE_HEAD_WG / FUSE_HEAD_PAIRS (the head's prologue matmul),
  * FUSE_MM_WG (the qkv / gate-up prologue matmuls' workgroup size). */
 export function fuseOpts(env) {
   const o = {};
-  if (env.FUSE && env.FUSE !== '0') o.fuse = env.FUSE === 'attn' ? 'attn' : true;
+  if (env.FUSE === '0') o.fuse = false;              // unfused (the engine's default is fused where it can be)
+  else if (env.FUSE) o.fuse = env.FUSE === 'attn' ? 'attn' : true;
   for (const [k, e] of [['fuseSlice', 'FUSE_SLICE'], ['fuseWg', 'FUSE_WG'], ['fuseHeadWg', 'FUSE_HEAD_WG'],
     ['fuseHeadPairs', 'FUSE_HEAD_PAIRS'], ['fuseMatmulWg', 'FUSE_MM_WG']]) {
     if (env[e]) o[k] = Number(env[e]);

@@ -1,6 +1,7 @@
 #!/bin/bash
 # H200 bench (device machine, over Vulkan): unpack what tests/gpu/h200_prep.sh put in .devcarry/gpu, then run
-#   1. tests/gpu/bench.mjs (matmul bandwidth, T_verify(k)/T_single, tokens/s, per-kernel GPU time) -> $OUT/bench_h200.txt
+#   1. tests/gpu/bench.mjs, unfused (FUSE=0; the default is fused) (matmul bandwidth, T_verify(k)/T_single, tokens/s,
+#      per-kernel GPU time)                                                                  -> $OUT/bench_h200.txt
 #   2. the tests/gpu pytest suite on the real GPU (EXACTSPEC_DAWN_BACKEND=vulkan)            -> $OUT/pytest_h200.txt
 #      (if it fails: the invariance tests again with each matmul tile variant off, to name the culprit;
 #      then the invariance tests with two subgroups per matmul row pair, ksplit 2)
@@ -18,7 +19,7 @@ set -e
 O=${OUT:-/tmp}
 source tests/gpu/h200_setup.sh
 set +e
-timeout 100 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
+FUSE=0 timeout 100 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
 grep -v '^JSON' $O/bench_h200.txt
 export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=vulkan
 echo "== FUSE=1 (fused engine, 3 dispatches per layer), model only" > $O/bench_fuse_h200.txt

@@ -153,8 +153,12 @@ def test_micro_row_chunks_and_split_bindings(micro_paths):
     toks = [int(t) for t in np.random.default_rng(1).integers(0, d["config"]["vocab_size"], 17)]
     ops = [{"op": "forward", "tokens": toks, "start_pos": 0}]
     _, (a,) = run_engine(path, d, ops)
-    _, (b,) = run_engine(path, d, ops, max_rows=5, max_binding_bytes=4096)
+    _, (b,) = run_engine(path, d, ops, max_rows=5)
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    # split bindings: the default ('auto') runs such a model unfused on GPUs that fuse, so compare unfused runs
+    _, (c,) = run_engine(path, d, ops, engine_opts={"fuse": False})
+    _, (e,) = run_engine(path, d, ops, max_rows=5, max_binding_bytes=4096, engine_opts={"fuse": False})
+    assert np.array_equal(c.view(np.uint32), e.view(np.uint32))
 
 
 def test_micro_gqa_partial_rope_untied(tmp_path):
@@ -286,7 +290,7 @@ def test_fused_refusals(micro_paths):
     cases = [({"engine_opts": {"fuse": True, "subgroups": False}}, "fuse needs the subgroup matmul"),
              ({"emulate_sg": True, "ksplit": 2, "engine_opts": {"fuse": True}}, "fuse needs ksplit 1"),
              ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseSlice": 48}}, "fuseSlice 48 must be"),
-             ({"emulate_sg": True, "engine_opts": {"fuse": "yes"}}, "must be false, true or 'attn'"),
+             ({"emulate_sg": True, "engine_opts": {"fuse": "yes"}}, "must be false, true, 'attn' or 'auto'"),
              ({"emulate_sg": True, "max_binding_bytes": 4096, "engine_opts": {"fuse": True}}, "storage bindings")]
     for kw, msg in cases:
         with pytest.raises(RuntimeError, match=msg):
@@ -300,3 +304,20 @@ def test_smollm2_fused_invariance_parity():
     _, diff, info = check_engine(CHAMPION, n=10, seed=7, emulate_sg=True, engine_opts={"fuse": True})
     fused_dispatches(info, 30, True)
     print(f"[SmolLM2 Q4_1, fused] max |diff| vs reference over 10 positions: {diff:.3g}")
+
+
+def test_fuse_auto_falls_back_per_model(micro_paths):
+    """fuse 'auto' (the default where the subgroup matmul runs) fuses a model it can (3 * n_layers + 2 dispatches)
+    and runs one it cannot (FFN weights split over several bindings) unfused, bit for bit as fuse false does."""
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = describe(path)
+    nl = d["config"]["n_layers"]
+    ops = [{"op": "forward", "tokens": [3, 1, 4, 1, 5], "start_pos": 0}]
+    info, (a,) = run_engine(path, d, ops, emulate_sg=True, engine_opts={"fuse": "auto"})
+    assert info["results"][0]["fused"] is True and info["results"][0]["dispatches"] == 3 * nl + 2
+    info, (b,) = run_engine(path, d, ops, emulate_sg=True, max_binding_bytes=4096, engine_opts={"fuse": "auto"})
+    _, (c,) = run_engine(path, d, ops, emulate_sg=True, max_binding_bytes=4096, engine_opts={"fuse": False})
+    assert info["results"][0]["fused"] is False
+    assert np.array_equal(b.view(np.uint32), c.view(np.uint32))
