@@ -108,13 +108,16 @@ export async function createEngine(gpu, opts = {}) {
     const fuseReq = opts.fuse ?? (opts.emulatedSubgroups ? false : 'auto');   // (tests emulate the unfused kernel)
     if (![false, true, 'attn', 'auto'].includes(fuseReq)) throw new Error(`fuse ${JSON.stringify(fuseReq)} must be false, true, 'attn' or 'auto'`);
     const fuseAuto = fuseReq === 'auto';
-    const fuse = fuseAuto ? (useSg || !!opts.emulatedSubgroups) && ksplit === 1 : fuseReq;
+    let fuse = fuseAuto ? (useSg || !!opts.emulatedSubgroups) && ksplit === 1 : fuseReq;
     if (fuse && !useSg && !opts.emulatedSubgroups) throw new Error('fuse needs the subgroup matmul (matmul_sg.wgsl): a GPU with a fixed subgroup size');
     if (fuse && ksplit > 1) throw new Error('fuse needs ksplit 1');
-    const fuseWg = opts.fuseWg ?? (cpu ? 64 : 512);
+    // default workgroup sizes within the device's limit (WebGPU guarantees 256 invocations; many GPUs give 1024)
+    const maxInv = device.limits.maxComputeInvocationsPerWorkgroup;
+    const fitWg = (want) => Math.max(lanes, Math.min(want, Math.floor(maxInv / lanes) * lanes));
+    const fuseWg = opts.fuseWg ?? (cpu ? 64 : fitWg(512));
     const fuseSlice = opts.fuseSlice ?? 32;
     const fuseHeadPairs = opts.fuseHeadPairs ?? 4;
-    const fuseHeadWg = opts.fuseHeadWg ?? (cpu ? 64 : 256);
+    const fuseHeadWg = opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256));
     const fuseMatmulWg = opts.fuseMatmulWg ?? matmulWg;
     for (const [k, v] of [['fuseWg', fuseWg], ['fuseHeadWg', fuseHeadWg], ['fuseMatmulWg', fuseMatmulWg]]) {
       if (fuse && (!Number.isInteger(v) || v < lanes || v % lanes || v > device.limits.maxComputeInvocationsPerWorkgroup)) {
@@ -123,8 +126,16 @@ export async function createEngine(gpu, opts = {}) {
     }
     if (fuse && (!Number.isInteger(fuseSlice) || fuseSlice < 32 || fuseSlice % 32)) throw new Error(`fuseSlice ${fuseSlice} must be a positive multiple of 32`);
     if (fuse && (!Number.isInteger(fuseHeadPairs) || fuseHeadPairs < 1 || fuseHeadPairs > 64)) throw new Error(`fuseHeadPairs ${fuseHeadPairs} must be in 1..64`);
-    kernels = await createKernels(device, shaderSource, { lanes, attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg,
-      matmulWg, ksplit, fuse: !!fuse });
+    const kopts = { lanes, attnWg: opts.attnWg ?? (cpu ? 64 : 256), subgroups: useSg, matmulWg, ksplit };
+    try {
+      kernels = await createKernels(device, shaderSource, { ...kopts, fuse: !!fuse });
+    } catch (e) {
+      if (!(fuseAuto && fuse)) throw e;
+      // fused only by default: an implementation that rejects the fused kernels still gets the unfused engine
+      console.warn(`exactspec engine: fused kernels unavailable (${e.message}); running unfused`);
+      fuse = false;
+      kernels = await createKernels(device, shaderSource, { ...kopts, fuse: false });
+    }
     kernels.fuseOpts = fuse ? { fuse, fuseWg, fuseSlice, fuseHeadWg, fuseHeadPairs, fuseMatmulWg, auto: fuseAuto } : null;
     adapterInfo.kernels = { matmul: (useSg ? `matmul_sg (LANES=${S}` : `matmul (LANES=${kernels.lanes}`) + (ksplit > 1 ? `, KSPLIT=${ksplit})` : ')'),
       attention_wg: opts.attnWg ?? (cpu ? 64 : 256), fuse: kernels.fuseOpts ?? false };

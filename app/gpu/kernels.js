@@ -48,12 +48,16 @@ export async function createKernels(device, shaderSource, { lanes = 32, attnWg =
   const modules = {};
   for (const [i, [name]] of names.entries()) {
     const code = srcs[i];
+    // in an error scope, so a rejected module is this call's error, not the device's (the engine may go on without it)
+    device.pushErrorScope('validation');
     const m = device.createShaderModule({ code, label: name });
+    const scopeErr = await device.popErrorScope();
     if (m.getCompilationInfo) {
       const info = await m.getCompilationInfo();
       const errs = info.messages.filter((x) => x.type === 'error');
       if (errs.length) throw new Error(`WGSL ${name}: ${errs.map((e) => `${e.lineNum}:${e.linePos} ${e.message}`).join('; ')}`);
     }
+    if (scopeErr) throw new Error(`WGSL ${name}: ${scopeErr.message}`);
     modules[name] = m;
   }
   const layouts = {

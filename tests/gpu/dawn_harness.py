@@ -75,14 +75,15 @@ def probe() -> str | None:
 def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, seq_len: int | None = None,
                max_rows: int | None = None, max_binding_bytes: int | None = None, lanes: int | None = None,
                emulate_sg: bool = False, ksplit: int | None = None, engine_opts: dict | None = None,
-               timeout: int = 600):
+               break_shader: str | None = None, timeout: int = 600):
     """Run ops on a fresh engine; returns (results, outputs) with outputs a list of (rows, vocab) float32 arrays,
     one per forward that succeeded (results[i]['error'] holds the message of one that failed)."""
     vocab = description["config"]["vocab_size"]
     with tempfile.TemporaryDirectory() as td:
         spec = {"model": str(model), "description": description, "ops": ops, "seq_len": seq_len,
                 "max_rows": max_rows, "max_binding_bytes": max_binding_bytes, "lanes": lanes, "backend": BACKEND,
-                "emulate_sg": emulate_sg, "ksplit": ksplit, "engine_opts": engine_opts or {}}
+                "emulate_sg": emulate_sg, "ksplit": ksplit, "engine_opts": engine_opts or {},
+                "break_shader": break_shader}
         sp = Path(td) / "spec.json"
         op = Path(td) / "out.bin"
         sp.write_text(json.dumps(spec))

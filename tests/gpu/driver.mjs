@@ -31,6 +31,9 @@ async function main() {
       ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true,
         emulatedSubgroups: true, ksplit: spec.ksplit ?? 1 } : {}),
       ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
+      // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected)
+      ...(spec.break_shader ? { shaderSource: async (name) => (name === spec.break_shader ? 'fn main( {'
+        : (spec.emulate_sg ? emulateSubgroups(name) : readFileSync(new URL(`../../shaders/${name}.wgsl`, import.meta.url), 'utf8'))) } : {}),
       // extra engine options (variants on a GPU host, e.g. {"splits": 1, "tile8": false})
       ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
     });

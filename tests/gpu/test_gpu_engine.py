@@ -321,3 +321,19 @@ def test_fuse_auto_falls_back_per_model(micro_paths):
     _, (c,) = run_engine(path, d, ops, emulate_sg=True, max_binding_bytes=4096, engine_opts={"fuse": False})
     assert info["results"][0]["fused"] is False
     assert np.array_equal(b.view(np.uint32), c.view(np.uint32))
+
+
+def test_fuse_auto_survives_a_rejected_fused_kernel(micro_paths):
+    """If the implementation rejects a fused kernel's WGSL, fuse 'auto' runs the unfused engine (same bits as fuse
+    false); an explicit fuse true reports the kernel by name instead."""
+    from exactspec.formats import describe
+
+    path = micro_paths["Q8_0"]
+    d = describe(path)
+    ops = [{"op": "forward", "tokens": [2, 7, 1, 8], "start_pos": 0}]
+    info, (a,) = run_engine(path, d, ops, emulate_sg=True, break_shader="ffn_sg", engine_opts={"fuse": "auto"})
+    _, (b,) = run_engine(path, d, ops, emulate_sg=True, engine_opts={"fuse": False})
+    assert info["results"][0]["fused"] is False and info["adapter"]["kernels"]["fuse"] is False
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    with pytest.raises(RuntimeError, match="WGSL ffn"):
+        run_engine(path, d, ops, emulate_sg=True, break_shader="ffn_sg", engine_opts={"fuse": True})
