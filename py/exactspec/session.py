@@ -180,6 +180,9 @@ class Session:
         # one model per role (their KV caches are separate): free the role's previous model, and take this name
         # out of the other role if it held it
         prev = self.champion if role == "champion" else self.draft
+        # the same champion file again (e.g. reloaded on the CPU after the GPU was lost): the last answer stays
+        # continuable, since its token ids mean the same to this model
+        same_champion = role == "champion" and prev == name and name in self.models and self.models[name].path == path
         if prev is not None and prev != name:
             self.models.pop(prev, None)
         if role == "champion" and self.draft == name:
@@ -191,7 +194,8 @@ class Session:
                                         TrackedCache(YieldingBackend(be)))
         if role == "champion":
             self.champion = name
-            self._cont = None
+            if not same_champion:
+                self._cont = None
         else:
             self.draft = name
         return json.dumps({"name": name, "role": role, "config": cfg.to_json(), "summary": summary})

@@ -287,7 +287,7 @@ def test_session_second_turn_reuses_prefix_exactly(micro):
 def test_session_backend_fault_keeps_committed_prefix(micro):
     from exactspec.bridge import JsBackend
     from exactspec.reference import ReferenceModel
-    from exactspec.session import Session
+    from exactspec.session import Session, SessionError
 
     class Failing(FakeJsModel):
         def forward(self, tokens, start_pos, n_out):
@@ -306,6 +306,13 @@ def test_session_backend_fault_keeps_committed_prefix(micro):
     assert out["finish_reason"] == "error" and "device lost" in out["error"]
     n = len(out["token_ids"])
     assert 0 < n < 20 and out["token_ids"] == full["token_ids"][:n]
+    # the worker's CPU fallback reloads the same file: Continue then finishes the champion's own answer
+    s.load("m", str(micro))
+    rest = run(s.generate({"continue": True, "max_new_tokens": 20 - n}))
+    assert rest["stats"]["backend"] == "cpu" and out["token_ids"] + rest["token_ids"] == full["token_ids"]
+    s.load("m2", str(micro))                          # another champion: nothing to continue
+    with pytest.raises(SessionError, match="nothing to continue"):
+        run(s.generate({"continue": True, "max_new_tokens": 2}))
 
 
 def test_session_one_model_per_role(micro, tmp_path):
