@@ -138,7 +138,7 @@ function setBusy(b) {
   $('send').disabled = b;
   $('stop').disabled = !b;
   const hasAnswer = ui.messages.length && ui.messages[ui.messages.length - 1].role === 'assistant';
-  $('continue').disabled = b || !hasAnswer || !['cancelled', 'length'].includes(ui.lastFinish);
+  $('continue').disabled = b || !hasAnswer || !['cancelled', 'length', 'error'].includes(ui.lastFinish);
   $('regenerate').disabled = b || !hasAnswer;
   $('copy').disabled = !hasAnswer;
   $('prompt').disabled = b;
@@ -171,7 +171,8 @@ async function runAnswer({ cont = false } = {}) {
     ui.lastFinish = res.finish_reason;
     renderMetrics(res.stats);
     if (res.finish_reason === 'error') {
-      showError(`The model failed mid-answer (${res.error}); the answer ends at the last committed token.`);
+      showError(`The model failed mid-answer (${res.error}); the answer ends at the last committed token`
+        + (res.fallback ? ' and the chat switched to the CPU fallback: Continue finishes it there.' : '.'));
     }
     setStatus(res.finish_reason === 'cancelled' ? 'Stopped. Continue or send a new message.'
       : res.fallback ? 'Ready (switched to the CPU fallback after a GPU failure).' : 'Ready.');
