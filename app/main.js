@@ -130,7 +130,10 @@ function bubble(role, text) {
 
 function renderTranscript() {
   $('transcript').replaceChildren();
-  for (const m of ui.messages) bubble(m.role, m.content);
+  for (const m of ui.messages) {
+    const div = bubble(m.role, m.content);
+    if (m.tokens !== undefined) div.dataset.tokens = String(m.tokens);   // kept across re-renders (e.g. a failed Continue)
+  }
 }
 
 function setBusy(b) {
