@@ -120,7 +120,7 @@ export async function createEngine(gpu, opts = {}) {
     const fuseHeadWg = opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256));
     const fuseMatmulWg = opts.fuseMatmulWg ?? matmulWg;
     for (const [k, v] of [['fuseWg', fuseWg], ['fuseHeadWg', fuseHeadWg], ['fuseMatmulWg', fuseMatmulWg]]) {
-      if (fuse && (!Number.isInteger(v) || v < lanes || v % lanes || v > device.limits.maxComputeInvocationsPerWorkgroup)) {
+      if (fuse && (!Number.isInteger(v) || v < lanes || v % lanes || v > maxInv)) {
         throw new Error(`${k} ${v} must be a multiple of the subgroup size ${lanes} within the device's workgroup limit`);
       }
     }
@@ -371,11 +371,20 @@ async function loadModel(ctx, description, readSlice, lopts) {
   new Float32Array(attParams.buffer)[6] = 1 / Math.sqrt(hd);
   const attParamBuf = uni('attention', attParams);
   const attPipeline = await kernels.attention();
+  const wgMem = device.limits.maxComputeWorkgroupStorageSize;
   let F = kernels.fuseOpts;     // fused engine (opts.fuse): null, or {fuse: 'attn' | true, fuseWg, fuseSlice, fuseHeadPairs}
-  if (F && F.auto) {            // fused by default only: a model the fused kernels cannot take runs unfused
-    const wgMem = device.limits.maxComputeWorkgroupStorageSize;
-    const oneBinding = layers.every((L) => L.o.parts.length === 1 && L.gateUp.parts.length === 1 && L.down.parts.length === 1);
-    if (!oneBinding || (dim + F.fuseSlice) * 4 > wgMem) F = null;
+  if (F) {
+    // what the fused kernels need of this model: W_o (and, fuse true, the FFN weights) in one storage binding each,
+    // and one row of x (plus an FFN slice) in workgroup memory. Fused by default ('auto'): a model without it runs
+    // unfused; fused on request: it is refused, naming why
+    const full = F.fuse === true;
+    const split = layers.flatMap((L, i) => [['attn_output', L.o], ...(full ? [['ffn_gate_up', L.gateUp], ['ffn_down', L.down]] : [])]
+      .map(([what, lin]) => ({ what: `blk.${i}.${what}`, lin }))).find(({ lin }) => lin.parts.length !== 1);
+    const why = split
+      ? `${split.what} is split over ${split.lin.parts.length} storage bindings (binding limit ${weightBinding} bytes); fused kernels need it in one`
+      : (dim + (full ? F.fuseSlice : 0)) * 4 > wgMem ? `one row of dim ${dim} does not fit the device's ${wgMem} bytes of workgroup memory` : null;
+    if (why && F.auto) F = null;
+    else if (why) throw new Error(`fuse: ${why}`);
   }
   const fused = F ? F.fuse : false;   // what this model runs: false | 'attn' | true
   let headIn = resid;           // the residual buffer the head reads
@@ -409,19 +418,13 @@ async function loadModel(ctx, description, readSlice, lopts) {
     const pattn = mk('p_attn', nH * pstride * 4);                         // (n_heads, max_rows, dim)
     const nSlices = Math.ceil(hidden / F.fuseSlice);
     const pffn = full ? mk('p_ffn', nSlices * pstride * 4) : null;      // (n_slices, max_rows, dim)
-    const wgMem = device.limits.maxComputeWorkgroupStorageSize;
-    // fused pipelines stage TILE rows of x (TILE * dim floats) in workgroup memory: tiles that fit
+    // fused pipelines stage TILE rows of x (TILE * dim floats) in workgroup memory: tiles that fit (one row does)
     const tiles = (extraPerRow) => {
       const fits = (t) => t * (dim + extraPerRow) * 4 <= wgMem;
-      if (!fits(1)) throw new Error(`fuse: one row of dim ${dim} does not fit the device's ${wgMem} bytes of workgroup memory`);
       const t4 = fits(4) ? 4 : 1;
       return { t4, t8: ctx.tile8 && fits(8) ? 8 : t4, t1: ctx.tile1 ? 1 : t4 };
     };
     const tp = tiles(0);
-    const single = (lin, what) => {
-      if (lin.parts.length !== 1) throw new Error(`fuse: ${what} is split over ${lin.parts.length} storage bindings (binding limit ${weightBinding} bytes); fused kernels need it in one`);
-      return lin.parts[0];
-    };
     // a matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg_pro.wgsl)
     const addMatmulPro = async (label, lin, rIn, parts, npart, gamma, out, kv, mode, outStride, rOut, window = 0,
       pairs = 1, wg = F.fuseMatmulWg, list = ops) => {
@@ -487,7 +490,7 @@ async function loadModel(ctx, description, readSlice, lopts) {
       } else {
         for (const lin of L.qkv) await addMatmul(`blk.${i}.qkv`, lin, cur, L.attnNorm, qbuf, L.kv, MODE.qkv, qDim);
       }
-      const o = single(L.o, `blk.${i}.attn_output`);
+      const o = L.o.parts[0];
       ops.push({ label: `blk.${i}.attn_o`, pipeline: await kernels.attnO(L.o.wtype, oUnits(L.o.wtype)), dims: (nc) => [nH, nc],
         bindGroup: device.createBindGroup({ layout: kernels.layouts.attn_o, entries: [
           { binding: 0, resource: { buffer: aoParamBuf } },
@@ -500,8 +503,8 @@ async function loadModel(ctx, description, readSlice, lopts) {
         ] }) });
       const rOut = cur === resid ? resid2 : resid;
       if (full) {
-        const gu = single(L.gateUp, `blk.${i}.ffn_gate_up`);
-        const dn = single(L.down, `blk.${i}.ffn_down`);
+        const gu = L.gateUp.parts[0];
+        const dn = L.down.parts[0];
         const mkF = (t) => kernels.ffn(L.gateUp.wtype, L.down.wtype, t, dim, F.fuseSlice, F.fuseWg, nH);
         ops.push({ label: `blk.${i}.ffn`, pipeline: await mkF(tf.t4), pipeline8: await mkF(tf.t8), pipeline1: await mkF(tf.t1),
           // one workgroup row per tile of chunk rows (the tile pickPipeline's choice for that row count uses)

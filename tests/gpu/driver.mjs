@@ -11,6 +11,7 @@
 import { readFileSync, writeFileSync, openSync, readSync, closeSync } from 'node:fs';
 import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
+import { defaultShaderSource } from '../../app/gpu/kernels.js';
 import { emulateSubgroups } from './engine_env.mjs';
 
 Object.assign(globalThis, globals);
@@ -33,7 +34,7 @@ async function main() {
       ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
       // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected)
       ...(spec.break_shader ? { shaderSource: async (name) => (name === spec.break_shader ? 'fn main( {'
-        : (spec.emulate_sg ? emulateSubgroups(name) : readFileSync(new URL(`../../shaders/${name}.wgsl`, import.meta.url), 'utf8'))) } : {}),
+        : (spec.emulate_sg ? emulateSubgroups : defaultShaderSource(new URL('../../shaders/', import.meta.url)))(name)) } : {}),
       // extra engine options (variants on a GPU host, e.g. {"splits": 1, "tile8": false})
       ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
     });
