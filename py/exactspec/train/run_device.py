@@ -123,6 +123,11 @@ def main(argv=None) -> int:
     for _ in range(1, a.samples):                  # extra answers to the same prompts: sampled, so they differ
         temps += rng.choice([0.7, 1.0], size=n_base, p=[0.7, 0.3]).tolist()
     prompts = prompts * a.samples
+    def generate(idx, seed, max_prompts=None):     # the champion answers prompts[idx] (None: not reached)
+        return generate_all(teacher, [prompts[i] for i in idx], [temps[i] for i in idx], a.max_new, eos, seed, dev,
+                            token_budget=a.token_budget if dev.type == "cuda" else 4096, max_batch=a.max_batch,
+                            time_limit_s=a.gen_time, log=log, max_prompts=max_prompts, order=a.gen_order)
+
     if a.gen_from:
         g = np.load(a.gen_from)
         if len(g["off"]) != len(prompts) + 1 or not np.array_equal(g["temps"], np.asarray(temps, dtype=np.float32)):
@@ -132,17 +137,10 @@ def main(argv=None) -> int:
         log(f"answers reused from {a.gen_from}: {sum(x is not None for x in answers)} of {len(prompts)}")
         if a.gen_continue:
             todo = [i for i, x in enumerate(answers) if x is None]
-            more = generate_all(teacher, [prompts[i] for i in todo], [temps[i] for i in todo], a.max_new, eos,
-                                a.seed + 1, dev, token_budget=a.token_budget if dev.type == "cuda" else 4096,
-                                max_batch=a.max_batch, time_limit_s=a.gen_time, log=log, order=a.gen_order)
-            for i, x in zip(todo, more):
+            for i, x in zip(todo, generate(todo, a.seed + 1)):
                 answers[i] = x
     else:
-        answers = generate_all(teacher, prompts, temps, a.max_new, eos, a.seed, dev,
-                               token_budget=a.token_budget if dev.type == "cuda" else 4096,
-                               max_batch=a.max_batch,
-                               time_limit_s=a.gen_time, log=log, max_prompts=a.gen_max_prompts,
-                               order=a.gen_order)
+        answers = generate(range(len(prompts)), a.seed, a.gen_max_prompts)
     n_done = sum(x is not None for x in answers)
     texts = [tok.decode(x) if x is not None else "" for x in answers]
     gen_seqs, gen_w, dropped = [], [], 0
@@ -176,14 +174,14 @@ def main(argv=None) -> int:
     # 2. the drafts
     cfg = draft_config(teacher.config, hidden_dim=a.hidden_dim, n_layers=a.n_layers)
     init_seed = a.seed + 7
-    emb0 = pca_embedding(champ_emb, cfg.dim)                                # (vocab, dim)
+    emb0 = None                                  # (vocab, dim) PCA init of the embedding, made when first needed
     steps = a.steps if not a.tiny else 6
+    init_files = {mode: {"file": Path(f).name, "sha256": D.sha256_file(f)}      # drafts a stage starts from
+                  for mode, f in (("kd", a.init_from), ("ce", a.init_ce_from)) if f}
     record = {"argv": sys.argv[1:] if argv is None else list(argv), "gen_order": a.gen_order, "seed": a.seed, "init_seed": init_seed, "draft_config": cfg.to_json(), "max_new": a.max_new,
               "temps_choice": {"0.0": 0.5, "0.7": 0.35, "1.0": 0.15}, "seq_len": seq_len,
               "gen_weight": a.gen_weight, "prompt_weight": a.prompt_weight,
-              "init_from": {"file": Path(a.init_from).name, "sha256": D.sha256_file(a.init_from)} if a.init_from else None,
-              "init_ce_from": {"file": Path(a.init_ce_from).name, "sha256": D.sha256_file(a.init_ce_from)}
-              if a.init_ce_from else None,
+              "init_from": init_files.get("kd"), "init_ce_from": init_files.get("ce"),
               "gen_from": a.gen_from, "gen_continue": a.gen_continue, "n_prompts": n_base, "samples": a.samples, "n_answers": n_done,
               "answers_refused_for_workload": dropped, "gen_rows": int(len(gen_rows)),
               "corpus_rows": int(len(corpus)), "eval_rows": int(len(eval_rows)), "runs": {}}
@@ -195,20 +193,21 @@ def main(argv=None) -> int:
         record["runs"] = json.loads((out / "run.json").read_text()).get("runs", {})
         kd_steps_done = record["runs"].get("kd", {}).get("steps_done")
     for mode in modes:
-        student = TorchLlama(cfg)
-        student.init_random(init_seed)
-        with torch.no_grad():
-            student.w("token_embd.weight").copy_(torch.from_numpy(emb0))
-            # logits = norm(h) . e_v have std ~ |e_v| at init: scale the final norm so they start near std 1
-            student.w("output_norm.weight").fill_(1.0 / float(np.linalg.norm(emb0, axis=1).mean()))
         init = a.init_from if mode == "kd" else a.init_ce_from
-        if init:
-            src_m = TorchLlama.from_gguf(init)
-            if src_m.config.to_json() != cfg.to_json():
-                raise SystemExit(f"initial draft {init}: config {src_m.config} differs from {cfg}")
-            student.load_numpy(src_m.to_numpy())
-            log(f"{mode}: initialised from {init} ({D.sha256_file(init)})")
-            del src_m
+        if init:                                  # a later stage: start from the earlier stage's draft
+            student = TorchLlama.from_gguf(init)
+            if student.config.to_json() != cfg.to_json():
+                raise SystemExit(f"initial draft {init}: config {student.config} differs from {cfg}")
+            log(f"{mode}: initialised from {init} ({init_files[mode]['sha256']})")
+        else:
+            if emb0 is None:
+                emb0 = pca_embedding(champ_emb, cfg.dim)
+            student = TorchLlama(cfg)
+            student.init_random(init_seed)
+            with torch.no_grad():
+                student.w("token_embd.weight").copy_(torch.from_numpy(emb0))
+                # logits = norm(h) . e_v have std ~ |e_v| at init: scale the final norm so they start near std 1
+                student.w("output_norm.weight").fill_(1.0 / float(np.linalg.norm(emb0, axis=1).mean()))
         student = student.to(dev)
         n_steps = steps if mode == "kd" else (kd_steps_done or steps)
         rec = train(student, sources, mode=mode, steps=n_steps, batch=a.batch if not a.tiny else 2, lr=a.lr,
