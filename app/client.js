@@ -10,11 +10,6 @@ import { REQ, EVT } from './protocol.js';
 
 const EVENT_NAMES = { [EVT.STAGE]: 'stage', [EVT.PROGRESS]: 'progress', [EVT.TOKENS]: 'tokens', [EVT.LOG]: 'log' };
 
-const GEN_DEFAULTS = {
-  prompt: '', chat: true, max_new_tokens: 64, temperature: 0, top_k: 0, top_p: 1, seed: 0,
-  drafter: 'none', k: 4, mode: 'coupled',
-};
-
 export class ExactSpecClient {
   constructor(workerUrl = new URL('./worker.js', import.meta.url)) {
     this.worker = new Worker(workerUrl, { type: 'module', name: 'exactspec' });
@@ -88,8 +83,7 @@ export class ExactSpecClient {
   // {onToken(text, token_ids)} streams; returns the final answer.
   async generate(params = {}, { onToken } = {}) {
     await this.ready();
-    const req = { ...GEN_DEFAULTS, ...params };
-    if (req.drafter === 'none') req.k = 0;
+    const req = { ...params };   // settings left out take the defaults of py/exactspec/settings.py (the worker's Python)
     let off = null;
     const id = this.nextId;   // the id request() will take
     if (onToken) off = this.on('tokens', (e) => { if (e.request_id === id) onToken(e.text, e.token_ids); });

@@ -1,11 +1,11 @@
 // UI only: renders the chat, settings, metrics and models; every action goes through window.exactspec.
 
 import { exactspec } from './client.js';
-import { DEFAULT_SETTINGS, STAGES, validateSettings } from './protocol.js';
+import { DEFAULT_SETTINGS, SETTING_NAMES, STAGES, validateSettings } from './protocol.js';
 
 const $ = (id) => document.getElementById(id);
 const SETTINGS_KEY = 'exactspec.settings.v1';
-const FIELDS = ['speculation', 'adaptive', 'drafter', 'k', 'mode', 'temperature', 'top_k', 'top_p', 'seed', 'max_new_tokens'];
+const FIELDS = SETTING_NAMES;   // one form control per setting, id = the setting's name
 
 const ui = {
   messages: [],        // [{role, content}] the chat so far (what the template renders)
@@ -63,14 +63,8 @@ function onSettingsChange() {
   localStorage.setItem(SETTINGS_KEY, JSON.stringify(ui.settings));
 }
 
-function genParams() {
-  const s = ui.settings;
-  const spec = s.speculation && s.drafter !== 'none' && s.k > 0;
-  return {
-    temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, seed: s.seed, max_new_tokens: s.max_new_tokens,
-    mode: s.mode, drafter: spec ? s.drafter : 'none', k: spec ? s.k : 0, adaptive: Boolean(spec && s.adaptive),
-  };
-}
+// The settings as set; the worker applies the speculation-off rule (py/exactspec/settings.py: effective).
+function genParams() { return { ...ui.settings }; }
 
 // ---- boot -------------------------------------------------------------------------------------------------------
 function renderStages(events) {

@@ -2,6 +2,8 @@
 // Requests: {id, kind, ...params}; replies: {id, ok: true, result} | {id, ok: false, error};
 // one-way events (worker -> page) have kinds starting with 'event.'. Payload keys are snake_case.
 
+import rules from '../static/rules.js';
+
 export const REQ = Object.freeze({
   BOOT: 'boot',                 // {settings?} -> {backend, models, stages, active}
   GENERATE: 'generate',         // {prompt?, chat?, max_new_tokens, temperature, top_k, top_p, seed, drafter, k, mode,
@@ -23,39 +25,41 @@ export const EVT = Object.freeze({
 
 export const STAGES = Object.freeze(['runtime', 'packages', 'gpu', 'weights', 'ready']);
 
-export const DRAFTERS = Object.freeze(['none', 'model', 'ngram']);
-export const MODES = Object.freeze(['coupled', 'rejection']);
+// Settings: names, defaults and limits come from the Python core (py/exactspec/settings.py), written by the build
+// to /static/rules.js; nothing here spells them again.
+export const RULES = Object.freeze(rules);
+export const DRAFTERS = Object.freeze([...rules.drafters]);
+export const MODES = Object.freeze([...rules.modes]);
+export const DEFAULT_SETTINGS = Object.freeze({ ...rules.defaults });
+export const SETTING_NAMES = Object.freeze(Object.keys(rules.defaults));
 
-// Generation settings: default and validation (shared by the UI and the API).
-export const DEFAULT_SETTINGS = Object.freeze({
-  speculation: true, adaptive: true, drafter: 'ngram', k: 4, mode: 'coupled', temperature: 0, top_k: 0, top_p: 1,
-  seed: 0, max_new_tokens: 128,
-});
-
-// Returns {ok: true, value} with normalised numbers, or {ok: false, error: 'field: reason'}.
+// Returns {ok: true, value} with every setting typed (missing ones from the defaults), or {ok: false, error:
+// 'field: reason'}: the same checks and messages as settings.check in Python. The page sends settings as the person
+// set them; the worker's Python applies the speculation-off rule (settings.effective), so toggling speculation
+// keeps the drafter and k for later.
 export function validateSettings(s) {
-  const v = { ...s };
-  const num = (name, lo, hi, int) => {
-    const x = Number(v[name]);
-    if (v[name] === '' || v[name] === null || v[name] === undefined || !Number.isFinite(x)) {
-      throw new Error(`${name}: must be a number`);
-    }
-    if (int && !Number.isInteger(x)) throw new Error(`${name}: must be a whole number`);
-    if (x < lo || x > hi) throw new Error(`${name}: must be between ${lo} and ${hi}`);
-    v[name] = x;
-  };
+  const v = {};
   try {
-    num('k', 0, 16, true);
-    num('temperature', 0, 10, false);
-    num('top_k', 0, 1000000, true);
-    num('top_p', 0, 1, false);
-    if (v.top_p === 0) throw new Error('top_p: must be greater than 0');
-    num('seed', 0, 2 ** 32 - 1, true);
-    num('max_new_tokens', 1, 8192, true);
-    if (!DRAFTERS.includes(v.drafter)) throw new Error(`drafter: must be one of ${DRAFTERS.join(', ')}`);
-    if (!MODES.includes(v.mode)) throw new Error(`mode: must be one of ${MODES.join(', ')}`);
-    v.speculation = Boolean(v.speculation);
-    v.adaptive = v.adaptive === undefined ? true : Boolean(v.adaptive);
+    for (const name of SETTING_NAMES) {
+      let x = s[name];
+      if (x === undefined || x === null) x = rules.defaults[name];
+      const lim = rules.limits[name];
+      if (lim) {
+        const num = typeof x === 'string' ? (x.trim() === '' ? NaN : Number(x)) : (typeof x === 'number' ? x : NaN);
+        if (!Number.isFinite(num)) throw new Error(`${name}: must be a number`);
+        if (lim.kind === 'int' && !Number.isInteger(num)) throw new Error(`${name}: must be a whole number`);
+        if (num < lim.min || num > lim.max || (lim.min_exclusive && num === lim.min)) {
+          throw new Error(`${name}: must be ${lim.min_exclusive ? `greater than ${lim.min} and at most ${lim.max}` : `between ${lim.min} and ${lim.max}`}`);
+        }
+        v[name] = num;
+      } else if (rules.choices[name]) {
+        if (!rules.choices[name].includes(x)) throw new Error(`${name}: must be one of ${rules.choices[name].join(', ')}`);
+        v[name] = x;
+      } else {
+        if (typeof x !== 'boolean') throw new Error(`${name}: must be true or false`);
+        v[name] = x;
+      }
+    }
   } catch (e) {
     return { ok: false, error: e.message };
   }

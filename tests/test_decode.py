@@ -11,7 +11,7 @@ V = 100
 
 
 def run(champion, prompt, draft=None, **kw):
-    cfg = GenerateConfig(**kw)
+    cfg = GenerateConfig(**{"adaptive": False, **kw})   # fixed k: the tests count passes
     return generate(champion, prompt, cfg, draft=draft)
 
 

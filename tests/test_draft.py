@@ -13,8 +13,8 @@ from exactspec.decode import GenerateConfig, generate
 from exactspec.formats.gguf import GGUFFile
 from exactspec.reference import ReferenceModel
 from exactspec.tokenizer import Tokenizer
-from exactspec.train import data as D
-from exactspec.train.accept import simulate_rounds
+from exactspec_train import data as D
+from exactspec_train.accept import simulate_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "static" / "models"
@@ -102,8 +102,8 @@ def test_greedy_speculation_with_the_draft_equals_champion_alone(models, wid):
     champ, draft, tok = models
     item = next(it for it in D.load_workload(WORKLOAD) if it["id"] == wid)
     prompt = encode_chat(tok, D.workload_messages(item))
-    alone = generate(champ, prompt, GenerateConfig(max_new_tokens=16, k=0), eos_ids=[2])
-    spec = generate(champ, prompt, GenerateConfig(max_new_tokens=16, k=4, drafter="model"), draft=draft, eos_ids=[2])
+    alone = generate(champ, prompt, GenerateConfig(max_new_tokens=16, k=0, adaptive=False), eos_ids=[2])
+    spec = generate(champ, prompt, GenerateConfig(max_new_tokens=16, k=4, drafter="model", adaptive=False), draft=draft, eos_ids=[2])
     assert spec.token_ids == alone.token_ids
     assert spec.stats["proposed"] > 0 and spec.stats["target_passes"] < len(alone.token_ids) + 1
     # the simulator the bench uses reproduces the loop's counters exactly (teacher-forced draft over the answer)
@@ -118,7 +118,7 @@ def test_greedy_speculation_with_the_draft_equals_champion_alone(models, wid):
 def test_coupled_sampling_with_the_draft_equals_champion_alone(models):
     champ, draft, tok = models
     prompt = encode_chat(tok, [{"role": "user", "content": "Name three colours of autumn leaves."}])
-    cfg = dict(max_new_tokens=12, temperature=0.7, seed=11, mode="coupled")
+    cfg = dict(max_new_tokens=12, temperature=0.7, seed=11, mode="coupled", adaptive=False)
     alone = generate(champ, prompt, GenerateConfig(k=0, **cfg), eos_ids=[2])
     spec = generate(champ, prompt, GenerateConfig(k=3, drafter="model", **cfg), draft=draft, eos_ids=[2])
     assert spec.token_ids == alone.token_ids
@@ -175,7 +175,7 @@ def test_training_prompt_builder_is_clean_and_seeded():
 
 def test_torch_model_matches_reference_on_the_draft(draft_path):
     torch = pytest.importorskip("torch")
-    from exactspec.train.model import TorchLlama
+    from exactspec_train.model import TorchLlama
     ids = [1, 4093, 198, 19556, 30, 2, 198, 1, 520, 9531, 198, 19556]
     ref = ReferenceModel.from_file(draft_path, max_len=64).forward(ids, 0)      # (12, vocab)
     m = TorchLlama.from_gguf(draft_path).eval()
@@ -194,8 +194,8 @@ def test_teacher_batched_generation_equals_plain_greedy_decoding():
     without a cache, on a random micro llama (CPU)."""
     torch = pytest.importorskip("torch")
     from exactspec.backend import ModelConfig
-    from exactspec.train.model import TorchLlama
-    from exactspec.train.teacher import generate_all
+    from exactspec_train.model import TorchLlama
+    from exactspec_train.teacher import generate_all
     cfg = ModelConfig(dim=64, hidden_dim=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, vocab_size=97,
                       seq_len=128, rope_theta=1e4)
     m = TorchLlama(cfg)
@@ -232,7 +232,7 @@ def test_pack_rows_carries_token_weights_in_the_same_order():
 
 def test_weighted_kd_loss_is_the_weighted_mean_of_per_token_kl():
     torch = pytest.importorskip("torch")
-    from exactspec.train.distill import kd_loss
+    from exactspec_train.distill import kd_loss
     g = torch.Generator().manual_seed(0)
     s, t = torch.randn(6, 11, generator=g), torch.randn(6, 11, generator=g)     # (N, vocab)
     lt, ls = torch.log_softmax(t, -1), torch.log_softmax(s, -1)

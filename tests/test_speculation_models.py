@@ -12,7 +12,7 @@ CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
 
 
 def gen(model, prompt, draft=None, **kw):
-    return generate(model, prompt, GenerateConfig(**kw), draft=draft)
+    return generate(model, prompt, GenerateConfig(**{"adaptive": False, **kw}), draft=draft)
 
 
 @pytest.fixture(scope="module")

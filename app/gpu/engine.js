@@ -103,7 +103,7 @@ export async function createEngine(gpu, opts = {}) {
     if (ksplit > 1 && !useSg && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
     if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
     // default: the fused engine (3 dispatches per layer, FFN slices of 32) wherever matmul_sg.wgsl runs — measured
-    // on an H200 (tests/gpu/h200_results.md): 7-10% less GPU time per token than unfused, same verify cost for
+    // on an H200 (bench/h200/h200_results.md): 7-10% less GPU time per token than unfused, same verify cost for
     // k <= 3; a model it cannot take (split attention/FFN bindings, small workgroup memory) runs unfused
     const fuseReq = opts.fuse ?? (opts.emulatedSubgroups ? false : 'auto');   // (tests emulate the unfused kernel)
     if (![false, true, 'attn', 'auto'].includes(fuseReq)) throw new Error(`fuse ${JSON.stringify(fuseReq)} must be false, true, 'attn' or 'auto'`);

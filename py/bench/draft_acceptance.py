@@ -5,7 +5,7 @@
 For each sampled workload prompt (the first N of every stratum; answers capped at --max-new-tokens) the champion
 decodes alone, one token per forward, greedy and at temperature 0.7 (Gumbel-max with seeded noise, i.e. coupled
 mode's sampler). Each draft then runs once, teacher-forced, over the champion's answer; acceptance for every
-k = 1..8 follows exactly for greedy and coupled modes (exactspec.train.accept: a round accepts the run of
+k = 1..8 follows exactly for greedy and coupled modes (exactspec_train.accept: a round accepts the run of
 positions where the draft's choice equals the champion's under the same noise). Rejection mode at T = 0.7 is
 estimated from beta_t = sum min(p, q) along the champion's trajectory (Monte Carlo of the rounds).
 `--validate` (default on) also runs exactspec.decode.generate greedy with the first draft at k = 4 on every
@@ -33,8 +33,8 @@ from exactspec.chat import encode_chat  # noqa: E402
 from exactspec.decode import GenerateConfig, generate  # noqa: E402
 from exactspec.reference import ReferenceModel  # noqa: E402
 from exactspec.tokenizer import Tokenizer  # noqa: E402
-from exactspec.train.accept import beta, rejection_tau, simulate_rounds  # noqa: E402
-from exactspec.train.data import load_workload, workload_messages  # noqa: E402
+from exactspec_train.accept import beta, rejection_tau, simulate_rounds  # noqa: E402
+from exactspec_train.data import load_workload, workload_messages  # noqa: E402
 
 CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
 DEFAULT_DRAFTS = [ROOT / "static" / "models" / "draft-smollm2-kd.gguf",

@@ -23,7 +23,7 @@ from exactspec.chat import encode_chat  # noqa: E402
 from exactspec.decode import GenerateConfig, generate  # noqa: E402
 from exactspec.reference import ReferenceModel  # noqa: E402
 from exactspec.tokenizer import Tokenizer  # noqa: E402
-from exactspec.train.data import load_workload, workload_messages  # noqa: E402
+from exactspec_train.data import load_workload, workload_messages  # noqa: E402
 
 CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
 MANIFEST = ROOT / "static" / "models" / "draft-smollm2.manifest.json"

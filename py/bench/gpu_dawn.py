@@ -1,7 +1,7 @@
-"""Speed of the WebGPU engine under Node + Dawn (npm `webgpu`): tests/gpu/bench.mjs with SmolLM2-shaped weights.
+"""Speed of the WebGPU engine under Node + Dawn (npm `webgpu`): bench/gpu/bench.mjs with SmolLM2-shaped weights.
 
     python build.py bench gpu_dawn                  (here: Dawn's OpenGL backend on llvmpipe, --quick)
-    python py/bench/gpu_dawn.py --backend vulkan    (a GPU host; the H200 recipe is tests/gpu/h200_prep.sh + h200_run.sh)
+    python py/bench/gpu_dawn.py --backend vulkan    (a GPU host; the H200 recipe is bench/h200/h200_prep.sh + h200_run.sh)
 
 Prints matmul effective bandwidth against copy bandwidth, T_verify(k)/T_single for k = 1..8, tokens/s decoding
 alone, dispatches per forward and (where timestamps exist) GPU time per kind of dispatch.

@@ -4,7 +4,7 @@
                                    [--engine-opts JSON]   (createEngine options, e.g. '{"fuse": true}')
 
 Defaults: the champion and the shipped draft from static/models, one chat prompt, Dawn's OpenGL backend (llvmpipe
-here: a correctness run, not a speed figure; on a GPU host pass --backend vulkan). Runs tests/gpu/spec_bench.mjs
+here: a correctness run, not a speed figure; on a GPU host pass --backend vulkan). Runs bench/gpu/spec_bench.mjs
 and prints plain tok/s, then per k: tok/s, speedup, tau, passes, and whether the tokens equal plain decoding's.
 Every run generates exactly N tokens (no stop at EOS) so that the runs compare like with like.
 """
@@ -30,7 +30,7 @@ MODELS = ROOT / "static" / "models"
 
 def run_spec(champion, draft, prompt_ids, n: int, ks, backend: str = "opengl", node: str = "node",
              env: dict | None = None, engine_opts: dict | None = None) -> dict:
-    """Run tests/gpu/spec_bench.mjs; returns its JSON result (see that file). engine_opts: extra createEngine
+    """Run bench/gpu/spec_bench.mjs; returns its JSON result (see that file). engine_opts: extra createEngine
     options for both models (EXACTSPEC_ENGINE_OPTS), e.g. {"fuse": True}."""
     dc, dd = describe(champion), describe(draft)
     seq_len = min(1024, dc["config"]["seq_len"], dd["config"]["seq_len"])
@@ -43,7 +43,7 @@ def run_spec(champion, draft, prompt_ids, n: int, ks, backend: str = "opengl", n
     with tempfile.TemporaryDirectory() as td:
         sp = Path(td) / "spec.json"
         sp.write_text(json.dumps(spec))
-        r = subprocess.run([node, str(ROOT / "tests" / "gpu" / "spec_bench.mjs"), str(sp)], cwd=ROOT, env=env,
+        r = subprocess.run([node, str(ROOT / "bench" / "gpu" / "spec_bench.mjs"), str(sp)], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"spec_bench.mjs failed (rc={r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")

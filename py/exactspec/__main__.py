@@ -31,10 +31,12 @@ def prompt_ids(tokenizer, prompt: str, chat: bool, system: str | None = None) ->
 
 def cmd_generate(a) -> int:
     from .decode import GenerateConfig, generate
+    from .settings import normalise
 
-    cfg = GenerateConfig(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
-                         seed=a.seed, mode=a.mode, k=a.k if a.drafter != "none" else 0, drafter=a.drafter,
-                         stop=tuple(a.stop or ()), adaptive=a.adaptive)
+    s = normalise({n: getattr(a, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k",
+                                              "drafter", "adaptive")})
+    s.pop("speculation")
+    cfg = GenerateConfig(**s, stop=tuple(a.stop or ()))
     cfg.validate()
     if a.drafter == "model" and not a.draft:
         raise ValueError("--drafter model needs --draft PATH")
@@ -73,30 +75,32 @@ def cmd_generate(a) -> int:
 
 
 def main(argv=None) -> int:
+    from .settings import DEFAULTS as D, DRAFTERS, MODES, SettingsError
     ap = argparse.ArgumentParser(prog="python -m exactspec")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="generate text on the numpy reference backend")
     g.add_argument("--model", required=True, help="champion: a GGUF file or an HF folder (config.json + safetensors)")
     g.add_argument("--draft", help="draft model path (for --drafter model)")
-    g.add_argument("--drafter", choices=["none", "model", "ngram"], default="none")
+    g.add_argument("--drafter", choices=DRAFTERS, default=D["drafter"])
     g.add_argument("--prompt", required=True)
     g.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
     g.add_argument("--system", help="system message (with --chat)")
-    g.add_argument("--max-new-tokens", type=int, default=64)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--mode", choices=["coupled", "rejection"], default="coupled")
-    g.add_argument("--k", type=int, default=4)
+    g.add_argument("--max-new-tokens", type=int, default=D["max_new_tokens"])
+    g.add_argument("--temperature", type=float, default=D["temperature"])
+    g.add_argument("--top-k", type=int, default=D["top_k"])
+    g.add_argument("--top-p", type=float, default=D["top_p"])
+    g.add_argument("--seed", type=int, default=D["seed"])
+    g.add_argument("--mode", choices=MODES, default=D["mode"])
+    g.add_argument("--k", type=int, default=D["k"])
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
-    g.add_argument("--adaptive", action="store_true", help="turn speculation off when it does not pay")
+    g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=D["adaptive"],
+                   help="turn speculation off while it does not pay (default on)")
     g.add_argument("--max-len", type=int, default=None, help="KV cache length to allocate (default: model context)")
     g.add_argument("--json", action="store_true", help='print {"text", "token_ids", "stats"} as JSON')
     a = ap.parse_args(argv)
     try:
         return cmd_generate(a)
-    except (ValueError, OSError) as e:
+    except (SettingsError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

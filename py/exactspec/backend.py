@@ -5,6 +5,7 @@ through `exactspec.bridge`. Python owns every token decision; a backend only com
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, asdict
 from typing import Protocol, Sequence
 
@@ -52,3 +53,115 @@ class Backend(Protocol):
     def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None) -> np.ndarray: ...
 
     def truncate(self, n: int) -> None: ...
+
+
+# ---- the batched step: the device runs ahead, Python confirms -----------------------------------------------------
+# A backend MAY offer two more methods (the WebGPU engine does, through exactspec.bridge; the numpy reference does, with
+# the same meaning, so the decode loop's use of them is tested in CPython). Both make several forwards in ONE
+# submission with ONE readback, each pass's input token coming from the pick made on the pass before it. Picks are
+# proposals only: the decode loop confirms every emitted token from the champion's own rows (exactly as without the
+# batched step) and truncates what it does not confirm, so exactness never depends on a pick.
+#
+#   decode_ahead(token, start_pos, n, pick, rows=True) -> Ahead            (or an awaitable of it)
+#       pass 0 feeds `token` at start_pos, pass i > 0 feeds ids[i-1] at start_pos + i; afterwards
+#       length == start_pos + n. A backend that offers it says how far it likes to run ahead in `ahead_max` (>= 2).
+#   spec_round(draft, feed, draft_start, k, token, start_pos, pick, rows=True) -> Round   (or an awaitable of it)
+#       the draft (a backend on the same device, or a wrapper of one) takes `feed` at draft_start and makes k picks,
+#       feeding each back (its length becomes draft_start + len(feed) + k - 1); the champion (self) takes
+#       [token, proposals...] at start_pos (its length becomes start_pos + k + 1) and returns its k + 1 rows.
+# With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
+
+
+@dataclass(frozen=True)
+class Pick:
+    """How a device picks a token from a logits row it has just computed.
+
+    temperature == 0: greedy, argmax of the row, ties -> the lowest id.
+    temperature > 0 (coupled mode): argmax_v(z[v] + g[t, v]) with z the row's scaled logits (row / temperature, -inf
+    outside top_k / top_p) and g the Gumbel noise of `sampling.Rng(seed).gumbel(t, vocab)`, t the absolute position
+    of the token being picked: the decode loop's own pick. The numpy reference computes exactly that; a GPU computes
+    argmax(row / temperature + g) in f32 without top_k / top_p (a pick the champion does not confirm costs speed,
+    never exactness).
+    """
+
+    temperature: float = 0.0
+    seed: int = 0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class Ahead:
+    ids: list                       # (n,) ids[i]: the pick from row i, i.e. for absolute position start_pos + i + 1
+    rows: "np.ndarray | None"       # (n, vocab) float32 logits, or None when rows were not asked for
+
+
+@dataclass
+class Round:
+    proposals: list                 # (k,) the draft's picks, for positions start_pos + 1 .. start_pos + k
+    ids: list                       # (k + 1,) the champion's picks from its rows
+    rows: "np.ndarray | None"       # (k + 1, vocab) float32 champion logits, or None
+
+
+def pick_row(row: np.ndarray, pick: Pick, t: int) -> int:
+    """The reference pick: the decode loop's own (see Pick)."""
+    from .sampling import Rng, SamplingParams, scaled_logits
+    z = scaled_logits(row, SamplingParams(pick.temperature, pick.top_k, pick.top_p))   # (vocab,) float64
+    if pick.greedy:
+        return int(np.argmax(z))
+    return int(np.argmax(z + Rng(pick.seed).gumbel(t, z.shape[0])))
+
+
+async def _await(x):
+    if inspect.isawaitable(x):
+        x = await x
+    return x
+
+
+async def decode_ahead_by_forwards(model, token: int, start_pos: int, n: int, pick: Pick, rows: bool = True,
+                                   picker=pick_row) -> Ahead:
+    """decode_ahead made of n one-token forwards (the numpy reference's implementation; a reference for devices)."""
+    ids, out = [], []
+    tok = int(token)
+    for i in range(n):
+        r = np.asarray(await _await(model.forward([tok], start_pos + i, 1)), dtype=np.float32)[0]   # (vocab,)
+        tok = int(picker(r, pick, start_pos + i + 1))
+        ids.append(tok)
+        out.append(r)
+    return Ahead(ids, np.stack(out) if rows else None)                         # rows (n, vocab)
+
+
+async def spec_round_by_forwards(model, draft, feed, draft_start: int, k: int, token: int, start_pos: int,
+                                 pick: Pick, rows: bool = True, picker=pick_row) -> Round:
+    """spec_round made of the draft's k forwards and one champion forward (the numpy reference's implementation)."""
+    proposals = []
+    f = [int(x) for x in feed]
+    pos = draft_start
+    for i in range(k):
+        r = np.asarray(await _await(draft.forward(f, pos, 1)), dtype=np.float32)[0]                # (vocab,)
+        pos += len(f)
+        tok = int(picker(r, pick, start_pos + 1 + i))
+        proposals.append(tok)
+        f = [tok]
+    logits = np.asarray(await _await(model.forward([int(token)] + proposals, start_pos, k + 1)), dtype=np.float32)
+    ids = [int(picker(logits[i], pick, start_pos + 1 + i)) for i in range(k + 1)]
+    return Round(proposals, ids, logits if rows else None)                     # rows (k + 1, vocab)
+
+
+def offers(backend, method: str) -> bool:
+    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round')?"""
+    if backend is None:
+        return False
+    f = getattr(backend, "offers", None)
+    if callable(f):
+        return bool(f(method))
+    return callable(getattr(backend, method, None))
+
+
+def base_of(backend, wrapper_type):
+    """Strip one wrapper layer of `wrapper_type` (its `.inner`), so a wrapped draft reaches the layer below."""
+    return backend.inner if isinstance(backend, wrapper_type) else backend

@@ -4,7 +4,14 @@ JsBackend wraps any JS model object into the Backend protocol of exactspec.backe
     js model: {config: {dim, hidden_dim, ...}, length: number,
                forward(tokens: Int32Array, start_pos, n_out) -> Promise<Float32Array (n_out * vocab_size)>
                                                               | Float32Array,
-               truncate(n)}
+               truncate(n),
+               optional, the batched step (see exactspec.backend):
+               aheadMax: number,
+               decodeAhead(token, start_pos, n, pick: {temperature, seed}, rows: bool)
+                   -> Promise<{ids: Int32Array (n), rows: Float32Array (n * vocab) | null}>,
+               specRound(draftJsModel, feed: Int32Array, draft_start, k, token, start_pos, pick, rows: bool)
+                   -> Promise<{proposals: Int32Array (k), ids: Int32Array (k + 1),
+                               rows: Float32Array ((k + 1) * vocab) | null}>}
 forward returns an awaitable; exactspec.decode.generate_async awaits it, so the worker's event loop runs while the
 GPU works. Imports of `pyodide` happen inside functions so that CPython can import this module (tests use fakes).
 """
@@ -59,7 +66,82 @@ def config_from_js(cfg) -> ModelConfig:
     return ModelConfig(**{k: d[k] for k in _CONFIG_FIELDS if k in d})
 
 
-class JsBackend:
+def _ids_from_js(arr, n: int, what: str) -> list:
+    mv = getattr(arr, "to_memoryview", None)
+    a = np.frombuffer(mv(), dtype=np.int32) if mv is not None else np.asarray(_to_py(arr), dtype=np.int32)
+    if a.size != n:
+        raise ValueError(f"JS backend returned {a.size} {what}, expected {n}")
+    return [int(x) for x in a]
+
+
+def _pick_to_js(pick):
+    d = {"temperature": float(pick.temperature), "seed": int(pick.seed)}
+    try:
+        from pyodide.ffi import to_js
+        from js import Object
+    except ImportError:            # CPython (tests): fakes take a dict
+        return d
+    return to_js(d, dict_converter=Object.fromEntries)
+
+
+def _get(obj, key):
+    v = getattr(obj, key, None)
+    if v is None and isinstance(obj, dict):
+        v = obj.get(key)
+    return v
+
+
+class _JsBatched:
+    """JsBackend's batched step (exactspec.backend), over the JS model's decodeAhead / specRound."""
+
+    @property
+    def ahead_max(self) -> int:
+        return int(getattr(self._js, "aheadMax", 0) or 0) if self.offers("decode_ahead") else 0
+
+    def offers(self, method: str) -> bool:
+        name = {"decode_ahead": "decodeAhead", "spec_round": "specRound"}.get(method)
+        return name is not None and getattr(self._js, name, None) is not None
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True):
+        from .backend import Ahead
+        if start_pos != self.length:
+            raise ValueError(f"decode_ahead at start_pos {start_pos} but the KV cache holds {self.length} positions")
+        vocab = self.config.vocab_size
+        pending = self._js.decodeAhead(int(token), int(start_pos), int(n), _pick_to_js(pick), bool(rows))
+
+        async def finish():
+            r = await pending if inspect.isawaitable(pending) else pending
+            ids = _ids_from_js(_get(r, "ids"), n, "ids")
+            rr = _get(r, "rows")
+            return Ahead(ids, logits_from_js(rr, n, vocab) if rows else None)   # rows (n, vocab)
+        return finish()
+
+    def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
+        from .backend import Round
+        if not isinstance(draft, JsBackend):
+            raise TypeError("spec_round needs a draft on the same device (a JsBackend)")
+        if start_pos != self.length:
+            raise ValueError(f"spec_round at start_pos {start_pos} but the KV cache holds {self.length} positions")
+        vocab = self.config.vocab_size
+        pending = self._js.specRound(draft._js, _to_js_int32(feed), int(draft_start), int(k), int(token),
+                                     int(start_pos), _pick_to_js(pick), bool(rows))
+
+        async def finish():
+            r = await pending if inspect.isawaitable(pending) else pending
+            props = _ids_from_js(_get(r, "proposals"), k, "proposals")
+            ids = _ids_from_js(_get(r, "ids"), k + 1, "ids")
+            rr = _get(r, "rows")
+            return Round(props, ids, logits_from_js(rr, k + 1, vocab) if rows else None)   # rows (k+1, vocab)
+        return finish()
+
+
+def json_to_js(text: str):
+    """A JSON string -> a JS object (for handing describe() output to the engine)."""
+    from js import JSON
+    return JSON.parse(text)
+
+
+class JsBackend(_JsBatched):
     """Backend protocol over a JS model object (the WebGPU engine, or anything shaped like it)."""
 
     def __init__(self, js_model, config: ModelConfig | None = None):
@@ -89,9 +171,3 @@ class JsBackend:
             r = await pending if inspect.isawaitable(pending) else pending
             return logits_from_js(r, n_out, vocab)                   # (n_out, vocab)
         return finish()
-
-
-def json_to_js(text: str):
-    """A JSON string -> a JS object (for handing describe() output to the engine)."""
-    from js import JSON
-    return JSON.parse(text)

@@ -19,15 +19,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .backend import Pick
 from .drafters import make_drafter
 from .kv import track
 from .drafters.model import call_backend
 from .sampling import STREAM_DRAFT, STREAM_SAMPLE, Rng, SamplingParams, probs_from_scaled, sample_index, scaled_logits
 from .schedule import SpecScheduler
+from .settings import DEFAULTS, SettingsError, check
 from . import verify
-
-MODES = ("coupled", "rejection")
-DRAFTERS = ("none", "model", "ngram")
 
 
 class BackendError(RuntimeError):
@@ -36,31 +35,26 @@ class BackendError(RuntimeError):
 
 @dataclass
 class GenerateConfig:
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    mode: str = "coupled"
-    k: int = 4
-    drafter: str = "none"
+    """One generation's settings (defaults and limits: exactspec.settings, the one definition)."""
+
+    max_new_tokens: int = DEFAULTS["max_new_tokens"]
+    temperature: float = DEFAULTS["temperature"]
+    top_k: int = DEFAULTS["top_k"]
+    top_p: float = DEFAULTS["top_p"]
+    seed: int = DEFAULTS["seed"]
+    mode: str = DEFAULTS["mode"]
+    k: int = DEFAULTS["k"]
+    drafter: str = DEFAULTS["drafter"]
     stop: Sequence[str] = ()
-    adaptive: bool = False   # let the scheduler turn speculation off when it does not pay
+    adaptive: bool = DEFAULTS["adaptive"]   # let the scheduler turn speculation off when it does not pay
+    batched: bool = True     # use the backend's batched step (decode_ahead / spec_round) where it offers one
 
     def validate(self) -> None:
-        def is_int(x):
-            return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-        if not is_int(self.max_new_tokens) or not (1 <= self.max_new_tokens <= 1_000_000):
-            raise ValueError(f"max_new_tokens must be an integer in 1..1000000, got {self.max_new_tokens!r}")
-        if not is_int(self.k) or not (0 <= self.k <= 32):
-            raise ValueError(f"k must be an integer in 0..32, got {self.k!r}")
-        if not is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.drafter not in DRAFTERS:
-            raise ValueError(f"drafter must be one of {DRAFTERS}, got {self.drafter!r}")
+        try:
+            check({n: getattr(self, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode",
+                                                 "k", "drafter", "adaptive")}, defaults={**DEFAULTS, "speculation": True})
+        except SettingsError as e:
+            raise ValueError(str(e)) from None
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError("stop must be a list of non-empty strings")
         self.sampling.validate()
@@ -92,6 +86,10 @@ class _Counters:
     emitted: int = 0
     proposed_at: list = field(default_factory=list)
     accepted_at: list = field(default_factory=list)
+    submissions: int = 0        # device submissions (round trips): one per batched step, one per forward otherwise
+    readback_bytes: int = 0     # bytes read back from the device (logits rows, picked ids)
+    ahead_passes: int = 0       # champion passes run ahead by decode_ahead (confirmed or not)
+    wasted_passes: int = 0      # of those, passes whose rows were not used (past a mismatch, EOS, stop)
 
 
 class _Picker:
@@ -176,6 +174,22 @@ async def generate_async(
     rng = Rng(cfg.seed)
     drafter = make_drafter(cfg.drafter, draft, V)
     picker = _Picker(cfg.mode, params, rng, V)
+    # the batched step (exactspec.backend): greedy and coupled only; rejection mode needs the exact q each proposal
+    # was sampled from, which only its per-forward path gives Python
+    batched = cfg.batched and (params.greedy or cfg.mode == "coupled")
+    pick = Pick(0.0 if params.greedy else float(params.temperature), cfg.seed, params.top_k, params.top_p)
+    want_rows = not params.greedy        # greedy confirms from the device's argmax ids (equal to numpy's: tested)
+    ahead = 4                            # decode_ahead passes; doubles while every row is confirmed
+    from .drafters.model import ModelDrafter
+
+    def confirm(row, t: int, device_id: int) -> int:
+        """The champion's own token at absolute position t, from its row (as without the batched step)."""
+        if row is None:
+            return int(device_id)
+        z = scaled_logits(row, params)   # (vocab,)
+        if params.greedy:
+            return int(np.argmax(z))
+        return int(np.argmax(z + picker.gumbel(t)))
     sched = SpecScheduler(cfg.k if cfg.drafter != "none" else 0, adaptive=cfg.adaptive)
     n = _Counters(proposed_at=[0] * cfg.k, accepted_at=[0] * cfg.k)
 
@@ -219,41 +233,95 @@ async def generate_async(
             t0 = len(seq)  # absolute position of the first token this round emits
             t_a = clock()
             passes_before = getattr(drafter, "passes", 0)
-            try:
-                proposals, q_rows = await drafter.propose(seq, k, picker)
-            except Exception as e:
-                raise BackendError(f"draft forward failed: {e}") from e
-            proposals = proposals[:k]
-            g = len(proposals)
-            n.draft_passes += getattr(drafter, "passes", 0) - passes_before
-            t_b = clock()
-            logits = await champion_pass([seq[-1]] + proposals, t0 - 1, g + 1)  # (g+1, vocab)
-            t_c = clock()
-            n.target_passes += 1
-            n.rounds += 1
-            z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab) declared support
-            if params.greedy:
-                emitted = verify.greedy(z, proposals)
-            elif cfg.mode == "coupled":
-                noise = np.stack([picker.gumbel(t0 + i) for i in range(g + 1)])  # (g+1, vocab)
-                emitted = verify.coupled(z, proposals, noise)
+            ahead_round = k == 0 and batched and champion.ahead_max >= 2
+            if ahead_round:
+                # champion alone, run ahead on the device: n passes in one submission, Python confirms each row
+                n_ahead = max(1, min(ahead, remaining, C.seq_len - t0 + 1))
+                try:
+                    res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows)
+                except Exception as e:
+                    raise BackendError(f"champion forward failed: {e}") from e
+                t_b = t_c = clock()
+                n.submissions += 1
+                n.readback_bytes += 4 * n_ahead + (n_ahead * V * 4 if want_rows else 0)
+                n.ahead_passes += n_ahead
+                emitted = []
+                for i in range(n_ahead):
+                    tok = confirm(res.rows[i] if want_rows else None, t0 + i, res.ids[i])
+                    emitted.append(tok)
+                    if tok in eos or tok != res.ids[i]:
+                        break                   # rows past a mismatch were fed a token Python did not emit
+                used = len(emitted)
+                n.wasted_passes += n_ahead - used
+                n.target_passes += used
+                n.rounds += used
+                ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
+                sched.observe(0, (t_c - t_a) / used, 0.0, 0)
             else:
-                p = probs_from_scaled(z)  # (g+1, vocab)
-                if g == 0:
-                    emitted = [int(sample_index(p[0], rng.uniform(STREAM_SAMPLE, t0)))]
+                if k > 0 and batched and isinstance(drafter, ModelDrafter) and champion.offers("spec_round"):
+                    # the draft's k passes and the champion's verify in one submission
+                    feed, d_start = drafter.catch_up(seq)
+                    try:
+                        res = await champion.spec_round(draft, feed, d_start, k, seq[-1], t0 - 1, pick, want_rows)
+                    except Exception as e:
+                        raise BackendError(f"speculative round failed: {e}") from e
+                    drafter.passes += k
+                    proposals, q_rows = [int(x) for x in res.proposals], None
+                    logits, champ_ids = res.rows, res.ids
+                    n.submissions += 1
+                    n.readback_bytes += 4 * (2 * k + 1) + ((k + 1) * V * 4 if want_rows else 0)
+                    g = k
+                    t_b = t_c = clock()
+                    t_draft = (t_c - t_a) * k / (k + 1)          # no split inside one submission: an estimate
+                    t_a = t_c - (t_c - t_a) / (k + 1) - t_draft
+                    t_b = t_a + t_draft
                 else:
-                    if q_rows is None:  # point-mass drafter
-                        q_rows = np.zeros((g, V), dtype=np.float64)
-                        q_rows[np.arange(g), proposals] = 1.0
-                    emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
-            n_acc = len(emitted) - 1
-            for i in range(g):
-                n.proposed_at[i] += 1
-                if i < n_acc:
-                    n.accepted_at[i] += 1
-            n.proposed += g
-            n.accepted += n_acc
-            sched.observe(g, t_c - t_b, t_b - t_a, n_acc)
+                    try:
+                        proposals, q_rows = await drafter.propose(seq, k, picker)
+                    except Exception as e:
+                        raise BackendError(f"draft forward failed: {e}") from e
+                    proposals = proposals[:k]
+                    g = len(proposals)
+                    d_passes = getattr(drafter, "passes", 0) - passes_before
+                    t_b = clock()
+                    logits = await champion_pass([seq[-1]] + proposals, t0 - 1, g + 1)  # (g+1, vocab)
+                    t_c = clock()
+                    champ_ids = None
+                    n.submissions += 1 + d_passes
+                    n.readback_bytes += (g + 1 + d_passes) * V * 4
+                n.draft_passes += getattr(drafter, "passes", 0) - passes_before
+                n.target_passes += 1
+                n.rounds += 1
+                if logits is None:                       # greedy, ids only: the champion's argmax of each row
+                    acc = 0
+                    while acc < g and proposals[acc] == champ_ids[acc]:
+                        acc += 1
+                    emitted = proposals[:acc] + [int(champ_ids[acc])]
+                else:
+                    z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab) declared support
+                    if params.greedy:
+                        emitted = verify.greedy(z, proposals)
+                    elif cfg.mode == "coupled":
+                        noise = np.stack([picker.gumbel(t0 + i) for i in range(g + 1)])  # (g+1, vocab)
+                        emitted = verify.coupled(z, proposals, noise)
+                    else:
+                        p = probs_from_scaled(z)  # (g+1, vocab)
+                        if g == 0:
+                            emitted = [int(sample_index(p[0], rng.uniform(STREAM_SAMPLE, t0)))]
+                        else:
+                            if q_rows is None:  # point-mass drafter
+                                q_rows = np.zeros((g, V), dtype=np.float64)
+                                q_rows[np.arange(g), proposals] = 1.0
+                            emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
+            if not ahead_round:
+                n_acc = len(emitted) - 1
+                for i in range(g):
+                    n.proposed_at[i] += 1
+                    if i < n_acc:
+                        n.accepted_at[i] += 1
+                n.proposed += g
+                n.accepted += n_acc
+                sched.observe(g, t_c - t_b, t_b - t_a, n_acc)
             # EOS inside the emitted tokens ends the answer there (the EOS itself is not part of the answer)
             for i, tok in enumerate(emitted):
                 if tok in eos:
@@ -321,6 +389,10 @@ async def generate_async(
         "mode": cfg.mode,
         "drafter": cfg.drafter,
         "spec_disabled_rounds": sched.disabled_rounds,
+        "submissions": n.submissions,
+        "readback_bytes": n.readback_bytes,
+        "ahead_passes": n.ahead_passes,
+        "wasted_passes": n.wasted_passes,
     }
     return GenerateResult(generated, finish, stats, text=text, error=error, eos_id=eos_hit)
 

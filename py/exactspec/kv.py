@@ -48,6 +48,47 @@ class TrackedCache:
         self.backend.truncate(n)
         del self.tokens[n:]
 
+    # -- the batched step (exactspec.backend): offered when the wrapped backend offers it -------------------------
+    @property
+    def ahead_max(self) -> int:
+        return int(getattr(self.backend, "ahead_max", 0) or 0)
+
+    def offers(self, method: str) -> bool:
+        from .backend import offers
+        return offers(self.backend, method)
+
+    async def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True):
+        try:
+            res = self.backend.decode_ahead(int(token), start_pos, n, pick, rows)
+            if inspect.isawaitable(res):
+                res = await res
+        except Exception:
+            self.invalidate()
+            raise
+        del self.tokens[start_pos:]
+        self.tokens.extend([int(token)] + [int(x) for x in res.ids[: n - 1]])   # what the passes were fed
+        return res
+
+    async def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick,
+                         rows: bool = True):
+        inner_draft = draft.backend if isinstance(draft, TrackedCache) else draft
+        try:
+            res = self.backend.spec_round(inner_draft, feed, draft_start, k, int(token), start_pos, pick, rows)
+            if inspect.isawaitable(res):
+                res = await res
+        except Exception:
+            self.invalidate()
+            if isinstance(draft, TrackedCache):
+                draft.invalidate()
+            raise
+        props = [int(x) for x in res.proposals]
+        del self.tokens[start_pos:]
+        self.tokens.extend([int(token)] + props)
+        if isinstance(draft, TrackedCache):
+            del draft.tokens[draft_start:]
+            draft.tokens.extend([int(x) for x in feed] + props[: k - 1])
+        return res
+
     def invalidate(self) -> None:
         """Forget what the cache holds (after a fault): the next use prefills from scratch."""
         self.tokens = []

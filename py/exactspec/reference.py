@@ -176,8 +176,11 @@ class ReferenceModel:
         x[:, :, :h] = x1 * cos - x2 * sin
         x[:, :, h: 2 * h] = x2 * cos + x1 * sin
 
-    def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None) -> np.ndarray:
-        """tokens (n,) at positions start_pos.. -> logits float32 (n_out, vocab) of the last n_out positions."""
+    def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None, features: bool = False):
+        """tokens (n,) at positions start_pos.. -> logits float32 (n_out, vocab) of the last n_out positions.
+
+        features=True: returns (logits, feats) with feats float32 (n_out, dim) the final hidden state of those rows
+        (the residual stream after the last layer, before the output norm): what a draft head reads."""
         c = self.config
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)                   # (n,)
         n = toks.shape[0]
@@ -234,4 +237,17 @@ class ReferenceModel:
         xn = self._rmsnorm(x[n - n_out:], self.out_norm)                        # (n_out, dim)
         logits = np.empty((n_out, c.vocab_size), np.float32)                    # (n_out, vocab)
         self._matvec(self.out, xn, logits)
+        if features:
+            return logits, np.ascontiguousarray(x[n - n_out:])                   # (n_out, dim)
         return logits
+
+    # -- the batched step (exactspec.backend): the same passes one after another, with the same meaning ----------
+    ahead_max = 0   # decode_ahead gains nothing on a CPU (no round trips to save): the decode loop leaves it unused
+
+    def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True):
+        from .backend import decode_ahead_by_forwards
+        return decode_ahead_by_forwards(self, token, start_pos, n, pick, rows)
+
+    def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick, rows: bool = True):
+        from .backend import spec_round_by_forwards
+        return spec_round_by_forwards(self, draft, feed, draft_start, k, token, start_pos, pick, rows)

@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-GEN_KEYS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k", "drafter", "adaptive")
 MAX_PROMPT_CHARS = 1 << 20
 
 
@@ -66,6 +65,26 @@ class YieldingBackend:
                 r = await r
             return r                # (n_out, vocab) float32
         return run()
+
+    # the batched step (exactspec.backend), passed through when the inner backend offers it
+    @property
+    def ahead_max(self) -> int:
+        return int(getattr(self.inner, "ahead_max", 0) or 0)
+
+    def offers(self, method: str) -> bool:
+        from .backend import offers
+        return offers(self.inner, method)
+
+    async def decode_ahead(self, token, start_pos, n, pick, rows=True):
+        await asyncio.sleep(0)
+        r = self.inner.decode_ahead(token, start_pos, n, pick, rows)
+        return (await r) if inspect.isawaitable(r) else r
+
+    async def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
+        from .backend import base_of
+        await asyncio.sleep(0)
+        r = self.inner.spec_round(base_of(draft, YieldingBackend), feed, draft_start, k, token, start_pos, pick, rows)
+        return (await r) if inspect.isawaitable(r) else r
 
 
 def inspect_model(path: str) -> dict:
@@ -230,7 +249,7 @@ class Session:
             if any(i < 0 or i >= m.config.vocab_size for i in ids):
                 raise SessionError(f"prompt_ids: ids must be in [0, {m.config.vocab_size})")
             return ids
-        chat = req.get("chat")
+        chat = req.get("chat", True)          # the page's API applies the chat template unless chat is false
         prompt = req.get("prompt")
         if isinstance(chat, list):
             messages = [{"role": str(x["role"]), "content": str(x["content"])} for x in chat]
@@ -263,18 +282,15 @@ class Session:
         return self.models[self.champion]
 
     def gen_config(self, req: dict):
+        """The request's settings (exactspec.settings: defaults, limits, the speculation-off rule) as a config."""
         from .decode import GenerateConfig
-        kw = {k: req[k] for k in GEN_KEYS if req.get(k) is not None}
-        if req.get("speculation") is False:
-            kw["drafter"], kw["k"] = "none", 0
-        if kw.get("drafter") == "none":
-            kw["k"] = 0
-        if int(kw.get("k", 1) or 0) == 0:
-            kw["drafter"] = "none"
-        cfg = GenerateConfig(**kw)
+        from .settings import SettingsError, normalise
         try:
+            s = normalise(req)
+            s.pop("speculation")
+            cfg = GenerateConfig(**s)
             cfg.validate()
-        except ValueError as e:
+        except (SettingsError, ValueError) as e:
             raise SessionError(str(e)) from None
         return cfg
 

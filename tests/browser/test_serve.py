@@ -133,7 +133,7 @@ def test_exactspec_wheel_is_valid_and_deterministic():
         names = z.namelist()
         assert "exactspec/session.py" in names and "exactspec/bridge.py" in names
         assert "exactspec/formats/gguf.py" in names
-        assert not any(n.startswith("exactspec/train/") for n in names)
+        assert not any(n.startswith(("exactspec_train/", "exactspec/train/")) for n in names)
         record = z.read("exactspec-0.1.0.dist-info/RECORD").decode().splitlines()
         for line in record:
             arc, digest, size = line.rsplit(",", 2)

@@ -1,5 +1,5 @@
 """Greedy speculation end to end on the WebGPU engine (Node + Dawn): champion and draft both on the engine,
-the speculative tokens equal plain decoding's (tests/gpu/spec_bench.mjs, the harness of `bench gpu_spec`)."""
+the speculative tokens equal plain decoding's (bench/gpu/spec_bench.mjs, the harness of `bench gpu_spec`)."""
 from __future__ import annotations
 
 import sys

@@ -27,16 +27,19 @@ class ModelDrafter:
         # the draft processes positions up to seq_len_now - 2 + k
         return max(0, self.draft.config.seq_len - seq_len_now + 1)
 
-    async def propose(self, seq, k, pick):
-        if k <= 0:
-            return [], None
-        V = self.draft.config.vocab_size
+    def catch_up(self, seq) -> tuple[list[int], int]:
+        """(feed, start): the committed tokens the draft has not seen, ending with the last one, and where they go."""
         start = self.draft.length
         if start > len(seq) - 1:
             self.draft.truncate(len(seq) - 1)
             start = len(seq) - 1
-        # catch up on every committed token the draft has not seen, ending with the last one
-        feed = list(seq[start:])  # (n,)
+        return [int(x) for x in seq[start:]], start   # feed (n,)
+
+    async def propose(self, seq, k, pick):
+        if k <= 0:
+            return [], None
+        V = self.draft.config.vocab_size
+        feed, start = self.catch_up(seq)
         proposals: list[int] = []
         q_rows: list[np.ndarray] = []
         pos = start

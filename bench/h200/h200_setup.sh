@@ -1,5 +1,5 @@
-# Sourced by tests/gpu/h200_run.sh and h200_spec_run.sh on the device machine: unpack node, Dawn's webgpu package
-# and the Vulkan loader debs that tests/gpu/h200_prep.sh put in .devcarry/gpu (carried), point Vulkan at NVIDIA's ICD.
+# Sourced by bench/h200/h200_run.sh and h200_spec_run.sh on the device machine: unpack node, Dawn's webgpu package
+# and the Vulkan loader debs that bench/h200/h200_prep.sh put in .devcarry/gpu (carried), point Vulkan at NVIDIA's ICD.
 D=.devcarry/gpu
 mkdir -p /tmp/nb node_modules
 [ -x /tmp/nb/node ] || xz -T4 -dc $D/node.xz > /tmp/nb/node

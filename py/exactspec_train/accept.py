@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import log_softmax
+from exactspec.reference import log_softmax
 
 
 def simulate_rounds(match: np.ndarray, k: int, max_new: int | None = None, ends_with_eos: bool = False) -> dict:

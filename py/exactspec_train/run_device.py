@@ -1,8 +1,8 @@
 """The whole GPU job in one go: champion answers -> distilled draft + plain-loss draft -> GGUF files.
 
-    python -m exactspec.train.run_device --champion GGUF --data DIR --workload tests/data/workload.jsonl --out DIR
+    python -m exactspec_train.run_device --champion GGUF --data DIR --workload tests/data/workload.jsonl --out DIR
 
-Inputs come from `exactspec.train.prep`. Outputs (each well under 16 MiB): draft_kd.gguf, draft_ce.gguf,
+Inputs come from `exactspec_train.prep`. Outputs (each well under 16 MiB): draft_kd.gguf, draft_ce.gguf,
 gen.npz (the champion's answers: ids uint16 + offsets), run.json (config, seeds, losses, held-out agreement).
 Runs on CUDA when available (bf16 autocast, tf32), else on the CPU (only for smoke tests with --tiny).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..backend import ModelConfig
+from exactspec.backend import ModelConfig
 from . import data as D
 from .distill import eval_agreement, train
 from .export import export_gguf
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     np.random.seed(a.seed)
     log(f"device {dev} torch {torch.__version__} {torch.cuda.get_device_name(0) if dev.type == 'cuda' else ''}")
 
-    from ..tokenizer import Tokenizer
+    from exactspec.tokenizer import Tokenizer
     tok = Tokenizer.from_gguf(a.champion)
     eos = tok.id_of("<|im_end|>")
     nl = tok.encode("\n")[0]

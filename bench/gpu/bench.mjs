@@ -1,6 +1,6 @@
 // bench.mjs — speed of the WebGPU engine under Node + Dawn (H200 over Vulkan, or llvmpipe over OpenGL here).
 //
-//   node tests/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick] [--model-only]
+//   node bench/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick] [--model-only]
 // Engine variants by environment: SPLITS, KSPLIT, TILE1/TILE8, MATMUL_WG, ATTN_WG, SUBGROUPS, LANES and the fused
 // engine FUSE=1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG (see engine_env.mjs); EMULATE_SG=1 runs the
 // subgroup kernels with one-lane subgroups (a check that FUSE=1 runs on llvmpipe here, not a speed figure).
@@ -14,7 +14,7 @@ import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
 import { MODE } from '../../app/gpu/kernels.js';
 import { rowBytes } from '../../app/gpu/weights.js';
-import { emulationOpts, fuseOpts } from './engine_env.mjs';
+import { emulationOpts, fuseOpts } from '../../tests/gpu/engine_env.mjs';
 
 Object.assign(globalThis, globals);
 const args = process.argv.slice(2);

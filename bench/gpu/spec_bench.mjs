@@ -1,6 +1,6 @@
 // spec_bench.mjs — champion tokens/s with and without greedy speculation, both models on the WebGPU engine.
 //
-//   node tests/gpu/spec_bench.mjs SPEC.json
+//   node bench/gpu/spec_bench.mjs SPEC.json
 // SPEC: {backend: 'opengl' | 'vulkan', champion: {model, description}, draft: {model, description},
 //        prompt_ids: [...], max_new_tokens, ks: [1, 2, ...], seq_len?}
 // (py/bench/gpu_spec.py writes it from the GGUF files.) Prints one JSON line:
@@ -13,7 +13,7 @@
 import { readFileSync, openSync, readSync } from 'node:fs';
 import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
-import { emulationOpts, fuseOpts } from './engine_env.mjs';
+import { emulationOpts, fuseOpts } from '../../tests/gpu/engine_env.mjs';
 
 Object.assign(globalThis, globals);
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));

@@ -1,6 +1,6 @@
 """Write the draft's provenance manifest (numpy-free; reads the outputs of prep, run_device and the bench).
 
-    python -m exactspec.train.make_manifest --draft static/models/draft-smollm2-kd.gguf \
+    python -m exactspec_train.make_manifest --draft static/models/draft-smollm2-kd.gguf \
         --champion static/models/smollm2-135m-instruct-q4_1.gguf --workload tests/data/workload.jsonl \
         --prep .devcarry/draft/data/prep.json --run .devcarry/draft/run4 [--run .devcarry/draft/run5 ...] \
         [--bench bench.json] --out static/models/draft-smollm2.manifest.json
@@ -84,16 +84,16 @@ def build(draft: Path, champion: Path, workload: Path, prep: dict, runs: list[tu
                  "generated_weight": run["gen_weight"], "prep_seed": prep["seed"]},
         "train": {"seed": run["seed"], "init_seed": run["init_seed"], "stages": stages,
                   "kd": slim(kd), "host": "one NVIDIA H200 (torch bf16 autocast, tf32)",
-                  "code": "py/exactspec/train (prep -> run_device, once per stage -> make_manifest)"},
+                  "code": "py/exactspec_train (prep -> run_device, once per stage -> make_manifest)"},
         "comparison_plain_loss": ({"file": "draft_ce.gguf (not committed)", "sha256": ce["gguf_sha256"],
                                    "stage": ce_stage[0].name, "train": slim(ce)} if ce else None),
         "measured": bench,
         "rerun": {
             "packages": "pip download --no-deps chitchat-dataset==0.9.0; apt-get download fortunes fortunes-min "
                         "python3.11-doc; unpack the wheel (unzip) and the debs (dpkg-deb -x) into SRC/deb",
-            "prep": "python -m exactspec.train.prep --src SRC --pkgdir PKGS --champion CHAMPION "
+            "prep": "python -m exactspec_train.prep --src SRC --pkgdir PKGS --champion CHAMPION "
                     "--workload tests/data/workload.jsonl --out .devcarry/draft/data",
-            "device": [{"stage": d.name, "mode": mode, "argv": "python -m exactspec.train.run_device "
+            "device": [{"stage": d.name, "mode": mode, "argv": "python -m exactspec_train.run_device "
                         + " ".join(r["runs"][mode].get("argv") or r["argv"])}
                        for d, r in runs for mode in ("kd", "ce") if mode in r["runs"]],
             "note": "paths in argv are the training host's (/root/out is the call's output folder; a stage's "

@@ -1,6 +1,6 @@
 """Prepare the draft's training inputs on the CPU (no torch): tokenised corpora and teacher prompts.
 
-    python -m exactspec.train.prep --src DIR --champion GGUF --workload tests/data/workload.jsonl --out DIR
+    python -m exactspec_train.prep --src DIR --champion GGUF --workload tests/data/workload.jsonl --out DIR
 
 DIR (--src) holds the unpacked packages: chitchat_dataset/dataset.json (PyPI chitchat-dataset 0.9.0),
 deb/usr/share/games/fortunes/ (Debian fortunes, fortunes-min), deb/usr/share/info/python3.11.info.gz
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--doc-fraction", type=float, default=0.5, help="share of python-doc paragraphs kept")
     a = ap.parse_args(argv)
 
-    from ..tokenizer import Tokenizer
+    from exactspec.tokenizer import Tokenizer
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     sources = []

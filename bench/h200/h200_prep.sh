@@ -1,7 +1,7 @@
 #!/bin/bash
 # Prepare .devcarry/gpu/ (git-ignored) for the H200 bench: node (xz), npm webgpu's Dawn (index.js, package.json,
 # dist/linux-x64/dawn.node as tar.xz) and Debian's Vulkan loader + glvnd debs (the NVIDIA ICD needs them).
-# Run here (it needs apt-get download from Debian); then on the device: bash tests/gpu/h200_run.sh, with
+# Run here (it needs apt-get download from Debian); then on the device: bash bench/h200/h200_run.sh, with
 # .devcarry/gpu carried (about 29 MB).
 set -e
 cd "$(dirname "$0")/../.."

@@ -4,8 +4,8 @@
 # parts over three back-to-back calls (a warm machine keeps /tmp for 30 s):
 #   call 1: run(command="mkdir -p /tmp/champ && cp .devcarry/spec0/p0 /tmp/champ/", carry=[".devcarry/spec0"])
 #   call 2: run(command="cp .devcarry/spec1/p1 /tmp/champ/", carry=[".devcarry/spec1"])
-#   call 3: run(command="bash tests/gpu/h200_spec_run.sh", carry=[".devcarry/gpu", ".devcarry/spec2"], timeout_s=240)
-# Needs tests/gpu/h200_prep.sh's .devcarry/gpu too. Run here after `python build.py setup`.
+#   call 3: run(command="bash bench/h200/h200_spec_run.sh", carry=[".devcarry/gpu", ".devcarry/spec2"], timeout_s=240)
+# Needs bench/h200/h200_prep.sh's .devcarry/gpu too. Run here after `python build.py setup`.
 set -e
 cd "$(dirname "$0")/../.."
 C=static/models/smollm2-135m-instruct-q4_1.gguf

@@ -1,6 +1,6 @@
 #!/bin/bash
-# H200 bench (device machine, over Vulkan): unpack what tests/gpu/h200_prep.sh put in .devcarry/gpu, then run
-#   1. tests/gpu/bench.mjs, unfused (FUSE=0; the default is fused) (matmul bandwidth, T_verify(k)/T_single, tokens/s,
+# H200 bench (device machine, over Vulkan): unpack what bench/h200/h200_prep.sh put in .devcarry/gpu, then run
+#   1. bench/gpu/bench.mjs, unfused (FUSE=0; the default is fused) (matmul bandwidth, T_verify(k)/T_single, tokens/s,
 #      per-kernel GPU time)                                                                  -> $OUT/bench_h200.txt
 #   2. the tests/gpu pytest suite on the real GPU (EXACTSPEC_DAWN_BACKEND=vulkan)            -> $OUT/pytest_h200.txt
 #      (if it fails: the invariance tests again with each matmul tile variant off, to name the culprit;
@@ -14,16 +14,16 @@
 #      workgroups of 128), then the older ones (2 or 4
 #      subgroups per matmul row pair; one command buffer per forward; no 1-row / 8-row tiles; matmul workgroups of
 #      128) and head- and gate/up-shaped matmuls                                             -> $OUT/variants_h200.txt
-# Whole run: about 4-5 minutes. Usage there: bash tests/gpu/h200_run.sh   (carry .devcarry/gpu)
+# Whole run: about 4-5 minutes. Usage there: bash bench/h200/h200_run.sh   (carry .devcarry/gpu)
 set -e
 O=${OUT:-/tmp}
-source tests/gpu/h200_setup.sh
+source bench/h200/h200_setup.sh
 set +e
-FUSE=0 timeout 100 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
+FUSE=0 timeout 100 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
 grep -v '^JSON' $O/bench_h200.txt
 export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=vulkan
 echo "== FUSE=1 (fused engine, 3 dispatches per layer), model only" > $O/bench_fuse_h200.txt
-FUSE=1 timeout 60 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -v "artificially reduced" >> $O/bench_fuse_h200.txt
+FUSE=1 timeout 60 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -v "artificially reduced" >> $O/bench_fuse_h200.txt
 grep -v '^JSON' $O/bench_fuse_h200.txt
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu -k "not smollm2" 2>&1 | tail -25 > $O/pytest_h200.txt
 cat $O/pytest_h200.txt
@@ -43,18 +43,18 @@ done
   for v in "FUSE=attn" "FUSE=1 FUSE_SLICE=32" "FUSE=1 FUSE_SLICE=128" "FUSE=1 FUSE_WG=256" "FUSE=1 FUSE_WG=1024" \
            "FUSE=1 FUSE_HEAD_PAIRS=1" "FUSE=1 FUSE_HEAD_PAIRS=8" "FUSE=1 FUSE_MM_WG=128" "FUSE=1 FUSE_WG=1024 FUSE_SLICE=32"; do
     echo "== variant $v, model only"
-    env $v timeout 30 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers|GPU us per kind|Error"
+    env $v timeout 30 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers|GPU us per kind|Error"
   done
   for v in "KSPLIT=2" "KSPLIT=4 MATMUL_WG=128" "SPLITS=1" "TILE1=0" "TILE8=0" "MATMUL_WG=128"; do
     echo "== variant $v, model only"
-    env $v timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers"
+    env $v timeout 20 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -E "T_single|T_verify|decode|command buffers"
   done
   echo "== head-shaped matmul (49152 x 576 Q8_0) and SmolLM2 gate/up-shaped (3072 x 576 Q4_1)"
-  MM_N=49152 MM_K=576 MM_TYPES=Q8_0 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
-  MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  MM_N=49152 MM_K=576 MM_TYPES=Q8_0 timeout 20 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
   echo "== SmolLM2 gate/up-shaped matmul with two subgroups per row pair (KSPLIT=2)"
-  KSPLIT=2 MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  KSPLIT=2 MM_N=3072 MM_K=576 MM_TYPES=Q4_1 timeout 20 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
   echo "== 8192 x 4096 matmuls with 128-invocation workgroups"
-  MATMUL_WG=128 timeout 20 /tmp/nb/node tests/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
+  MATMUL_WG=128 timeout 20 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --matmul-only 2>&1 | grep "^matmul"
 } 2>&1 | tee $O/variants_h200.txt
 exit 0

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..backend import ModelConfig
+from exactspec.backend import ModelConfig
 
 
 def gguf_names(config: ModelConfig) -> list[str]:
@@ -96,7 +96,7 @@ class TorchLlama(nn.Module):
 
     @classmethod
     def from_gguf(cls, path, seq_len: int | None = None) -> "TorchLlama":
-        from ..formats.gguf import GGUFFile
+        from exactspec.formats.gguf import GGUFFile
         g = GGUFFile(path)
         cfg = g.config()
         if seq_len:

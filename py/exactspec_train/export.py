@@ -6,8 +6,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ..backend import ModelConfig
-from ..formats.gguf import GGUFFile, gguf_metadata_for_config
+from exactspec.backend import ModelConfig
+from exactspec.formats.gguf import GGUFFile, gguf_metadata_for_config
 
 # Tokenizer keys copied from the champion so the draft file carries (and proves) the same vocabulary.
 TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
@@ -19,7 +19,7 @@ TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.
 def export_gguf(path, config: ModelConfig, weights: Mapping[str, np.ndarray], champion_gguf, *, name: str,
                 tensor_type: str = "Q8_0", extra_metadata: Mapping | None = None) -> None:
     """Write the draft: llama metadata for `config`, the champion's tokenizer keys, weights in HF Q/K order."""
-    from ..formats.gguf import write_gguf
+    from exactspec.formats.gguf import write_gguf
     champ = GGUFFile(champion_gguf)
     md = gguf_metadata_for_config(config, name=name)
     md["general.license"] = "apache-2.0"
@@ -27,7 +27,7 @@ def export_gguf(path, config: ModelConfig, weights: Mapping[str, np.ndarray], ch
         if k in champ.metadata:
             md[k] = champ.metadata[k]
     if champ.metadata.get("tokenizer.ggml.token_type") is not None:
-        from ..formats.gguf import GGUFValue, T_INT32
+        from exactspec.formats.gguf import GGUFValue, T_INT32
         md["tokenizer.ggml.token_type"] = GGUFValue(T_INT32, list(champ.metadata["tokenizer.ggml.token_type"]),
                                                     array=True)
     for k, v in (extra_metadata or {}).items():

@@ -1,0 +1,157 @@
+"""The batched step (exactspec.backend: decode_ahead, spec_round) in the decode loop, on the numpy reference.
+
+The device runs ahead; Python confirms every emitted token from the champion's rows. With the reference's picks
+(the decode loop's own), tokens AND pass counts equal the per-forward path; with wrong picks (a device whose picks
+disagree) the tokens still equal, only the wasted passes grow."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exactspec.backend import Ahead, Pick, Round, decode_ahead_by_forwards, pick_row
+from exactspec.decode import GenerateConfig, generate
+from exactspec.micro import micro_model, tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
+DRAFT = ROOT / "static" / "models" / "draft-smollm2-kd.gguf"
+COUNTS = ("target_passes", "draft_passes", "rounds", "proposed", "accepted", "acceptance_by_position")
+
+
+def gen(model, prompt, draft=None, **kw):
+    return generate(model, prompt, GenerateConfig(**{"adaptive": False, **kw}), draft=draft)
+
+
+class Ahead8:
+    """The reference with decode_ahead switched on (a device would say how far it likes to run ahead)."""
+
+    def __init__(self, inner, ahead_max=8, picker=pick_row):
+        self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
+
+    @property
+    def length(self):
+        return self.inner.length
+
+    def forward(self, *a, **k):
+        return self.inner.forward(*a, **k)
+
+    def truncate(self, n):
+        self.inner.truncate(n)
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True):
+        return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
+
+    def spec_round(self, draft, *a, **k):
+        return self.inner.spec_round(draft, *a, **k)
+
+
+@pytest.fixture(scope="module")
+def micro():
+    cfg = tiny_config()
+    return cfg, micro_model(cfg, 1), micro_model(cfg, 1), micro_model(cfg, 2)
+
+
+def prompts(cfg, n=3, seed=3):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, cfg.vocab_size, size=int(rng.integers(1, 9))).tolist() for _ in range(n)]
+
+
+@pytest.mark.parametrize("temperature,top_p,mode", [(0.0, 1.0, "coupled"), (0.8, 1.0, "coupled"),
+                                                     (1.2, 0.8, "coupled"), (0.9, 1.0, "rejection")])
+def test_spec_round_same_tokens_and_counts(micro, temperature, top_p, mode):
+    cfg, champ, self_draft, other_draft = micro
+    for seed, prompt in enumerate(prompts(cfg)):
+        for draft in (self_draft, other_draft):
+            for k in (1, 3):
+                kw = dict(max_new_tokens=18, temperature=temperature, top_p=top_p, seed=seed, mode=mode, k=k,
+                          drafter="model")
+                plain = gen(champ, prompt, draft, batched=False, **kw)
+                batched = gen(champ, prompt, draft, batched=True, **kw)
+                assert batched.token_ids == plain.token_ids
+                for c in COUNTS:
+                    assert batched.stats[c] == plain.stats[c], c
+                if mode == "rejection":       # per-forward path: k draft round trips + 1 per round
+                    assert batched.stats["submissions"] == plain.stats["submissions"]
+                else:                         # one submission per round
+                    assert batched.stats["submissions"] == batched.stats["rounds"]
+                    assert plain.stats["submissions"] == plain.stats["rounds"] + plain.stats["draft_passes"]
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.0, 1.0), (0.7, 1.0), (1.1, 0.85)])
+def test_decode_ahead_same_tokens_and_counts(micro, temperature, top_p):
+    cfg, champ, _, _ = micro
+    for seed, prompt in enumerate(prompts(cfg, seed=5)):
+        kw = dict(max_new_tokens=21, temperature=temperature, top_p=top_p, seed=seed, k=0, drafter="none")
+        plain = gen(champ, prompt, batched=False, **kw)
+        ahead = gen(Ahead8(champ), prompt, batched=True, **kw)
+        assert ahead.token_ids == plain.token_ids
+        assert ahead.stats["target_passes"] == plain.stats["target_passes"] == len(plain.token_ids)
+        assert ahead.stats["submissions"] < plain.stats["submissions"]    # 4, 8, 8, 1 passes per submission
+        assert ahead.stats["ahead_passes"] == ahead.stats["target_passes"] + ahead.stats["wasted_passes"]
+
+
+def test_wrong_picks_change_nothing_but_waste(micro):
+    """A device whose picks are wrong every third position: Python's confirmation from the rows still yields the
+    champion's own answer, and the passes fed a wrong token are counted as wasted and rolled back. (Greedy confirms
+    from the device's argmax ids, which must be exact: the engine's tests check ids == argmax(rows).)"""
+    cfg, champ, self_draft, _ = micro
+
+    def bad_picker(row, pick, t):
+        good = pick_row(row, pick, t)
+        return (good + 1) % cfg.vocab_size if t % 3 == 0 else good
+
+    for temperature in (0.9, 1.3):
+        for seed, prompt in enumerate(prompts(cfg, seed=11)):
+            kw = dict(max_new_tokens=20, temperature=temperature, seed=seed, k=0, drafter="none")
+            plain = gen(champ, prompt, batched=False, **kw)
+            ahead = gen(Ahead8(champ, picker=bad_picker), prompt, batched=True, **kw)
+            assert ahead.token_ids == plain.token_ids
+            assert ahead.stats["wasted_passes"] > 0
+            assert ahead.stats["target_passes"] == plain.stats["target_passes"]
+
+
+def test_eos_inside_a_run_ahead(micro):
+    cfg, champ, _, _ = micro
+    prompt = prompts(cfg, 1, seed=2)[0]
+    plain = gen(champ, prompt, batched=False, max_new_tokens=20, k=0, drafter="none")
+    eos = plain.token_ids[6]
+    first = plain.token_ids.index(eos)
+    a = generate(Ahead8(champ), prompt, GenerateConfig(max_new_tokens=20, k=0, drafter="none", adaptive=False),
+                 eos_ids=[eos])
+    assert a.finish_reason == "eos" and a.token_ids == plain.token_ids[:first]
+    assert a.stats["target_passes"] == first + 1          # the row that produced EOS was used; the rest wasted
+
+
+def test_pick_semantics():
+    rng = np.random.default_rng(0)
+    row = rng.normal(size=64).astype(np.float32)
+    row[[5, 9]] = row.max() + 1                            # a tie: the lowest id wins
+    assert pick_row(row, Pick(), 0) == 5
+    from exactspec.sampling import Rng
+    g = Rng(4).gumbel(17, 64)
+    assert pick_row(row, Pick(0.5, 4), 17) == int(np.argmax(row.astype(np.float64) / 0.5 + g))
+
+
+def test_result_types():
+    assert Ahead([1, 2], None).ids == [1, 2]
+    r = Round([3], [3, 4], None)
+    assert r.proposals == [3] and r.ids == [3, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHAMPION.exists() or not DRAFT.exists(), reason="needs build.py setup")
+def test_smollm2_batched_equals_per_forward():
+    from exactspec.chat import encode_chat
+    from exactspec.reference import ReferenceModel
+    from exactspec.tokenizer import Tokenizer
+    champ = ReferenceModel.from_file(CHAMPION, max_len=256)
+    draft = ReferenceModel.from_file(DRAFT, max_len=256)
+    tok = Tokenizer.from_gguf(CHAMPION)
+    prompt = encode_chat(tok, [{"role": "user", "content": "Name two planets."}])
+    for temperature in (0.0, 0.7):
+        kw = dict(max_new_tokens=12, temperature=temperature, seed=1, k=3, drafter="model")
+        plain = generate(champ, prompt, GenerateConfig(batched=False, adaptive=False, **kw), draft=draft, eos_ids=[2])
+        bat = generate(champ, prompt, GenerateConfig(batched=True, adaptive=False, **kw), draft=draft, eos_ids=[2])
+        assert bat.token_ids == plain.token_ids
+        for c in COUNTS:
+            assert bat.stats[c] == plain.stats[c], c
