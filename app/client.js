@@ -83,7 +83,9 @@ export class ExactSpecClient {
   // {onToken(text, token_ids)} streams; returns the final answer.
   async generate(params = {}, { onToken } = {}) {
     await this.ready();
-    const req = { ...params };   // settings left out take the defaults of py/exactspec/settings.py (the worker's Python)
+    // the API applies the chat template unless chat is false; settings left out take the defaults of
+    // py/exactspec/settings.py (the worker's Python applies them)
+    const req = { chat: true, ...params };
     let off = null;
     const id = this.nextId;   // the id request() will take
     if (onToken) off = this.on('tokens', (e) => { if (e.request_id === id) onToken(e.text, e.token_ids); });

@@ -249,7 +249,7 @@ class Session:
             if any(i < 0 or i >= m.config.vocab_size for i in ids):
                 raise SessionError(f"prompt_ids: ids must be in [0, {m.config.vocab_size})")
             return ids
-        chat = req.get("chat", True)          # the page's API applies the chat template unless chat is false
+        chat = req.get("chat")
         prompt = req.get("prompt")
         if isinstance(chat, list):
             messages = [{"role": str(x["role"]), "content": str(x["content"])} for x in chat]
