@@ -233,15 +233,23 @@ async def generate_async(
             t0 = len(seq)  # absolute position of the first token this round emits
             t_a = clock()
             passes_before = getattr(drafter, "passes", 0)
-            ahead_round = k == 0 and batched and champion.ahead_max >= 2
-            if ahead_round:
-                # champion alone, run ahead on the device: n passes in one submission, Python confirms each row
-                n_ahead = max(1, min(ahead, remaining, C.seq_len - t0 + 1))
+            on_device = k > 0 and batched and isinstance(drafter, ModelDrafter) and champion.offers("spec_round")
+            proposals, q_rows = [], None
+            if k > 0 and not on_device:
+                try:
+                    proposals, q_rows = await drafter.propose(seq, k, picker)
+                except Exception as e:
+                    raise BackendError(f"draft forward failed: {e}") from e
+                proposals = proposals[:k]
+            if not on_device and not proposals and batched and champion.ahead_max >= 2:
+                # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
+                # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
+                # (a drafter that found nothing this time may find proposals soon: run ahead less far then)
+                n_ahead = max(1, min(ahead if k == 0 else min(ahead, 4), remaining, C.seq_len - t0 + 1))
                 try:
                     res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows)
                 except Exception as e:
                     raise BackendError(f"champion forward failed: {e}") from e
-                t_b = t_c = clock()
                 n.submissions += 1
                 n.readback_bytes += 4 * n_ahead + (n_ahead * V * 4 if want_rows else 0)
                 n.ahead_passes += n_ahead
@@ -256,9 +264,9 @@ async def generate_async(
                 n.target_passes += used
                 n.rounds += used
                 ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
-                sched.observe(0, (t_c - t_a) / used, 0.0, 0)
+                sched.observe(0, (clock() - t_a) / used)
             else:
-                if k > 0 and batched and isinstance(drafter, ModelDrafter) and champion.offers("spec_round"):
+                if on_device:
                     # the draft's k passes and the champion's verify in one submission
                     feed, d_start = drafter.catch_up(seq)
                     try:
@@ -266,29 +274,17 @@ async def generate_async(
                     except Exception as e:
                         raise BackendError(f"speculative round failed: {e}") from e
                     drafter.passes += k
-                    proposals, q_rows = [int(x) for x in res.proposals], None
+                    proposals = [int(x) for x in res.proposals]
                     logits, champ_ids = res.rows, res.ids
                     n.submissions += 1
                     n.readback_bytes += 4 * (2 * k + 1) + ((k + 1) * V * 4 if want_rows else 0)
-                    g = k
-                    t_b = t_c = clock()
-                    t_draft = (t_c - t_a) * k / (k + 1)          # no split inside one submission: an estimate
-                    t_a = t_c - (t_c - t_a) / (k + 1) - t_draft
-                    t_b = t_a + t_draft
                 else:
-                    try:
-                        proposals, q_rows = await drafter.propose(seq, k, picker)
-                    except Exception as e:
-                        raise BackendError(f"draft forward failed: {e}") from e
-                    proposals = proposals[:k]
-                    g = len(proposals)
                     d_passes = getattr(drafter, "passes", 0) - passes_before
-                    t_b = clock()
-                    logits = await champion_pass([seq[-1]] + proposals, t0 - 1, g + 1)  # (g+1, vocab)
-                    t_c = clock()
+                    logits = await champion_pass([seq[-1]] + proposals, t0 - 1, len(proposals) + 1)  # (g+1, vocab)
                     champ_ids = None
                     n.submissions += 1 + d_passes
-                    n.readback_bytes += (g + 1 + d_passes) * V * 4
+                    n.readback_bytes += (len(proposals) + 1 + d_passes) * V * 4
+                g = len(proposals)
                 n.draft_passes += getattr(drafter, "passes", 0) - passes_before
                 n.target_passes += 1
                 n.rounds += 1
@@ -313,7 +309,6 @@ async def generate_async(
                                 q_rows = np.zeros((g, V), dtype=np.float64)
                                 q_rows[np.arange(g), proposals] = 1.0
                             emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
-            if not ahead_round:
                 n_acc = len(emitted) - 1
                 for i in range(g):
                     n.proposed_at[i] += 1
@@ -321,7 +316,7 @@ async def generate_async(
                         n.accepted_at[i] += 1
                 n.proposed += g
                 n.accepted += n_acc
-                sched.observe(g, t_c - t_b, t_b - t_a, n_acc)
+                sched.observe(g, clock() - t_a, n_acc)
             # EOS inside the emitted tokens ends the answer there (the EOS itself is not part of the answer)
             for i, tok in enumerate(emitted):
                 if tok in eos:

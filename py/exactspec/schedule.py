@@ -19,6 +19,8 @@ def expected_tokens(a: float, k: int) -> float:
 
 
 def time_per_token(a: float, k: int, t_draft: float, t_verify: float, t_overhead: float = 0.0) -> float:
+    """The break-even formula: seconds per emitted token with k proposals; speculation pays while this is below
+    the plain time per token."""
     return (k * t_draft + t_verify + t_overhead) / expected_tokens(a, k)
 
 
@@ -32,55 +34,55 @@ class Ewma:
 
 
 class SpecScheduler:
-    """Chooses k per round. adaptive=False always returns k_max (used by tests that count passes)."""
+    """Chooses k per round. adaptive=False always returns k_max (used by tests that count passes).
+
+    It learns the time of a whole round with k proposals, T(k) = k * T_draft + T_verify(k) + T_overhead, as one
+    measured figure per k (a batched round, where draft and verify share one submission, cannot be split anyway) and,
+    for k = 0, the time per token of plain decoding (with the device running ahead where it does). Unmeasured k are
+    interpolated linearly between T(0) and the nearest measured k.
+    """
 
     def __init__(self, k_max: int, adaptive: bool = False, probe_every: int = 16):
         self.k_max = k_max
         self.adaptive = adaptive
         self.probe_every = probe_every
-        self.t_target1 = Ewma()           # seconds for a 1-row champion pass
-        self.t_verify: dict[int, Ewma] = {}  # k -> seconds for a (k+1)-row champion pass
-        self.t_draft = Ewma()             # seconds per draft token
-        self.accept = Ewma(0.2)           # per-proposal acceptance rate
+        self.t_round: dict[int, Ewma] = {}   # k -> seconds per round with k proposals (k = 0: per plain token)
+        self.accept = Ewma(0.2)              # per-proposal acceptance rate
         self.rounds_off = 0
         self.disabled_rounds = 0
 
-    def observe(self, k: int, t_verify: float, t_draft_total: float, n_accepted: int) -> None:
-        if k == 0:
-            self.t_target1.add(t_verify)
-            return
-        self.t_verify.setdefault(k, Ewma()).add(t_verify)
-        self.t_draft.add(t_draft_total / k)
-        # acceptance of each proposal up to and including the first rejection
-        tried = min(k, n_accepted + 1)
-        self.accept.add(n_accepted / tried if tried else 0.0)
+    def observe(self, k: int, t_round: float, n_accepted: int = 0) -> None:
+        self.t_round.setdefault(k, Ewma()).add(t_round)
+        if k > 0:
+            # acceptance of each proposal up to and including the first rejection
+            tried = min(k, n_accepted + 1)
+            self.accept.add(n_accepted / tried if tried else 0.0)
 
-    def _t_verify(self, k: int) -> float | None:
-        if k in self.t_verify:
-            return self.t_verify[k].value
-        known = sorted(self.t_verify)
-        if not known or self.t_target1.value is None:
+    def round_time(self, k: int) -> float | None:
+        if k in self.t_round:
+            return self.t_round[k].value
+        known = sorted(j for j in self.t_round if j > 0)
+        if not known or 0 not in self.t_round:
             return None
-        # linear in rows between the 1-row pass and the nearest measured verify size
         kk = min(known, key=lambda j: abs(j - k))
-        t1, tk = self.t_target1.value, self.t_verify[kk].value
-        return t1 + (tk - t1) * k / kk
+        t0, tk = self.t_round[0].value, self.t_round[kk].value
+        return t0 + (tk - t0) * k / kk
 
     def choose(self, k_cap: int) -> int:
         k_cap = min(k_cap, self.k_max)
         if not self.adaptive or k_cap <= 0:
             return max(0, k_cap)
-        if self.t_target1.value is None:
-            return 0  # calibrate: one plain champion pass
+        if 0 not in self.t_round:
+            return 0  # calibrate: plain decoding first
         a = self.accept.value
-        if a is None or self.t_draft.value is None:
+        if a is None:
             return k_cap  # then one speculative round
-        best_k, best_t = 0, self.t_target1.value
+        best_k, best_t = 0, self.t_round[0].value
         for k in range(1, k_cap + 1):
-            tv = self._t_verify(k)
-            if tv is None:
+            tr = self.round_time(k)
+            if tr is None:
                 continue
-            t = time_per_token(a, k, self.t_draft.value, tv)
+            t = tr / expected_tokens(a, k)
             if t < best_t:
                 best_k, best_t = k, t
         if best_k == 0:

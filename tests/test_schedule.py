@@ -1,0 +1,45 @@
+"""The run-time scheduler: speculate only while the measured round times say it pays (break-even formula)."""
+import pytest
+
+from exactspec.schedule import SpecScheduler, expected_tokens, time_per_token
+
+
+def test_expected_tokens_and_formula():
+    assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    # a round of 2 draft passes (0.1 each) + a verify of 1.2 emitting 1.75 tokens on average
+    assert time_per_token(0.5, 2, 0.1, 1.2) == pytest.approx(1.4 / 1.75)
+
+
+def feed(s, k, t_round, acc, n=30):
+    for _ in range(n):
+        s.observe(k, t_round, acc)
+
+
+def test_turns_off_when_it_does_not_pay_and_on_when_it_does():
+    s = SpecScheduler(4, adaptive=True)
+    assert s.choose(4) == 0                       # calibrate plain decoding first
+    feed(s, 0, 1.0, 0)
+    assert s.choose(4) == 4                       # then one speculative round
+    feed(s, 4, 2.0, 0)                            # nothing accepted: 2.0 per token > 1.0
+    assert s.choose(4) == 0 and s.disabled_rounds == 1
+    s2 = SpecScheduler(4, adaptive=True)
+    feed(s2, 0, 1.0, 0)
+    feed(s2, 4, 1.3, 4)                           # everything accepted: 1.3 / 5 per token
+    assert s2.choose(4) == 4
+
+
+def test_interpolates_unmeasured_k_and_reprobes():
+    s = SpecScheduler(4, adaptive=True, probe_every=4)
+    feed(s, 0, 1.0, 0)
+    feed(s, 4, 3.0, 0)
+    assert s.round_time(2) == pytest.approx(2.0)  # linear between T(0) and T(4)
+    picks = [s.choose(4) for _ in range(8)]
+    assert picks.count(4) == 2 and picks.count(0) == 6    # off, re-probing every 4th round
+
+
+def test_not_adaptive_always_k_max():
+    s = SpecScheduler(3, adaptive=False)
+    feed(s, 0, 1.0, 0)
+    feed(s, 3, 9.0, 0)
+    assert s.choose(5) == 3 and s.choose(2) == 2
