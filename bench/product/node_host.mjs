@@ -12,12 +12,12 @@
 //   ({"kind": "event.stage" | "event.log" | "event.tokens", ...}). End of stdin (or {"kind": "quit"}) exits.
 // Backends: 'opengl' (Mesa llvmpipe here: XDG_RUNTIME_DIR=/tmp EGL_PLATFORM=surfaceless; featureLevel
 // 'compatibility'), 'vulkan' (a GPU host: VK_DRIVER_FILES naming its ICD), 'cpu' (no GPU object: the page's CPU
-// fallback). Env EXACTSPEC_ENGINE_OPTS: extra createEngine options (JSON), as in tests/gpu/driver.mjs.
+// fallback). Env EXACTSPEC_ENGINE_OPTS: extra createEngine options (JSON); FUSE, EMULATE_SG=1 as in bench/gpu/bench.mjs.
 // Pyodide: runtime files from node_modules/pyodide (its package.json makes them CommonJS, as Node needs), numpy /
 // micropip / packaging wheels from static/pyodide/<version>/ (`python build.py setup`), or EXACTSPEC_PYODIDE_DIR /
 // EXACTSPEC_PYODIDE_PACKAGES (the H200 run unpacks them under /tmp).
 import { createInterface } from 'node:readline';
-import { openAsBlob, readFileSync, readdirSync, statSync } from 'node:fs';
+import { openAsBlob, readFileSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Core, HF_FILE_RE, coreHandlers, dispatch, errorText } from '../../app/core.js';
@@ -28,7 +28,9 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 function send(obj) { process.stdout.write(JSON.stringify(obj) + '\n'); }
 function log(level, message) { send({ kind: EVT.LOG, level, message }); }
 
-const paths = new Map();   // model name -> its GGUF file or Hugging Face folder on disk
+const paths = new Map();   // model name -> its GGUF file or Hugging Face folder on disk (links resolved: NODEFS
+                           // cannot follow a link that leaves the mounted folder)
+const onDisk = (p) => realpathSync(path.resolve(p));
 
 // A model on disk as the core wants it: meta {name, format, files: [{file}]} and Blobs of its files.
 async function files(name) {
@@ -81,10 +83,15 @@ async function boot(params) {
     wheel: pathToFileURL(path.resolve(params.wheel)).href,
     options: { packageCacheDir: pkgDir + path.sep, lockFileURL: path.join(pkgDir, 'pyodide-lock.json') },
   });
+  // engine variants as tests/gpu/driver.mjs and bench/gpu/bench.mjs take them (FUSE=..., EMULATE_SG=1: the subgroup
+  // kernels with one-lane subgroups on an adapter without subgroups, i.e. the fused engine on llvmpipe)
+  const env = process.env;
+  const variant = env.FUSE || env.EMULATE_SG === '1' ? await import('../../tests/gpu/engine_env.mjs') : null;
   const engineOptions = {
     adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
+    ...(variant ? { ...variant.fuseOpts(env), ...variant.emulationOpts(env) } : {}),
     ...(params.engine_opts ?? {}),
-    ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
+    ...JSON.parse(env.EXACTSPEC_ENGINE_OPTS || '{}'),
   };
   await core.stage('gpu', async () => core.initGpu(backend === 'cpu' ? null : await dawnGpu(backend),
     { force_cpu: backend === 'cpu' }, engineOptions));
@@ -94,7 +101,7 @@ async function boot(params) {
     for (const [role, p] of [['champion', params.champion], ['draft', params.draft]]) {
       if (!p) continue;
       const name = modelName(p);
-      paths.set(name, path.resolve(p));
+      paths.set(name, onDisk(p));
       const out = await core.loadModel(name, role);
       loaded.push({ name, role, backend: out.backend });
     }
@@ -115,7 +122,7 @@ const handlers = {
   async [REQ.LOAD_MODEL](msg) {   // {name, role, path?}: a path registers (or re-points) the name first
     core.needReady();
     const { name, role = 'champion', path: p } = msg.params || {};
-    if (p) paths.set(name, path.resolve(p));
+    if (p) paths.set(name, onDisk(p));
     return core.loadModel(name, role);
   },
 };

@@ -4,7 +4,7 @@
         [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model] [--ks 1,2,3,4]
         [--modes greedy,coupled] [--seeds 0,1] [--temperature 0.7] [--runs 3] [--max-new-tokens 64]
         [--adaptive off|on|both] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--workload JSONL]
-        [--out FILE.json] [--table FILE.txt] [--quick] [--node PATH]
+        [--out FILE.json] [--table FILE.txt] [--quick] [--deadline S] [--node PATH]
 
 Hosts (the decode loop is never re-implemented here: every answer is a `generate` of the product's own session):
 - `chromium`: the real page in headless Chromium, driven through `window.exactspec` (the models are imported into
@@ -13,7 +13,7 @@ Hosts (the decode loop is never re-implemented here: every answer is a `generate
 - `node`: the page's worker core (app/core.js: Pyodide, exactspec's decode loop, bridge.py, app/gpu/engine.js) under
   Node (bench/product/node_host.mjs), on Dawn: `--backend opengl` (llvmpipe here), `vulkan` (a GPU host), or `cpu`
   (no GPU: the CPU fallback).
-For each run, stratum and prompt (the first --per-stratum prompts of each stratum, in the workload's order), after a
+For each stratum, run and prompt (the first --per-stratum prompts of each stratum, in the workload's order), after a
 warm-up answer that leaves the prompt in the KV caches (so no measured answer pays its prefill), it generates the
 champion alone and, in the same process and run, with each drafter, k, adaptive setting, mode and seed (the order
 rotates from run to run), and records per answer: tokens, text, tok/s, tau, rounds, target/draft passes,
@@ -84,7 +84,8 @@ class NodeHost:
 
     def __init__(self, backend: str, champion: Path, draft: Path | None, *, node: str = "node",
                  env: dict | None = None, engine_opts: dict | None = None, timeout: float = 1800):
-        from exactspec_build.wheel import build_exactspec_wheel
+        from exactspec_build.wheel import build_exactspec_wheel, write_rules
+        write_rules()                      # static/rules.js: app/protocol.js imports it (a fresh checkout lacks it)
         self.backend = backend
         self.timeout = timeout
         env = dict(os.environ if env is None else env)
@@ -237,18 +238,26 @@ def record(out: dict, **where) -> dict:
     return r
 
 
-def run_bench(host, items: list[dict], a, log=progress) -> dict:
-    """All runs over the chosen prompts; returns {"records", "timings", "warmups", "errors"}."""
+def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict:
+    """All runs over the chosen prompts; returns {"records", "timings", "warmups", "errors", "stopped"}.
+    Strata one after another, each with all its runs (so a deadline leaves whole strata); checkpoint(res) is called
+    after each run of each stratum (the report so far can be written); past a.deadline seconds no new stratum is
+    started (res["stopped"] says so)."""
     configs = spec_configs(a.drafters, a.ks, a.adaptives)
     groups = [(m, s) for m in a.modes for s in (a.seeds if m == "coupled" else a.seeds[:1])]
     strata = list(dict.fromkeys(it["stratum"] for it in items))
     records, timings, warmups, errors = [], [], [], []
+    res = {"records": records, "timings": timings, "warmups": warmups, "errors": errors, "stopped": None}
     n_answers = a.runs * len(items) * len(groups) * (1 + len(configs))
     done = 0
     t_start = time.perf_counter()
-    for run in range(a.runs):
-        for stratum in strata:
-            s_items = [it for it in items if it["stratum"] == stratum]
+    for stratum in strata:
+        if a.deadline and time.perf_counter() - t_start > a.deadline:
+            res["stopped"] = f"deadline of {a.deadline:g} s reached before stratum {stratum}"
+            log(res["stopped"])
+            break
+        s_items = [it for it in items if it["stratum"] == stratum]
+        for run in range(a.runs):
             for mode, seed in groups:
                 try:
                     t = host.timings({"chat": workload_messages(s_items[0]), "ks": a.ks, "reps": a.timing_reps,
@@ -311,7 +320,9 @@ def run_bench(host, items: list[dict], a, log=progress) -> dict:
                         f"{alone['tokens_per_s']:.1f} tok/s ({alone['n_tokens']} tokens); x {spd}; identical "
                         f"{'yes' if same else 'NO'}  [{done}/{n_answers}, {el:.0f} s, ~{eta:.0f} s left]"
                         if alone else f"{it['id']}: the champion-alone answer failed")
-    return {"records": records, "timings": timings, "warmups": warmups, "errors": errors}
+            if checkpoint is not None:
+                checkpoint(res)
+    return res
 
 
 # ---- summary ------------------------------------------------------------------------------------------------------
@@ -453,6 +464,9 @@ def table(report: dict) -> str:
                      f"{_f(r['spec_tok_s'], '{:.1f}'):<22} {_f(r['speedup']):<20} {_f(r['predicted']):<20} "
                      f"{_f(r['tau']):<18} {r['submissions_per_round'] or 0:>7.2f} "
                      f"{r['readback_bytes_per_token'] or 0:>8.0f} {'yes' if r['identical'] else 'NO'}")
+    if m.get("stopped"):
+        lines.append("")
+        lines.append(f"stopped early: {m['stopped']}")
     if report["errors"]:
         lines.append("")
         lines.append(f"{len(report['errors'])} request(s) failed, e.g.: {report['errors'][0]}")
@@ -487,6 +501,8 @@ def parse_args(argv=None):
     ap.add_argument("--table", help="write the text table here too")
     ap.add_argument("--quick", action="store_true",
                     help="a fast slice: 1 prompt per stratum, 1 run, 16 tokens, k 1 and 4 (unless given)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds: start no new stratum after this (the report covers what was done)")
     ap.add_argument("--node", default="node", help="node binary (host node)")
     ap.add_argument("--engine-opts", default=None, help="createEngine options as JSON (host node)")
     a = ap.parse_args(argv)
@@ -564,11 +580,48 @@ def git_commit() -> str | None:
         return None
 
 
+def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> dict:
+    adapter = info.get("adapter") or {}
+    meta = {
+        "command": " ".join(["python build.py bench product"] + (sys.argv[1:] if argv is None else list(argv))),
+        "host": a.host, "backend": a.backend, "backend_active": info.get("backend"), "adapter": adapter,
+        "adapter_text": adapter.get("description") or adapter.get("device") or None,
+        "boot": {"wall_s": boot_s, "stages": info.get("stages")},
+        "versions": {"node": info.get("node"), "pyodide": info.get("pyodide"), "chromium": info.get("chromium")},
+        "machine": machine(), "git_commit": git_commit(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (time.perf_counter() - t0))),
+        "wall_s": time.perf_counter() - t0, "stopped": res.get("stopped"),
+        "artifacts": {"champion": {"path": a.champion, "sha256": a.sha["champion"]},
+                      "draft": ({"path": a.draft, "sha256": a.sha["draft"]} if "model" in a.drafters else None),
+                      "workload": {"path": a.workload, "sha256": a.sha["workload"]}},
+        "strata": list(dict.fromkeys(i["stratum"] for i in a.items)), "prompts": [i["id"] for i in a.items],
+        "per_stratum": a.per_stratum, "drafters": a.drafters, "ks": a.ks, "modes": a.modes, "seeds": a.seeds,
+        "temperature": a.temperature, "runs": a.runs, "max_new_tokens": a.max_new_tokens, "adaptive": a.adaptive,
+        "timing_reps": a.timing_reps, "deadline_s": a.deadline,
+    }
+    spec_recs = [r for r in res["records"] if r["drafter"] != "none"]
+    return {"meta": meta, **res, "alone": alone_rows(res, a), "summary": summarise(res, a),
+            "answers": len(spec_recs), "all_identical": all(r["identical"] for r in spec_recs)}
+
+
+def write_report(report: dict, a) -> str:
+    text = table(report)
+    if a.out:
+        tmp = Path(str(a.out) + ".part")
+        tmp.write_text(json.dumps(report, indent=1))
+        os.replace(tmp, a.out)
+    if a.table:
+        Path(a.table).write_text(text + "\n")
+    return text
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
-    items = select_items(a)
-    progress(f"{len(items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in items))} strata; host {a.host} "
-             f"({a.backend}); drafters {a.drafters}, k {a.ks}, modes {a.modes}, runs {a.runs}")
+    a.items = select_items(a)
+    a.sha = {"champion": sha256(Path(a.champion)), "workload": sha256(Path(a.workload)),
+             "draft": sha256(Path(a.draft)) if "model" in a.drafters else None}
+    progress(f"{len(a.items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in a.items))} strata; host "
+             f"{a.host} ({a.backend}); drafters {a.drafters}, k {a.ks}, modes {a.modes}, runs {a.runs}")
     t0 = time.perf_counter()
     try:
         host = open_host(a)
@@ -579,38 +632,15 @@ def main(argv=None) -> int:
     info = host.info
     progress(f"booted in {boot_s:.1f} s: backend {info.get('backend')}, adapter "
              f"{(info.get('adapter') or {}).get('description') or (info.get('adapter') or {}).get('device') or '-'}")
-    try:
-        res = run_bench(host, items, a)
+    try:   # the report so far is written after every stratum: a run cut short still leaves its figures
+        res = run_bench(host, a.items, a,
+                        checkpoint=lambda r: write_report(build_report(r, a, info, argv, t0, boot_s), a))
     finally:
         host.close()
-    adapter = info.get("adapter") or {}
-    meta = {
-        "command": " ".join(["python build.py bench product"] + (sys.argv[1:] if argv is None else list(argv))),
-        "host": a.host, "backend": a.backend, "backend_active": info.get("backend"), "adapter": adapter,
-        "adapter_text": adapter.get("description") or adapter.get("device") or None,
-        "boot": {"wall_s": boot_s, "stages": info.get("stages")},
-        "versions": {"node": info.get("node"), "pyodide": info.get("pyodide"), "chromium": info.get("chromium")},
-        "machine": machine(), "git_commit": git_commit(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (time.perf_counter() - t0))),
-        "wall_s": time.perf_counter() - t0,
-        "artifacts": {"champion": {"path": a.champion, "sha256": sha256(Path(a.champion))},
-                      "draft": ({"path": a.draft, "sha256": sha256(Path(a.draft))} if "model" in a.drafters else None),
-                      "workload": {"path": a.workload, "sha256": sha256(Path(a.workload))}},
-        "strata": list(dict.fromkeys(i["stratum"] for i in items)), "prompts": [i["id"] for i in items],
-        "per_stratum": a.per_stratum, "drafters": a.drafters, "ks": a.ks, "modes": a.modes, "seeds": a.seeds,
-        "temperature": a.temperature, "runs": a.runs, "max_new_tokens": a.max_new_tokens, "adaptive": a.adaptive,
-        "timing_reps": a.timing_reps,
-    }
-    spec_recs = [r for r in res["records"] if r["drafter"] != "none"]
-    report = {"meta": meta, **res, "alone": alone_rows(res, a), "summary": summarise(res, a),
-              "answers": len(spec_recs), "all_identical": all(r["identical"] for r in spec_recs)}
-    text = table(report)
-    print(text)
+    report = build_report(res, a, info, argv, t0, boot_s)
+    print(write_report(report, a))
     if a.out:
-        Path(a.out).write_text(json.dumps(report, indent=1))
         progress(f"wrote {a.out}")
-    if a.table:
-        Path(a.table).write_text(text + "\n")
     if res["errors"]:
         return 2
     return 0 if report["all_identical"] else 1
