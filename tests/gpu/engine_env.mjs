@@ -1,4 +1,4 @@
-// engine_env.mjs — createEngine options from environment variables (bench.mjs, spec_bench.mjs) and the one-lane
+// engine_env.mjs — createEngine options from environment variables (bench.mjs, bench/product/node_host.mjs) and the one-lane
 // subgroup emulation (driver.mjs, bench.mjs EMULATE_SG=1).
 import { readFileSync } from 'node:fs';
 

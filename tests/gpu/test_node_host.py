@@ -14,12 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from dawn_harness import ENV, ROOT, probe
+from dawn_harness import BACKEND, ENV, ROOT, probe
 
 sys.path.insert(0, str(ROOT / "py"))
 from bench.product import NodeHost  # noqa: E402
 
-_why = probe()
+
+def _pyodide_missing() -> str | None:
+    npm = ROOT / "node_modules" / "pyodide"
+    if not (npm / "pyodide.asm.wasm").exists():
+        return "npm pyodide is not installed (run `python build.py setup`)"
+    version = json.loads((npm / "package.json").read_text())["version"]
+    if not list((ROOT / "static" / "pyodide" / version).glob("numpy-*.whl")):
+        return f"static/pyodide/{version}/ has no numpy wheel (run `python build.py setup`)"
+    return None
+
+
+_why_py = _pyodide_missing()
+_why = probe() or _why_py
+pytestmark = pytest.mark.skipif(_why_py is not None, reason=f"no Pyodide runtime here: {_why_py}")
 needs_dawn = pytest.mark.skipif(_why is not None, reason=f"Dawn engine cannot run here: {_why}")
 PROMPTS = ["Tell me about the sea.", "Repeat after me: red, green, blue, red, green, blue, red, green"]
 SAMPLED = {"temperature": 0.9, "top_p": 0.95, "seed": 7}
@@ -71,12 +84,12 @@ def check_host(host: NodeHost, champ: Path) -> None:
                     assert got["stats"]["draft_passes"] > 0
 
 
-@pytest.mark.parametrize("backend", [pytest.param("opengl", marks=needs_dawn), "cpu"])
+@pytest.mark.parametrize("backend", [pytest.param(BACKEND, marks=needs_dawn), "cpu"])
 def test_node_host_answers_equal_cli_with_and_without_speculation(models, backend):
     champ, draft = models
     host = NodeHost(backend, champ, draft, env=ENV)
     try:
-        assert host.info["backend"] == ("webgpu" if backend == "opengl" else "cpu")
+        assert host.info["backend"] == ("cpu" if backend == "cpu" else "webgpu")
         loaded = {x["role"]: x["backend"] for s in host.info["stages"] if s["stage"] == "weights" for x in s["loaded"]}
         assert loaded == {"champion": host.info["backend"], "draft": host.info["backend"]}
         check_host(host, champ)
@@ -97,7 +110,7 @@ def test_node_host_self_draft_and_fused_engine(models, tmp_path):
     champ, _ = models
     twin = tmp_path / "twin.gguf"
     shutil.copyfile(champ, twin)
-    host = NodeHost("opengl", champ, twin, env=ENV)
+    host = NodeHost(BACKEND, champ, twin, env=ENV)
     try:
         out = host.generate({"prompt": PROMPTS[0], "chat": True, "max_new_tokens": N, "temperature": 0,
                              "drafter": "model", "k": 3, "adaptive": False})
@@ -106,7 +119,7 @@ def test_node_host_self_draft_and_fused_engine(models, tmp_path):
         assert out["token_ids"] == cli(champ, PROMPTS[0], temperature=0)["token_ids"]
     finally:
         host.close()
-    host = NodeHost("opengl", champ, twin, env={**ENV, "EMULATE_SG": "1", "FUSE": "1"})
+    host = NodeHost(BACKEND, champ, twin, env={**ENV, "EMULATE_SG": "1", "FUSE": "1"})
     try:
         assert host.info["adapter"]["kernels"]["fuse"]["fuse"] is True
         check_host(host, champ)
