@@ -7,7 +7,6 @@ import { REQ, EVT } from './protocol.js';
 import { Core, HF_FILE_RE, coreHandlers, dispatch, errorText } from './core.js';
 import { WeightStore, StoreError, readResponse, readBlob, modelNameFrom } from './store/opfs.js';
 
-
 function post(msg, transfer) { self.postMessage(msg, transfer || []); }
 function event(kind, payload) { post({ kind, ...payload }); }
 function log(level, message) { event(EVT.LOG, { level, message }); }

@@ -77,6 +77,16 @@ def sha256(path: Path) -> str:
 
 
 # ---- hosts ----------------------------------------------------------------------------------------------------------
+def require_gpu(info: dict, what: str) -> None:
+    """A GPU run must not quietly measure the CPU fallback: the champion (and draft) must be on the engine."""
+    if info.get("backend") != "webgpu":
+        raise HostError(f"{what} offers no usable WebGPU adapter here ({info.get('gpu_reason')})")
+    on_cpu = [x["name"] for s in info.get("stages", []) if s["stage"] == "weights"
+              for x in (s.get("loaded") or []) if isinstance(x, dict) and x.get("backend") != "webgpu"]
+    if on_cpu:
+        raise HostError(f"the engine could not load {', '.join(on_cpu)} (see the log): they run on the CPU fallback")
+
+
 class NodeHost:
     """bench/product/node_host.mjs: the worker core under Node, one JSON line per request and reply."""
 
@@ -102,6 +112,14 @@ class NodeHost:
                                           "draft": str(draft) if draft else None,
                                           "wheel": str(build_exactspec_wheel()), "engine_opts": engine_opts or {}})
         self.info["host"] = "node"
+        if backend != "cpu":
+            try:
+                require_gpu(self.info, f"Dawn's {backend} backend")
+            except HostError:
+                self.close()
+                raise
+
+
 
     def _drain_stderr(self):
         for line in self.proc.stderr:
@@ -186,8 +204,8 @@ class ChromiumHost:
         gpu = next((s for s in r["stages"] if s["stage"] == "gpu"), {})
         self.info = {**r, "host": "chromium", "boot_ms": (time.perf_counter() - t0) * 1000.0,
                      "adapter": gpu.get("adapter"), "chromium": self.browser.version}
-        if backend == "webgpu" and r["backend"] != "webgpu":
-            raise HostError(f"the page offers no WebGPU here ({r.get('gpu_reason')}): use --backend cpu")
+        if backend == "webgpu":
+            require_gpu(self.info, "the page")
 
     def generate(self, params: dict) -> dict:
         return self.page.evaluate("(p) => exactspec.generate(p)", params)
