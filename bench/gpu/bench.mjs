@@ -128,24 +128,19 @@ async function main() {
     const x = device.createBuffer({ size: maxB * K * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
     device.queue.writeBuffer(x, 0, new Float32Array(maxB * K).map(() => Math.random() - 0.5));
     const o = device.createBuffer({ size: maxB * N * 4, usage: GPUBufferUsage.STORAGE });
-    const dummy = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
-    const dummyW = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
-    const p = new Uint32Array(12);
-    p.set([K, N, 0, N, 0, 0, 0, 0, 0, 0, N / 2]);
+    const mm = kernels.matmul;
+    const { lanes, matmulWg, ksplit } = engine.plan;
     const pb = device.createBuffer({ size: 48, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-    device.queue.writeBuffer(pb, 0, p);
+    device.queue.writeBuffer(pb, 0, mm.pack('params', { K, N, row0: 0, out_stride: N, window: 0, q_dim: 0, kv_dim: 0,
+      head_dim: 0, rope_dim: 0, seq_len: 0, n_groups: N / 2, eps: 0 }));
     const sb = device.createBuffer({ size: 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     // the engine's choice: weights decoded once per 1 (B = 1), 4 (B <= 4) or 8 rows (B > 4)
-    const tile1 = kernels.lanes > 1 && process.env.TILE1 !== '0';
-    const tile8 = kernels.lanes > 1 && process.env.TILE8 !== '0';
-    const pipes = { 1: await kernels.matmul(wtype, MODE.store, false, tile1 ? 1 : 4),
-      4: await kernels.matmul(wtype, MODE.store, false, 4), 8: await kernels.matmul(wtype, MODE.store, false, tile8 ? 8 : 4) };
-    const bgs = ws.map((w) => device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
-      { binding: 0, resource: { buffer: pb } }, { binding: 1, resource: { buffer: sb, offset: 0, size: 32 } },
-      { binding: 2, resource: { buffer: w } }, { binding: 3, resource: { buffer: x } },
-      { binding: 4, resource: { buffer: dummy } }, { binding: 5, resource: { buffer: dummy } },
-      { binding: 6, resource: { buffer: o } }, { binding: 7, resource: { buffer: dummyW } }] }));
-    const wg = Math.ceil(N / 2 / (kernels.matmulWg / (kernels.lanes * kernels.ksplit)));
+    const tile1 = engine.plan.tile1;
+    const tile8 = engine.plan.tile8;
+    const pipe = (tile) => mm.pipeline({ WG_SIZE: matmulWg, WTYPE: wtype, MODE: MODE.store, NORM: 0, LANES: lanes, TILE: tile, KSPLIT: ksplit });
+    const pipes = { 1: await pipe(tile1 ? 1 : 4), 4: await pipe(4), 8: await pipe(tile8 ? 8 : 4) };
+    const bgs = ws.map((w) => mm.bind('matmul', { params: pb, step: sb, w, x, gamma: null, rope: null, out: o, kv: null }));
+    const wg = Math.ceil(N / 2 / (matmulWg / (lanes * ksplit)));
     const res = {};
     for (const B of [1, 2, 4, 5, 8, 9]) {
       device.queue.writeBuffer(sb, 0, new Uint32Array([B, 0, 0, 0, 0, 0, 0, 0]));
@@ -177,7 +172,7 @@ async function main() {
     out.matmul[type] = res;
     log(`matmul ${type} ${N}x${K} (${(wBytes / 1e6).toFixed(1)} MB, ${copies} copies rotated): ` +
       Object.entries(res).map(([B, r]) => `B=${B} ${r.us.toFixed(1)}us ${r.GBps.toFixed(0)}GB/s (x${(r.us / res[1].us).toFixed(2)})`).join(' | '));
-    for (const b of [...ws, x, o, dummy, dummyW, pb, sb]) b.destroy();
+    for (const b of [...ws, x, o, pb, sb]) b.destroy();
   }
   // ---- copy bandwidth
   {
