@@ -2,13 +2,14 @@
 //
 //   node tests/gpu/driver.mjs SPEC.json OUT.bin
 // Env EXACTSPEC_ENGINE_OPTS: JSON of extra createEngine options (variants: {"splits": 1, "tile8": false}).
-// SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?, lanes?,
+// SPEC: {model: PATH (GGUF file or Hugging Face folder), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?, lanes?,
 //        engine_opts?: {extra createEngine options, e.g. fuse}, emulate_sg?, ksplit?,
 //        ops may also hold {op: 'lose_device'} (destroys the device),
 //        max_binding_bytes?, ops: [{op: 'forward', tokens, start_pos, n_out?} | {op: 'truncate', n}]}
 // Writes every forward's logits (float32, row-major) back to back into OUT.bin and prints one JSON line:
 // {adapter, results: [{op, rows, dispatches}], load_ms}. If no adapter: prints {"no_adapter": reason}, exit 3.
 import { readFileSync, writeFileSync, openSync, readSync, closeSync } from 'node:fs';
+import { join } from 'node:path';
 import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
 import { defaultShaderSource } from '../../app/gpu/kernels.js';
@@ -45,10 +46,16 @@ async function main() {
     }
     throw e;
   }
-  const fd = openSync(spec.model, 'r');
-  const readSlice = async (offset, nbytes) => {
+  // spec.model: a GGUF file, or a Hugging Face folder (each tensor's `file` is a shard in it)
+  const fds = new Map();
+  const fdOf = (file) => {
+    const p = file ? join(spec.model, file) : spec.model;
+    if (!fds.has(p)) fds.set(p, openSync(p, 'r'));
+    return fds.get(p);
+  };
+  const readSlice = async (offset, nbytes, file) => {
     const b = Buffer.alloc(nbytes);
-    const got = readSync(fd, b, 0, nbytes, offset);
+    const got = readSync(fdOf(file), b, 0, nbytes, offset);
     return b.buffer.slice(b.byteOffset, b.byteOffset + got);
   };
   const t0 = performance.now();
@@ -74,7 +81,7 @@ async function main() {
       results.push({ op: 'lose_device' });
     } else throw new Error(`unknown op ${op.op}`);
   }
-  closeSync(fd);
+  for (const fd of fds.values()) closeSync(fd);
   writeFileSync(outPath, Buffer.concat(outs));
   console.log(JSON.stringify({ adapter: engine.adapterInfo, results, load_ms: loadMs }));
   model.destroy();

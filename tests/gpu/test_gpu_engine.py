@@ -337,3 +337,41 @@ def test_fuse_auto_survives_a_rejected_fused_kernel(micro_paths):
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     with pytest.raises(RuntimeError, match="WGSL ffn"):
         run_engine(path, d, ops, emulate_sg=True, break_shader="ffn_sg", engine_opts={"fuse": True})
+
+
+# ---- Hugging Face folders (safetensors) on the engine, through Python's one tensor-name map (formats.describe)
+
+def write_hf_folder(folder, cfg, seed, dtype, shards):
+    """A Hugging Face folder: config.json + the micro weights in `shards` safetensors files of `dtype` (BF16 weights
+    are bfloat16 values already, so every dtype holds the reference's weights exactly or as rounded by the file)."""
+    import json
+
+    from exactspec.formats.safetensors import config_to_hf, gguf_to_hf_name, write_safetensors
+    from exactspec.micro import micro_weights
+
+    folder.mkdir()
+    w = micro_weights(cfg, seed)
+    if dtype == "BF16":
+        w = {k: (v.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32) for k, v in w.items()}
+    names = sorted(w)
+    for s in range(shards):
+        write_safetensors(folder / f"model-{s + 1:05d}-of-{shards:05d}.safetensors",
+                          {gguf_to_hf_name(n): w[n] for n in names[s::shards]}, dtype)
+    (folder / "config.json").write_text(json.dumps(config_to_hf(cfg)))
+    return folder
+
+
+@pytest.mark.parametrize("dtype,shards,kw", [("F32", 1, {}), ("F16", 2, {}), ("BF16", 3, {"n_kv_heads": 1, "rope_dim": 8,
+                                                                                    "tied_embeddings": False})])
+def test_hf_folder_invariance_parity(tmp_path, dtype, shards, kw):
+    """A Hugging Face folder (F32 / F16 / BF16 safetensors, 1-3 shards; Q/K rows in HF order, gathered into the
+    engine's RoPE-pair order) runs on the engine: batch invariant, within 1e-3 of the reference read from the same
+    folder. The description's tensor names are Python's GGUF names; each names its shard."""
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config
+
+    folder = write_hf_folder(tmp_path / "hf", micro_config(**kw), seed=9, dtype=dtype, shards=shards)
+    d = describe(folder)
+    assert d["format"] == "hf" and all(t["name"].startswith(("blk.", "token_embd", "output")) for t in d["tensors"])
+    assert len({t["file"] for t in d["tensors"]}) == shards
+    check_engine(folder, n=14, description=d)
