@@ -8,25 +8,20 @@
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
 // T_verify(k) / T_single for k = 1..8, tokens/s decoding alone, dispatches per forward, GPU vs encode time.
-import { readFileSync, openSync, readSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
 import { MODE } from '../../app/gpu/kernels.js';
 import { rowBytes } from '../../app/gpu/weights.js';
-import { emulationOpts, fuseOpts } from '../../tests/gpu/engine_env.mjs';
+import { adapterOptions, dawnGpu, emulationOpts, fileReader, fuseOpts } from '../../tests/gpu/engine_env.mjs';
 
-Object.assign(globalThis, globals);
 const args = process.argv.slice(2);
 const arg = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
 const backend = arg('--backend', 'vulkan');
 const quick = args.includes('--quick');
 const only = args.includes('--matmul-only');
 const modelOnly = args.includes('--model-only');
-const flags = [`backend=${backend}`];
-if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
-const gpu = create(flags);
-globalThis.__dawnGPU = gpu;
+const gpu = dawnGpu(backend);
 const out = {};
 const log = (...a) => console.log(...a);
 const median = (a) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]; };
@@ -83,7 +78,7 @@ async function timeSubmit(device, fn) {
 
 async function main() {
   const engine = await createEngine(gpu, {
-    adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
+    adapterOptions: adapterOptions(backend),
     timestamps: true,
     shaderBase: process.env.SHADER_BASE ? pathToFileURL(process.env.SHADER_BASE + '/') : undefined,
     lanes: process.env.LANES ? Number(process.env.LANES) : undefined,
@@ -239,8 +234,7 @@ async function main() {
   let readSlice;
   if (modelPath) {
     desc = JSON.parse(readFileSync(arg('--desc'), 'utf8'));
-    const fd = openSync(modelPath, 'r');
-    readSlice = async (offset, nbytes) => { const b = Buffer.alloc(nbytes); readSync(fd, b, 0, nbytes, offset); return b.buffer.slice(b.byteOffset, b.byteOffset + nbytes); };
+    readSlice = fileReader(modelPath);
   } else {
     desc = smolDescription();
     readSlice = async (offset, nbytes) => synthBytes(desc, offset, nbytes);

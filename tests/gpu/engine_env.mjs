@@ -1,6 +1,60 @@
-// engine_env.mjs — createEngine options from environment variables (bench.mjs, spec_bench.mjs) and the one-lane
-// subgroup emulation (driver.mjs, bench.mjs EMULATE_SG=1).
-import { readFileSync } from 'node:fs';
+// engine_env.mjs — what the Node + Dawn scripts share (tests/gpu/driver.mjs, engine_server.mjs, bench/gpu/*.mjs):
+// Dawn's GPU object, a file/folder reader for loadModel, createEngine options from a test spec or from environment
+// variables, and the one-lane subgroup emulation.
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
+import { join } from 'node:path';
+import { create, globals } from 'webgpu';
+import { defaultShaderSource } from '../../app/gpu/kernels.js';
+
+/** Dawn for a backend ('opengl': llvmpipe here; 'vulkan' on a GPU host). The reference is kept: a garbage-collected
+ * `create()` result crashes Node. */
+export function dawnGpu(backend = 'opengl') {
+  Object.assign(globalThis, globals);
+  const flags = [`backend=${backend}`];
+  if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
+  const gpu = create(flags);
+  globalThis.__dawnGPU = gpu;
+  return gpu;
+}
+
+/** createEngine's adapterOptions for a Dawn backend. */
+export function adapterOptions(backend = 'opengl') {
+  return backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' };
+}
+
+/** loadModel's readSlice(offset, nbytes, file) over a GGUF file, or a Hugging Face folder (file: a shard in it);
+ * close() closes the files. */
+export function fileReader(path) {
+  const fds = new Map();
+  const fdOf = (file) => {
+    const p = file ? join(path, file) : path;
+    if (!fds.has(p)) fds.set(p, openSync(p, 'r'));
+    return fds.get(p);
+  };
+  const readSlice = async (offset, nbytes, file) => {
+    const b = Buffer.alloc(nbytes);
+    const got = readSync(fdOf(file), b, 0, nbytes, offset);
+    return b.buffer.slice(b.byteOffset, b.byteOffset + got);
+  };
+  readSlice.close = () => { for (const fd of fds.values()) closeSync(fd); fds.clear(); };
+  return readSlice;
+}
+
+/** createEngine options of a test spec (tests/gpu/dawn_harness.py): {backend, max_rows, max_binding_bytes, lanes,
+ * emulate_sg, ksplit, engine_opts, break_shader}, then env EXACTSPEC_ENGINE_OPTS (variants on a GPU host). */
+export function specEngineOptions(spec) {
+  const base = spec.emulate_sg ? emulateSubgroups : defaultShaderSource(new URL('../../shaders/', import.meta.url));
+  return {
+    adapterOptions: adapterOptions(spec.backend ?? 'opengl'),
+    maxRows: spec.max_rows ?? undefined, maxBindingBytes: spec.max_binding_bytes ?? undefined, lanes: spec.lanes ?? undefined,
+    ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true,
+      emulatedSubgroups: true, ksplit: spec.ksplit ?? 1 } : {}),
+    ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
+    // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected)
+    ...(spec.break_shader ? { shaderSource: async (name) => (name === spec.break_shader ? 'fn main( {' : base(name)) } : {}),
+    ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
+  };
+}
 
 /** The fused engine from the environment: FUSE=0 (unfused: 5 dispatches per layer) | FUSE=1 (3) | FUSE=attn (4), FUSE_SLICE (hidden units
  * per FFN workgroup), FUSE_WG (its workgroup size), FUSE_HEAD_WG / FUSE_HEAD_PAIRS (the head's prologue matmul),
