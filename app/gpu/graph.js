@@ -63,6 +63,9 @@ export const FORWARDS = { false: plainForward, attn: fusedAttnForward, true: fus
 
 // ---- the op builder ------------------------------------------------------------------------------------------
 
+/** An op's kind: its label without the layer ('qkv', 'ffn', 'logits', ...). */
+const kindOf = (label) => label.replace(/^blk\.\d+\./, '');
+
 /** The weight tile (chunk rows per weight decode) a dispatch of `rows` rows runs: 1, 4 or 8, as the op has them. */
 const tileFor = (tiles, rows) => (rows > 4 ? tiles.t8 : rows === 1 ? tiles.t1 : tiles.t4);
 
@@ -86,15 +89,23 @@ export class GraphBuilder {
     return { t4, t8: this.plan.tile8 && fits(8) ? 8 : t4, t1: this.plan.tile1 ? 1 : t4 };
   }
 
-  /** An op whose pipeline depends on the tile its row count picks (tiles: {t1, t4, t8}; make(tile) -> pipeline). */
-  async tiled(label, bindGroup, tiles, make, grid) {
+  /** An op whose pipeline depends on the tile its row count picks (tiles: {t1, t4, t8}; make(tile) -> pipeline;
+   * grid(rows, tile) -> [x, y, z] with z = 1: one workgroup loops over the tiles). Kinds in plan.rowTiles run
+   * dispatches of up to rowTilesMax rows row-parallel instead: 1-row tiles, every row its own workgroup, rowGrid(rows). */
+  async tiled(label, bindGroup, tiles, make, grid, rowGrid) {
+    const row = this.plan.rowTiles.has(kindOf(label));
     const pipes = {};
-    for (const t of new Set([tiles.t1, tiles.t4, tiles.t8])) pipes[t] = await make(t);
-    return this.push({ label, bindGroup, select: (rows) => { const t = tileFor(tiles, rows); return { pipeline: pipes[t], grid: grid(rows, t) }; } });
+    for (const t of new Set([tiles.t1, tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipes[t] = await make(t);
+    const max = row ? this.plan.rowTilesMax : 0;
+    return this.push({ label, bindGroup, select: (rows) => {
+      if (rows <= max) return { pipeline: pipes[1], grid: rowGrid(rows) };
+      const t = tileFor(tiles, rows);
+      return { pipeline: pipes[t], grid: grid(rows, t) };
+    } });
   }
 
   push(op) {
-    op.kind = op.label.replace(/^blk\.\d+\./, '');
+    op.kind = kindOf(op.label);
     (this.list ?? this.ops).push(op);
     return op;
   }
@@ -120,7 +131,7 @@ export class GraphBuilder {
           out: this.buf(out), kv: this.buf(kv) });
         const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / perWg));
         await this.tiled(label, bg, tiles, (t) => K.pipeline({ WG_SIZE: matmulWg, WTYPE: lin.wtype, MODE: MODE[mode],
-          NORM: gamma ? 1 : 0, LANES: lanes, TILE: t, KSPLIT: ksplit }), () => grid);
+          NORM: gamma ? 1 : 0, LANES: lanes, TILE: t, KSPLIT: ksplit }), () => grid, (rows) => [grid[0], grid[1], rows]);
       }
     }
   }
@@ -143,7 +154,8 @@ export class GraphBuilder {
           kv: this.buf(kv), parts: this.buf(parts), r_out: writeR ? this.buf(r_out) : null });
         const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / ((wg / lanes) * pairs)));
         await this.tiled(label, bg, tiles, (t) => K.pipeline({ WG_SIZE: wg, WTYPE: lin.wtype, MODE: MODE[mode],
-          NORM: gamma ? 1 : 0, LANES: lanes, TILE: t, KX: lin.K, PAIRS: pairs, NPART: npart }), () => grid);
+          NORM: gamma ? 1 : 0, LANES: lanes, TILE: t, KX: lin.K, PAIRS: pairs, NPART: npart }), () => grid,
+        (rows) => [grid[0], grid[1], rows]);
       }
     }
   }
@@ -182,7 +194,8 @@ export class GraphBuilder {
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, q: this.buf('q'),
       kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn') });
     const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype) });
-    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, 1] }) });
+    const z = this.plan.attnSplit;   // workgroups sharing a head's O projection (each its own scores row)
+    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, z] }) });
   }
 
   /** x = r_in + sum_h P_attn[h] (-> r_out); P_ffn[s] = (silu(gate) * up over hidden slice s of rmsnorm(x)) @ W_down[:, s]. */
@@ -197,7 +210,7 @@ export class GraphBuilder {
     // one workgroup row per tile of chunk rows
     await this.tiled(label, bg, this.stagedTiles(plan.fuseSlice), (t) => K.pipeline({ WG_SIZE: plan.fuseWg, WTYPE: L.gateUp.wtype,
       WTYPE_D: L.down.wtype, LANES: plan.lanes, TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads }),
-    (rows, t) => [this.nSlices, Math.ceil(rows / t), 1]);
+    (rows, t) => [this.nSlices, Math.ceil(rows / t), 1], (rows) => [this.nSlices, rows, 1]);
   }
 
   /** logits rows (step.out_base..) = rmsnorm(x) @ W_out^T for the chunk rows from step.out_lo (window). */

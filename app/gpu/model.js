@@ -80,7 +80,7 @@ function activations(mem, cfg, plan, nSlices) {
     q: mem.create('q', R * nH * hd * 4),                     // (max_rows, q_dim)
     att: mem.create('attn_out', R * nH * hd * 4),            // (max_rows, q_dim)
     hidden: mem.create('hidden', R * hidden * 4),            // (max_rows, hidden_dim)
-    scores: mem.create('scores', R * nH * seqLen * 4),       // (max_rows, n_heads, seq_len)
+    scores: mem.create('scores', R * nH * plan.attnSplit * seqLen * 4),   // (max_rows, n_heads, attn split, seq_len)
     tokens: mem.create('tokens', (seqLen + 1) * 4),          // (seq_len + 1) token ids of one submission
     ids: mem.create('ids', (seqLen + 1) * 4),                // (seq_len + 1) picks on verify rows
     rope: mem.create('rope', seqLen * (ropeDim / 2) * 8),    // (seq_len, rope_dim/2) (cos, sin)

@@ -54,15 +54,32 @@ function fusePlan(opts, m, device, cpu) {
   return f;
 }
 
+/** The op kinds that run every chunk row in its own workgroup (1-row tiles) up to rowTilesMax rows. */
+const ROW_KINDS = ['qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits'];
+function rowPlan(opts, m) {
+  const want = opts.rowTiles ?? [];
+  const kinds = want === 'all' ? ROW_KINDS.filter((k) => k !== 'logits') : want;
+  if (!Array.isArray(kinds) || kinds.some((k) => !ROW_KINDS.includes(k))) {
+    throw new Error(`rowTiles ${JSON.stringify(want)} must be 'all' or a list of ${ROW_KINDS.join(', ')}`);
+  }
+  if (kinds.length && !m.subgroups && !opts.emulatedSubgroups) throw new Error('rowTiles needs the subgroup matmul (matmul_sg.wgsl)');
+  const rowTilesMax = opts.rowTilesMax ?? 16;
+  if (!Number.isInteger(rowTilesMax) || rowTilesMax < 1) throw new Error(`rowTilesMax ${rowTilesMax} must be a positive integer`);
+  const attnSplit = opts.attnSplit ?? 1;
+  if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
+  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit };
+}
+
 /** The engine's plan from createEngine's options (see engine.js for each option). */
 export function resolvePlan(opts, info, device) {
   const cpu = isCpuAdapter(info);
   const m = matmulPlan(opts, info, device, cpu);
   const f = fusePlan(opts, m, device, cpu);
+  const r = rowPlan(opts, m);
   const pickWg = cpu ? 64 : 256;
   const aheadMax = opts.aheadMax ?? (cpu ? 0 : 16);
   if (!Number.isInteger(aheadMax) || aheadMax < 0 || aheadMax > MAX_PASSES) throw new Error(`aheadMax ${aheadMax} must be in 0..${MAX_PASSES}`);
-  return { cpu, ...m, ...f, attnWg: opts.attnWg ?? (cpu ? 64 : 256), maxRows: opts.maxRows ?? 64,
+  return { cpu, ...m, ...f, ...r, attnWg: opts.attnWg ?? (cpu ? 64 : 256), maxRows: opts.maxRows ?? 64,
     splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query') };
 }
@@ -75,5 +92,5 @@ export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, auto: plan.fuseAuto } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
-    attention_wg: plan.attnWg, fuse };
+    attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit };
 }

@@ -1,19 +1,24 @@
 // bench.mjs — speed of the WebGPU engine under Node + Dawn (H200 over Vulkan, or llvmpipe over OpenGL here).
 //
 //   node bench/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick] [--model-only]
-// Engine variants by environment: SPLITS, KSPLIT, TILE1/TILE8, MATMUL_WG, ATTN_WG, SUBGROUPS, LANES and the fused
-// engine FUSE=1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG (see engine_env.mjs); EMULATE_SG=1 runs the
-// subgroup kernels with one-lane subgroups (a check that FUSE=1 runs on llvmpipe here, not a speed figure).
+// Engine variants by environment (engine_env.mjs envEngineOptions): SPLITS, PASS_SPLITS, KSPLIT, TILE1/TILE8,
+// MATMUL_WG, ATTN_WG, SUBGROUPS, LANES, ROW_TILES (qkv,ffn,... | all) / ROW_TILES_MAX, ATTN_SPLIT and the fused engine
+// FUSE=0|1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG; EMULATE_SG=1 runs the subgroup
+// kernels with one-lane subgroups (a check that they run on llvmpipe here, not a speed figure). AHEAD_NS (default
+// 4,8,16,32): decodeAhead sizes; DRAFT_LAYERS (default 2): the synthetic draft of the specRound measurement;
+// SYNTH_LAYERS (default 30): layers of the synthetic model (fewer: dry runs of the scripts here).
 // Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
-// T_verify(k) / T_single for k = 1..8, tokens/s decoding alone, dispatches per forward, GPU vs encode time.
+// T_verify(k) / T_single for k = 1..8, tokens/s decoding alone (one forward and readback per token), the batched step:
+// decodeAhead tok/s and GPU time per pass for each n, specRound(k) time against T_single with a DRAFT_LAYERS-layer
+// draft, dispatches per forward, GPU vs encode time.
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { createEngine } from '../../app/gpu/engine.js';
 import { MODE } from '../../app/gpu/kernels.js';
 import { rowBytes } from '../../app/gpu/weights.js';
-import { adapterOptions, dawnGpu, emulationOpts, fileReader, fuseOpts } from '../../tests/gpu/engine_env.mjs';
+import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
 
 const args = process.argv.slice(2);
 const arg = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
@@ -26,8 +31,8 @@ const out = {};
 const log = (...a) => console.log(...a);
 const median = (a) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]; };
 
-function smolDescription() {
-  const config = { dim: 576, hidden_dim: 1536, n_layers: 30, n_heads: 9, n_kv_heads: 3, head_dim: 64,
+function smolDescription(nLayers = 30) {
+  const config = { dim: 576, hidden_dim: 1536, n_layers: nLayers, n_heads: 9, n_kv_heads: 3, head_dim: 64,
     vocab_size: 49152, seq_len: 8192, rope_theta: 100000, rope_dim: 64, norm_eps: 1e-5, tied_embeddings: true, arch: 'llama' };
   const tensors = [];
   let off = 0;
@@ -38,7 +43,7 @@ function smolDescription() {
     off += nbytes;
   };
   add('token_embd.weight', 'Q8_0', [49152, 576]);
-  for (let i = 0; i < 30; i++) {
+  for (let i = 0; i < nLayers; i++) {
     const p = `blk.${i}.`;
     add(p + 'attn_norm.weight', 'F32', [576]);
     add(p + 'attn_q.weight', 'Q4_1', [576, 576]);
@@ -81,16 +86,7 @@ async function main() {
     adapterOptions: adapterOptions(backend),
     timestamps: true,
     shaderBase: process.env.SHADER_BASE ? pathToFileURL(process.env.SHADER_BASE + '/') : undefined,
-    lanes: process.env.LANES ? Number(process.env.LANES) : undefined,
-    subgroups: process.env.SUBGROUPS ? process.env.SUBGROUPS === '1' : undefined,
-    matmulWg: process.env.MATMUL_WG ? Number(process.env.MATMUL_WG) : undefined,
-    splits: process.env.SPLITS ? Number(process.env.SPLITS) : undefined,
-    attnWg: process.env.ATTN_WG ? Number(process.env.ATTN_WG) : undefined,
-    ksplit: process.env.KSPLIT ? Number(process.env.KSPLIT) : undefined,
-    tile8: process.env.TILE8 ? process.env.TILE8 === '1' : undefined,
-    tile1: process.env.TILE1 ? process.env.TILE1 === '1' : undefined,
-    ...fuseOpts(process.env),
-    ...emulationOpts(process.env),
+    ...envEngineOptions(process.env),
   });
   const { device, kernels } = engine;
   const hasTs = device.features.has('timestamp-query');
@@ -236,7 +232,7 @@ async function main() {
     desc = JSON.parse(readFileSync(arg('--desc'), 'utf8'));
     readSlice = fileReader(modelPath);
   } else {
-    desc = smolDescription();
+    desc = smolDescription(Number(process.env.SYNTH_LAYERS ?? 30));
     readSlice = async (offset, nbytes) => synthBytes(desc, offset, nbytes);
   }
   const t0 = performance.now();
@@ -298,9 +294,73 @@ async function main() {
   const decMs = performance.now() - td;
   out.decode_tok_s = nDec / (decMs / 1e3);
   log(`decode alone: ${nDec} tokens from pos ${P} in ${decMs.toFixed(1)} ms = ${out.decode_tok_s.toFixed(0)} tok/s`);
+  await benchAhead(model, P, out, quick);
+  if (!modelPath) await benchSpecRound(engine, model, P, single, out, quick);
   console.log('JSON ' + JSON.stringify(out));
   model.destroy();
   engine.destroy();
+}
+
+/** decodeAhead: greedy ids only (what the decode loop reads back for greedy), and with rows (coupled), per n. */
+async function benchAhead(model, P, out, quick) {
+  const V = model.config.vocab_size;
+  const ns = (process.env.AHEAD_NS ?? '4,8,16,32').split(',').map(Number);
+  const total = quick ? 8 : 256;
+  out.ahead = {};
+  for (const rows of [false, true]) {
+    for (const n of ns) {
+      const reps = Math.max(2, Math.ceil(total / n));
+      const pick = rows ? { temperature: 0.7, seed: 1 } : { temperature: 0, seed: 0 };
+      model.truncate(P);
+      await model.decodeAhead(7, P, n, pick, rows);   // warm (encodes; pre-encodes the next)
+      const gpu = [];
+      const enc = [];
+      model.truncate(P);
+      const t0 = performance.now();
+      for (let r = 0; r < reps; r++) {
+        await model.decodeAhead((r * 31) % V, P + r * n, n, pick, rows);
+        if (model.stats.gpu_ms != null) gpu.push(model.stats.gpu_ms / n);
+        enc.push(model.stats.encode_ms);
+      }
+      const ms = performance.now() - t0;
+      const r = { tok_s: (reps * n) / (ms / 1e3), wall_ms_per_token: ms / (reps * n), gpu_ms_per_pass: gpu.length ? median(gpu) : null,
+        encode_submit_ms: median(enc), command_buffers: model.stats.command_buffers, pre_encoded: model.stats.pre_encoded };
+      out.ahead[`${n}${rows ? '_rows' : ''}`] = r;
+      log(`decodeAhead n=${n} ${rows ? 'coupled, rows read back' : 'greedy, ids only'}: ${r.tok_s.toFixed(0)} tok/s ` +
+        `(${r.wall_ms_per_token.toFixed(3)} ms/token wall, GPU ${r.gpu_ms_per_pass?.toFixed(3)} ms/pass, encode+submit ` +
+        `${r.encode_submit_ms.toFixed(3)} ms, ${r.command_buffers} command buffers, pre-encoded ${r.pre_encoded})`);
+    }
+  }
+}
+
+/** specRound(k) with a SmolLM2-shaped draft of DRAFT_LAYERS layers: one submission, greedy ids only. */
+async function benchSpecRound(engine, model, P, single, out, quick) {
+  const nl = Number(process.env.DRAFT_LAYERS ?? 2);
+  const desc = smolDescription(nl);
+  const draft = await engine.loadModel(desc, async (o, n) => synthBytes(desc, o, n), { seq_len: 1024 });
+  const pick = { temperature: 0, seed: 0 };
+  const feed = Array.from({ length: P }, (_, i) => (i * 7919 + 13) % desc.config.vocab_size);
+  out.spec_round = {};
+  for (let k = 1; k <= 8; k++) {
+    const wall = [];
+    const gpu = [];
+    for (let it = 0; it < (quick ? 2 : 30); it++) {
+      model.truncate(P - 1);
+      draft.truncate(0);
+      await draft.forward(feed.slice(0, P - 2), 0, 1);
+      const t = performance.now();
+      await model.specRound(draft, feed.slice(P - 2), P - 2, k, feed[P - 1], P - 1, pick, false);
+      wall.push(performance.now() - t);
+      if (model.stats.gpu_ms != null) gpu.push(model.stats.gpu_ms);
+    }
+    const r = { wall: median(wall), gpu: gpu.length ? median(gpu) : null };
+    r.ratio_wall = r.wall / single.wall;
+    r.ratio_gpu = r.gpu && single.gpu ? r.gpu / single.gpu : null;
+    out.spec_round[k] = r;
+    log(`specRound(k=${k}, ${nl}-layer draft) / T_single: wall ${r.ratio_wall.toFixed(3)} (${r.wall.toFixed(3)} ms)` +
+      (r.gpu ? `, GPU ${r.ratio_gpu.toFixed(3)} (${r.gpu.toFixed(3)} ms)` : ''));
+  }
+  draft.destroy();
 }
 
 main().then(() => process.exit(0), (e) => { console.error(e.stack ?? String(e)); process.exit(1); });

@@ -5,14 +5,14 @@
 //        prompt_ids: [...], max_new_tokens, ks: [1, 2, ...], seq_len?}
 // (py/bench/gpu_spec.py writes it from the GGUF files.) Prints one JSON line:
 // {adapter, plain: {tokens, ms, tok_s}, spec: {k: {ms, tok_s, tau, target_passes, draft_passes, identical}}}.
-// Engine options: env EXACTSPEC_ENGINE_OPTS (JSON) and FUSE=1|attn (+ FUSE_SLICE, ...: see bench.mjs).
+// Engine options: env EXACTSPEC_ENGINE_OPTS (JSON) and the bench variables (FUSE=1|attn, FUSE_SLICE, ...: see bench.mjs).
 // The loop is the greedy case of exactspec.verify.coupled (argmax, lowest id on ties; accept while the draft's argmax
 // equals the champion's; emit the champion's token at the first mismatch, the bonus after k matches), and the draft
 // catches up on every committed token before proposing, as exactspec.drafters.ModelDrafter does. `identical` says the
 // speculative tokens equal plain decoding's (they must: the engine is batch-invariant).
 import { readFileSync } from 'node:fs';
 import { createEngine } from '../../app/gpu/engine.js';
-import { adapterOptions, dawnGpu, emulationOpts, fileReader, fuseOpts } from '../../tests/gpu/engine_env.mjs';
+import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
 
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const backend = spec.backend ?? 'opengl';
@@ -85,9 +85,7 @@ async function speculative(champ, draft, prompt, n, k) {
 async function main() {
   const engine = await createEngine(gpu, {
     adapterOptions: adapterOptions(backend),
-    ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
-    ...fuseOpts(process.env),   // FUSE=1|attn, FUSE_SLICE, ... as in bench.mjs
-    ...emulationOpts(process.env),   // EMULATE_SG=1: subgroup kernels with one-lane subgroups (tests here)
+    ...envEngineOptions(process.env),   // FUSE=1|attn, ..., EMULATE_SG=1, EXACTSPEC_ENGINE_OPTS: see bench.mjs
   });
   const champ = await load(engine, spec.champion);
   const draft = await load(engine, spec.draft);

@@ -84,6 +84,17 @@ export async function emulateSubgroups(name) {
   return src + '\nfn sg_add1(v: vec4<f32>) -> vec4<f32> { return v; }\n';
 }
 
+/** createEngine options of the bench variants (bench/gpu/*.mjs, bench/h200/*.sh), from environment variables. */
+export function envEngineOptions(env) {
+  const num = (k) => (env[k] ? Number(env[k]) : undefined);
+  const flag = (k) => (env[k] ? env[k] === '1' : undefined);
+  const rows = env.ROW_TILES ? (env.ROW_TILES === 'all' ? 'all' : env.ROW_TILES.split(',')) : undefined;
+  return { lanes: num('LANES'), subgroups: flag('SUBGROUPS'), matmulWg: num('MATMUL_WG'), splits: num('SPLITS'),
+    passSplits: num('PASS_SPLITS'), attnWg: num('ATTN_WG'), ksplit: num('KSPLIT'), tile8: flag('TILE8'), tile1: flag('TILE1'),
+    rowTiles: rows, rowTilesMax: num('ROW_TILES_MAX'), attnSplit: num('ATTN_SPLIT'), aheadMax: num('AHEAD_MAX'),
+    ...fuseOpts(env), ...emulationOpts(env), ...JSON.parse(env.EXACTSPEC_ENGINE_OPTS || '{}') };
+}
+
 /** EMULATE_SG=1 (bench here, on llvmpipe): matmul_sg.wgsl and the fused kernels with one-lane subgroups. */
 export function emulationOpts(env) {
   if (env.EMULATE_SG !== '1') return {};

@@ -375,3 +375,42 @@ def test_hf_folder_invariance_parity(tmp_path, dtype, shards, kw):
     assert d["format"] == "hf" and all(t["name"].startswith(("blk.", "token_embd", "output")) for t in d["tensors"])
     assert len({t["file"] for t in d["tensors"]}) == shards
     check_engine(folder, n=14, description=d)
+
+
+# ---- tile policies (engine options rowTiles / rowTilesMax / attnSplit): the same arithmetic per row, so the same bits
+
+ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
+
+
+@pytest.mark.parametrize("fuse,more", [(False, {"rowTiles": ROW_ALL, "rowTilesMax": 5}),
+                                       (True, {"rowTiles": ROW_ALL, "rowTilesMax": 5, "attnSplit": 3}),
+                                       (True, {"rowTiles": "all", "attnSplit": 2}),
+                                       ("attn", {"rowTiles": ["qkv", "ffn_gate_up"], "attnSplit": 4})])
+def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
+    """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup) and the
+    attention + O projection split over attnSplit workgroups per head compute each row with the same code in the
+    same order: every forward's logits equal the default policy's bit for bit (and so stay batch invariant)."""
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = describe(path)
+    vocab = d["config"]["vocab_size"]
+    toks = [int(t) for t in np.random.default_rng(6).integers(0, vocab, 16)]
+    ops, _ = invariance_ops(toks, toks[:4])
+    base = {"fuse": fuse, "fuseSlice": 32} if fuse else {"fuse": False}
+    info_a, a = run_engine(path, d, ops, emulate_sg=True, engine_opts=base)
+    info_b, b = run_engine(path, d, ops, emulate_sg=True, engine_opts={**base, **more})
+    assert info_b["adapter"]["kernels"]["row_tiles"]
+    assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
+
+
+def test_tile_policy_refusals(micro_paths):
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = describe(path)
+    for kw, msg in [({"engine_opts": {"rowTiles": ["qkv"], "subgroups": False}}, "rowTiles needs the subgroup matmul"),
+                    ({"emulate_sg": True, "engine_opts": {"rowTiles": ["attention"]}}, "rowTiles .* must be 'all' or"),
+                    ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be")]:
+        with pytest.raises(RuntimeError, match=msg):
+            run_engine(path, d, [], **kw)
