@@ -3,7 +3,7 @@
 // Modules: options.js (createEngine's options -> the plan), kernels.js + signature.js (WGSL kernels, bound by the
 // names their WGSL declares), weights.js (tensors -> GPU buffers), graph.js (the forward as a list of ops per layer),
 // encode.js (chunks, step slots, command buffers), model.js (the model object), pick.js (the batched step's picks),
-// profile.js (bench).
+// profile.js (bench). Kernels: shaders/*.wgsl, one per file.
 //
 // API
 //   const engine = await createEngine(gpu, opts)
@@ -40,12 +40,18 @@
 //            ffn_sg.wgsl (default 512 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default
 //            256 GPU / 64 CPU) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true),
 //            fuseMatmulWg?: workgroup size of the qkv (fuse true) / gate-up (fuse 'attn') prologue matmuls (default
-//            matmulWg: fewer, larger workgroups stage x fewer times)}
+//            matmulWg: fewer, larger workgroups stage x fewer times),
+//            Tile and split policies (each gives the default's bits: every row's arithmetic is the same; subgroup
+//            matmul only): rowTiles?: op kinds ('qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits') or
+//            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in
+//            its own workgroup with the 1-row tile instead of the 4/8-row tiles (default none), attnSplit?: workgroups
+//            per head sharing attn_o.wgsl's O projection (default 1), headSum?: the fused head's input (r + the FFN
+//            partials) summed once by residual.wgsl, then a plain matmul_sg head (default false)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.plan         the resolved options (options.js)
 //   engine.destroy()    destroys the device (and every model)
-//   const model = await engine.loadModel(description, readSlice, {seq_len})
+//   const model = await engine.loadModel(description, readSlice, {seq_len, features})
 //     description  formats.describe() (Python): {config: ModelConfig fields (dim, hidden_dim, n_layers, n_heads,
 //                  n_kv_heads, head_dim, vocab_size, seq_len, rope_theta, rope_dim, norm_eps, tied_embeddings),
 //                  tensors: [{name (GGUF: blk.N.attn_q.weight, ...), ggml_type ('F32'|'F16'|'BF16'|'Q4_0'|'Q4_1'|
@@ -54,6 +60,8 @@
 //     readSlice    async (offset, nbytes, file) -> ArrayBuffer of the model file (`file`: the tensor's, undefined
 //                  for a single GGUF) — an OPFS slice, an fs read, ...
 //     seq_len      KV capacity (default and maximum: config.seq_len).
+//     features     keep the final hidden state (residual after the last layer, before the output norm) of every
+//                  position computed, by absolute position (seq_len, dim): what a draft head reads (default false).
 //   model.config             the description's config (seq_len replaced by the KV capacity)
 //   model.length             logical KV length (positions filled)
 //   await model.forward(tokens /* Int32Array|number[] */, start_pos /* === length */, n_out /* default n */)
@@ -74,6 +82,7 @@
 //          feeding each back (its length becomes draft_start + feed.length + k - 1); then the champion takes [token,
 //          proposals...] at start_pos, reading the proposals on the GPU (its length becomes start_pos + k + 1).
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
+//   await model.readFeatures(start_pos, n) -> Float32Array (n * dim): the kept features of those positions (< length).
 //   model.stats              last submission: {dispatches, command_buffers, chunks, passes, encode_ms, submit_ms,
 //                            wait_ms, pre_encoded, gpu_ms}
 //   model.weightBytes        bytes of weights on the GPU

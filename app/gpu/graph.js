@@ -213,6 +213,23 @@ export class GraphBuilder {
     (rows, t) => [this.nSlices, Math.ceil(rows / t), 1], (rows) => [this.nSlices, rows, 1]);
   }
 
+  /** After the layers, per chunk: the final residual summed once (x = r + sum_s P_ffn[s] -> 'x_final', when the fused
+   * head takes a plain input: plan.headSum) and/or kept by position ('features'). Returns the head's input. */
+  async final({ x, parts }, features) {
+    const sum = parts && this.plan.headSum;
+    if (!sum && !features) return { x, parts };
+    const K = this.kernels.residual;
+    const { dim } = this.cfg;
+    const bg = K.bind('residual', { params: this.uniform('residual', K.pack('params', { dim, pstride: (this.plan.maxRows * dim) / 4 })),
+      step: this.step, r_in: this.buf(x), parts: parts ? this.buf(parts) : null, out: sum ? this.buf('x_final') : null,
+      features: features ? this.buf('features') : null });
+    const pipeline = await K.pipeline({ NPART: parts ? (parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads) : 0, OUT: sum ? 1 : 0,
+      FEATURES: features ? 1 : 0 });
+    const x4 = Math.ceil(dim / 4 / 64);
+    this.push({ label: 'residual', bindGroup: bg, select: (rows) => ({ pipeline, grid: [x4, rows, 1] }) });
+    return sum ? { x: 'x_final', parts: null } : { x, parts };
+  }
+
   /** logits rows (step.out_base..) = rmsnorm(x) @ W_out^T for the chunk rows from step.out_lo (window). */
   async head(W, { x, parts }) {
     const o = { gamma: W.outNorm, out: 'logits', mode: 'store', window: 1 };

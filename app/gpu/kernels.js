@@ -3,6 +3,7 @@
 // by override constants (by name too). Which file each kernel is:
 //   matmul      shaders/matmul.wgsl, or matmul_sg.wgsl (subgroup reductions) where the adapter has subgroups
 //   attention   shaders/attention.wgsl          embed   shaders/embed.wgsl          pick   shaders/pick.wgsl
+//   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg_pro.wgsl, attn_o shaders/attn_o.wgsl,
 //   ffn shaders/ffn_sg.wgsl
 
@@ -86,7 +87,8 @@ class Kernel {
 /** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). Each module is
  * compiled in an error scope, so a rejected module is this call's error (the engine may go on without it). */
 export async function createKernels(device, shaderSource, { subgroups = false, fuse = false } = {}) {
-  const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick' };
+  const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
+    residual: 'residual' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg_pro', attn_o: 'attn_o', ffn: 'ffn_sg' });
   const names = Object.keys(files);
   const srcs = await Promise.all(names.map((n) => shaderSource(files[n])));

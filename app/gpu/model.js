@@ -91,6 +91,7 @@ function activations(mem, cfg, plan, nSlices) {
     b.p_attn = mem.create('p_attn', nH * R * dim * 4);       // (n_heads, max_rows, dim) attention partials
   }
   if (plan.fuse === true) b.p_ffn = mem.create('p_ffn', nSlices * R * dim * 4);   // (n_slices, max_rows, dim)
+  if (plan.fuse === true && plan.headSum) b.x_final = mem.create('x_final', R * dim * 4);   // (max_rows, dim) the head's input
   const tab = new Float32Array(seqLen * ropeDim);
   const theta = cfg.rope_theta ?? 10000;
   for (let pos = 0; pos < seqLen; pos++) {
@@ -120,7 +121,7 @@ export async function loadModel(eng, description, readSlice, lopts) {
     const wgMem = device.limits.maxComputeWorkgroupStorageSize;
     const plan = { ...eng.plan, fuse: modelFuse(eng.plan, W, cfg.dim, wgMem, eng.weightBinding),
       maxRows: Math.max(1, Math.min(eng.plan.maxRows, seqLen)) };
-    const model = new EngineModel(eng, cfg, W, plan, mem, wgMem);
+    const model = new EngineModel(eng, cfg, W, plan, mem, wgMem, !!lopts.features);
     await model.build();
     return model;
   } catch (e) {
@@ -132,11 +133,12 @@ export async function loadModel(eng, description, readSlice, lopts) {
 let nextId = 0;
 
 export class EngineModel {
-  constructor(eng, cfg, W, plan, mem, wgMem) {
-    Object.assign(this, { eng, device: eng.device, config: cfg, W, plan, mem, wgMem });
+  constructor(eng, cfg, W, plan, mem, wgMem, keepFeatures) {
+    Object.assign(this, { eng, device: eng.device, config: cfg, W, plan, mem, wgMem, keepFeatures });
     this.id = nextId++;
     this.nSlices = plan.fuse === true ? Math.ceil(cfg.hidden_dim / plan.fuseSlice) : 0;
     this.bufs = activations(mem, cfg, plan, this.nSlices);
+    if (keepFeatures) this.bufs.features = mem.create('features', cfg.seq_len * cfg.dim * 4);   // (seq_len, dim)
     this.pickGroups = Math.max(1, Math.min(256, Math.ceil(cfg.vocab_size / (plan.pickWg * 16))));
     this.slotBytes = Math.max(STEP_BYTES, this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
@@ -167,7 +169,7 @@ export class EngineModel {
 
   async build() {
     const g = this.builder();
-    this.headIn = await FORWARDS[this.plan.fuse](g, this.W);
+    this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
     this.ops = g.ops;
     await this.ensureOut(1);
   }
@@ -198,6 +200,29 @@ export class EngineModel {
 
   specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
     return this.eng.locked(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
+  }
+
+  /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
+   * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
+  readFeatures(startPos, n) {
+    return this.eng.locked(async () => {
+      this.usable();
+      if (!this.keepFeatures) throw new Error('readFeatures: load the model with {features: true}');
+      if (!Number.isInteger(startPos) || !Number.isInteger(n) || startPos < 0 || n < 1 || startPos + n > this.length) {
+        throw new Error(`readFeatures: positions ${startPos}..${startPos + n - 1} are not all in 0..${this.length - 1}`);
+      }
+      const bytes = n * this.config.dim * 4;
+      const buf = this.device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      try {
+        const enc = this.device.createCommandEncoder();
+        enc.copyBufferToBuffer(this.bufs.features, startPos * this.config.dim * 4, buf, 0, bytes);
+        this.device.queue.submit([enc.finish()]);
+        await this.mapped(buf, bytes);
+        return new Float32Array(buf.getMappedRange().slice(0));
+      } finally {
+        buf.destroy();
+      }
+    });
   }
 
   truncate(n) {

@@ -54,7 +54,8 @@ function fusePlan(opts, m, device, cpu) {
   return f;
 }
 
-/** The op kinds that run every chunk row in its own workgroup (1-row tiles) up to rowTilesMax rows. */
+/** Tile and split policies: the op kinds that run every chunk row in its own workgroup (1-row tiles) up to
+ * rowTilesMax rows; attention + O projection workgroups per head; the fused head's input summed once (headSum). */
 const ROW_KINDS = ['qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits'];
 function rowPlan(opts, m) {
   const want = opts.rowTiles ?? [];
@@ -65,9 +66,11 @@ function rowPlan(opts, m) {
   if (kinds.length && !m.subgroups && !opts.emulatedSubgroups) throw new Error('rowTiles needs the subgroup matmul (matmul_sg.wgsl)');
   const rowTilesMax = opts.rowTilesMax ?? 16;
   if (!Number.isInteger(rowTilesMax) || rowTilesMax < 1) throw new Error(`rowTilesMax ${rowTilesMax} must be a positive integer`);
+  const headSum = opts.headSum ?? false;
+  if (typeof headSum !== 'boolean') throw new Error(`headSum ${JSON.stringify(headSum)} must be true or false`);
   const attnSplit = opts.attnSplit ?? 1;
   if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
-  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit };
+  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum };
 }
 
 /** The engine's plan from createEngine's options (see engine.js for each option). */
@@ -92,5 +95,6 @@ export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, auto: plan.fuseAuto } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
-    attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit };
+    attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
+    head_sum: plan.headSum };
 }

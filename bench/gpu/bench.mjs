@@ -2,7 +2,7 @@
 //
 //   node bench/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick] [--model-only]
 // Engine variants by environment (engine_env.mjs envEngineOptions): SPLITS, PASS_SPLITS, KSPLIT, TILE1/TILE8,
-// MATMUL_WG, ATTN_WG, SUBGROUPS, LANES, ROW_TILES (qkv,ffn,... | all) / ROW_TILES_MAX, ATTN_SPLIT and the fused engine
+// MATMUL_WG, ATTN_WG, SUBGROUPS, LANES, ROW_TILES (qkv,ffn,... | all) / ROW_TILES_MAX, ATTN_SPLIT, HEAD_SUM=1 and the fused engine
 // FUSE=0|1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG; EMULATE_SG=1 runs the subgroup
 // kernels with one-lane subgroups (a check that they run on llvmpipe here, not a speed figure). AHEAD_NS (default
 // 4,8,16,32): decodeAhead sizes; DRAFT_LAYERS (default 2): the synthetic draft of the specRound measurement;

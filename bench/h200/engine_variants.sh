@@ -13,7 +13,8 @@
 # Run there: bash bench/h200/engine_variants.sh   (carry .devcarry/gpu; about 6-8 minutes; nothing else needed)
 # Variants (env of bench.mjs, see its header): the default (fused, multi-row tiles); ROW_TILES: every chunk row of
 # a dispatch of <= ROW_TILES_MAX (16) rows in its own workgroup with the 1-row tile (qkv + FFN; + the head; all); ATTN_SPLIT:
-# attention + O projection over 2 / 4 workgroups per head; PASS_SPLITS: command buffers per further pass of a
+# attention + O projection over 2 / 4 workgroups per head; HEAD_SUM: the fused head's input (r + 48 FFN partials)
+# summed once by residual.wgsl instead of in each of the head's 768 workgroups; PASS_SPLITS: command buffers per further pass of a
 # batched step; FUSE_MM_WG=128 (the prologue matmuls); FUSE=0 for comparison.
 # Dry run here (llvmpipe, 1-layer model, subgroups emulated, a few variants):
 #   SETUP=0 BACKEND=opengl BENCH_ARGS=--quick EXTRA_ENV="EMULATE_SG=1 SYNTH_LAYERS=1 AHEAD_NS=2" VARIANTS="default rows_qkv_ffn" \
@@ -37,8 +38,9 @@ run() {   # run "NAME" "ENV..." TIMEOUT
 run default "FUSE=1" 60
 run rows_qkv_ffn "FUSE=1 ROW_TILES=qkv,ffn" 60
 run rows_qkv_ffn_head "FUSE=1 ROW_TILES=qkv,ffn,logits" 60
+run head_sum "FUSE=1 HEAD_SUM=1" 60
 run attn_split2 "FUSE=1 ATTN_SPLIT=2" 60
-run rows_attn_split2 "FUSE=1 ROW_TILES=qkv,ffn ATTN_SPLIT=2" 60
+run rows_attn_split2_head_sum "FUSE=1 ROW_TILES=qkv,ffn ATTN_SPLIT=2 HEAD_SUM=1" 60
 run attn_split4 "FUSE=1 ATTN_SPLIT=4" 60
 run rows_max8 "FUSE=1 ROW_TILES=qkv,ffn ROW_TILES_MAX=8" 60
 run pass_splits0 "FUSE=1 PASS_SPLITS=0" 60
@@ -53,9 +55,9 @@ t() { timeout $1 python3 -m pytest -q -p no:cacheprovider "${@:2}" 2>&1 | tail -
   t 120 tests/gpu/test_batched_engine.py -k "cpu_path or refusals or ids_only or device_loss"
   echo "== the decode loop end to end on the engine (JsBackend), batched == per forward"
   t 90 tests/gpu/test_decode_on_engine.py
-  echo "== tile policies give the default's bits; HF folders"
-  t 90 tests/gpu/test_gpu_engine.py -k "tile_polic or hf_folder"
-  for v in '{"rowTiles": "all", "attnSplit": 2}' '{"rowTiles": ["qkv", "ffn", "logits"], "rowTilesMax": 8}'; do
+  echo "== tile policies give the default's bits; HF folders; kept features"
+  t 90 tests/gpu/test_gpu_engine.py -k "tile_polic or hf_folder or features"
+  for v in '{"rowTiles": "all", "attnSplit": 2, "headSum": true}' '{"rowTiles": ["qkv", "ffn", "logits"], "rowTilesMax": 8}'; do
     echo "== invariance + parity with EXACTSPEC_ENGINE_OPTS=$v"
     EXACTSPEC_ENGINE_OPTS="$v" t 60 tests/gpu/test_gpu_engine.py -k "invariance_parity_truncate or test_micro_gqa_partial_rope_untied"
   done

@@ -8,6 +8,7 @@
 //        ops: [{op: 'forward', tokens, start_pos, n_out?, on?: 'draft'} | {op: 'truncate', n, on?} |
 //              {op: 'decode_ahead', token, start_pos, n, pick: {temperature, seed}, rows, on?} |
 //              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows} (champion + draft) |
+//              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
 //              {op: 'lose_device'} (destroys the device)]}
 // Writes every op's logits rows (float32, row-major: forwards, and batched steps asked for rows) back to back into
 // OUT.bin and prints one JSON line: {adapter, results: [{op, rows, ...}], load_ms}. If no adapter: prints
@@ -38,6 +39,7 @@ async function runOp(op, models, engine) {
     return [{ proposals: list(r.proposals), ids: list(r.ids), rows: r.rows ? op.k + 1 : 0, length: m.length,
       draft_length: models.draft.length, ...m.stats }, r.rows];
   }
+  if (op.op === 'read_features') return [{ features: list(await m.readFeatures(op.start_pos, op.n)) }, null];
   if (op.op === 'lose_device') { engine.device.destroy(); return [{}, null]; }   // what a GPU reset looks like
   throw new Error(`unknown op ${op.op}`);
 }
@@ -57,7 +59,7 @@ async function main() {
   const load = (m) => {
     const r = fileReader(m.model);
     readers.push(r);
-    return engine.loadModel(m.description, r, { seq_len: m.seq_len ?? spec.seq_len });
+    return engine.loadModel(m.description, r, { seq_len: m.seq_len ?? spec.seq_len, features: !!m.features });
   };
   const t0 = performance.now();
   const models = { champion: await load(spec) };

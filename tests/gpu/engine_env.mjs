@@ -91,7 +91,8 @@ export function envEngineOptions(env) {
   const rows = env.ROW_TILES ? (env.ROW_TILES === 'all' ? 'all' : env.ROW_TILES.split(',')) : undefined;
   return { lanes: num('LANES'), subgroups: flag('SUBGROUPS'), matmulWg: num('MATMUL_WG'), splits: num('SPLITS'),
     passSplits: num('PASS_SPLITS'), attnWg: num('ATTN_WG'), ksplit: num('KSPLIT'), tile8: flag('TILE8'), tile1: flag('TILE1'),
-    rowTiles: rows, rowTilesMax: num('ROW_TILES_MAX'), attnSplit: num('ATTN_SPLIT'), aheadMax: num('AHEAD_MAX'),
+    rowTiles: rows, rowTilesMax: num('ROW_TILES_MAX'), attnSplit: num('ATTN_SPLIT'), headSum: flag('HEAD_SUM'),
+    aheadMax: num('AHEAD_MAX'),
     ...fuseOpts(env), ...emulationOpts(env), ...JSON.parse(env.EXACTSPEC_ENGINE_OPTS || '{}') };
 }
 

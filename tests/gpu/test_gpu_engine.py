@@ -385,11 +385,13 @@ ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
 @pytest.mark.parametrize("fuse,more", [(False, {"rowTiles": ROW_ALL, "rowTilesMax": 5}),
                                        (True, {"rowTiles": ROW_ALL, "rowTilesMax": 5, "attnSplit": 3}),
                                        (True, {"rowTiles": "all", "attnSplit": 2}),
-                                       ("attn", {"rowTiles": ["qkv", "ffn_gate_up"], "attnSplit": 4})])
+                                       ("attn", {"rowTiles": ["qkv", "ffn_gate_up"], "attnSplit": 4}),
+                                       (True, {"headSum": True}), (True, {"headSum": True, "rowTiles": "all"})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
-    """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup) and the
-    attention + O projection split over attnSplit workgroups per head compute each row with the same code in the
-    same order: every forward's logits equal the default policy's bit for bit (and so stay batch invariant)."""
+    """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
+    attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
+    residual.wgsl (headSum: then the head is a plain matmul_sg) compute each row with the same code in the same
+    order: every forward's logits equal the default policy's bit for bit (and so stay batch invariant)."""
     from exactspec.formats import describe
 
     path = micro_paths["Q4_1"]
@@ -400,7 +402,9 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     base = {"fuse": fuse, "fuseSlice": 32} if fuse else {"fuse": False}
     info_a, a = run_engine(path, d, ops, emulate_sg=True, engine_opts=base)
     info_b, b = run_engine(path, d, ops, emulate_sg=True, engine_opts={**base, **more})
-    assert info_b["adapter"]["kernels"]["row_tiles"]
+    k = info_b["adapter"]["kernels"]
+    assert bool(k["row_tiles"]) == ("rowTiles" in more)
+    assert k["attn_split"] == more.get("attnSplit", 1) and k["head_sum"] == more.get("headSum", False)
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
@@ -414,3 +418,37 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be")]:
         with pytest.raises(RuntimeError, match=msg):
             run_engine(path, d, [], **kw)
+
+
+@pytest.mark.parametrize("kw", [{}, {"emulate_sg": True, "engine_opts": {"fuse": True}},
+                                {"emulate_sg": True, "engine_opts": {"fuse": True, "headSum": True}},
+                                {"emulate_sg": True, "engine_opts": {"fuse": "attn"}, "max_rows": 3}],
+                         ids=["plain", "fused", "fused_head_sum", "fused_attn_chunks3"])
+def test_features_kept_by_position(micro_paths, kw):
+    """loadModel(..., {features: true}): the final hidden state (residual after the last layer, before the output
+    norm) of every position the model computes, kept by absolute position: within 1e-3 of the reference's, the same
+    bits whether positions came in one prefill or one at a time, and truncate + a new branch overwrite them."""
+    from exactspec.formats import describe
+    from exactspec.reference import ReferenceModel
+
+    path = micro_paths["Q8_0"]
+    d = describe(path)
+    dim = d["config"]["dim"]
+    toks = [int(t) for t in np.random.default_rng(8).integers(0, d["config"]["vocab_size"], 11)]
+    ops = [{"op": "forward", "tokens": toks, "start_pos": 0, "n_out": 1},
+           {"op": "read_features", "start_pos": 0, "n": 11}, {"op": "truncate", "n": 0}]
+    ops += [{"op": "forward", "tokens": [t], "start_pos": i} for i, t in enumerate(toks)]
+    ops += [{"op": "read_features", "start_pos": 0, "n": 11}, {"op": "truncate", "n": 4},
+            {"op": "forward", "tokens": toks[:2], "start_pos": 4}, {"op": "read_features", "start_pos": 3, "n": 3},
+            {"op": "read_features", "start_pos": 5, "n": 2}]
+    info, _ = run_engine(path, d, ops, features=True, **kw)
+    res = [r for r in info["results"] if r["op"] == "read_features"]
+    assert all("error" not in r for r in res[:3]) and "not all in 0..5" in res[3].get("error", ""), res   # 6 >= length
+    prefill, single = (np.asarray(r["features"], np.float32).reshape(-1, dim) for r in res[:2])
+    assert np.array_equal(prefill.view(np.uint32), single.view(np.uint32))
+    _, feats = ReferenceModel.from_file(path).forward(toks, 0, features=True)    # (11, dim)
+    assert float(np.abs(feats - prefill).max()) <= 1e-3 * max(1.0, float(np.abs(feats).max()))
+    branch = np.asarray(res[2]["features"], np.float32).reshape(-1, dim)          # positions 3, 4, 5
+    _, fb = ReferenceModel.from_file(path).forward(toks[:4] + toks[:2], 0, features=True)
+    assert np.array_equal(branch[0].view(np.uint32), prefill[3].view(np.uint32))
+    assert float(np.abs(fb[4:] - branch[1:]).max()) <= 1e-3 * max(1.0, float(np.abs(fb).max()))
