@@ -5,7 +5,7 @@
 /**
  * The chunks of one pass: n tokens at absolute positions startPos.., read from the token list at tokBase.., whose
  * last nOut rows produce logits rows outBase.. . Chunks hold at most maxRows rows.
- * Returns [{rows, outRows, step: struct Step's 8 words (n, start_pos, out_lo, out_base, tok0, padding)}].
+ * Returns [{rows, outRows, step: the fields of the kernels' struct Step}].
  */
 export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0 }, maxRows) {
   const firstOut = n - nOut;
@@ -14,7 +14,8 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0 }, maxR
     const rows = Math.min(maxRows, n - c0);
     const lo = Math.max(0, firstOut - c0);   // first chunk row with logits (>= rows: none)
     chunks.push({ rows, outRows: Math.max(0, rows - lo),
-      step: [rows, startPos + c0, Math.min(lo, rows), outBase + c0 + lo - firstOut, tokBase + c0, 0, 0, 0] });
+      step: { n: rows, start_pos: startPos + c0, out_lo: Math.min(lo, rows), out_base: outBase + c0 + lo - firstOut,
+        tok0: tokBase + c0 } });
   }
   return chunks;
 }

@@ -12,7 +12,6 @@ import { packStruct, parseSignature } from './signature.js';
 export const WTYPE_IDS = { F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 8, BF16: 30 };
 export const MODE = { store: 0, add: 1, swiglu: 2, qkv: 3 };
 export const WG_SIZE = 64;
-export const STEP_BYTES = 32;   // struct Step: 8 x u32
 
 /** Default shader loader: fetch next to the app (browser), or read the file (Node: file: URLs). */
 export function defaultShaderSource(base) {
@@ -55,6 +54,13 @@ class Kernel {
       }));
     }
     return this.cache.get(key);
+  }
+
+  /** The byte size of a uniform binding's struct (e.g. 'step'). */
+  uniformBytes(binding) {
+    const b = this.sig.bindings.find((x) => x.name === binding && x.space === 'uniform');
+    if (!b) throw new Error(`kernel ${this.name}: no uniform binding ${binding}`);
+    return b.size;
   }
 
   /** A uniform block (e.g. 'params') packed by field name: Uint32Array for a buffer. */

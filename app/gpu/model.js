@@ -4,7 +4,6 @@
 
 import { encodeSubmission, passChunks } from './encode.js';
 import { FORWARDS, GraphBuilder } from './graph.js';
-import { STEP_BYTES } from './kernels.js';
 import { MAX_PASSES } from './options.js';
 import { checkPick, pickParams } from './pick.js';
 import { profileOps } from './profile.js';
@@ -140,7 +139,8 @@ export class EngineModel {
     this.bufs = activations(mem, cfg, plan, this.nSlices);
     if (keepFeatures) this.bufs.features = mem.create('features', cfg.seq_len * cfg.dim * 4);   // (seq_len, dim)
     this.pickGroups = Math.max(1, Math.min(256, Math.ceil(cfg.vocab_size / (plan.pickWg * 16))));
-    this.slotBytes = Math.max(STEP_BYTES, this.device.limits.minUniformBufferOffsetAlignment);
+    this.stepKernel = eng.kernels.embed;   // every kernel declares the same struct Step: pack slots with one
+    this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
     this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
     this.length = 0;
@@ -354,7 +354,7 @@ export class EngineModel {
     for (const [m, steps] of sub.steps) {   // step slots are slotBytes apart (the dynamic offset alignment)
       if (steps.length > m.maxSlots) throw new Error(`a submission of ${steps.length} chunks exceeds ${m.maxSlots}`);
       const words = new Uint32Array((steps.length * m.slotBytes) / 4);
-      steps.forEach((st, i) => words.set(st, (i * m.slotBytes) / 4));
+      steps.forEach((st, i) => words.set(m.stepKernel.pack('step', st), (i * m.slotBytes) / 4));
       q.writeBuffer(m.stepBuf, 0, words);
     }
     const key = sub.key();

@@ -9,7 +9,8 @@ export async function profileOps(model, n) {
   if (!Number.isInteger(n) || n < 1 || n > model.plan.maxRows || model.length + n > model.config.seq_len) throw new Error(`profile: bad n ${n}`);
   const { device } = model;
   device.queue.writeBuffer(model.bufs.tokens, 0, new Uint32Array(n));
-  device.queue.writeBuffer(model.stepBuf, 0, new Uint32Array([n, model.length, n - 1, 0, 0, 0, 0, 0]));
+  device.queue.writeBuffer(model.stepBuf, 0, model.stepKernel.pack('step', { n, start_pos: model.length, out_lo: n - 1,
+    out_base: 0, tok0: 0 }));
   const list = [...model.ops, ...model.headOps];
   const qset = device.createQuerySet({ type: 'timestamp', count: 2 * list.length });
   const qb = device.createBuffer({ size: 16 * list.length, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
