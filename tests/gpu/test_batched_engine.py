@@ -170,3 +170,24 @@ def test_decode_ahead_after_device_loss(models):
            {"op": "decode_ahead", "token": 4, "start_pos": 3, "n": 4, "pick": PICKS["greedy"], "rows": True}]
     info, _ = run_engine(path, d, ops, timeout=120)
     assert info["results"][2].get("error", "").startswith("device lost"), info["results"][2]
+
+
+@pytest.mark.parametrize("vocab", [5000, 49152])
+def test_picks_over_many_vocab_groups(tmp_path, vocab):
+    """Vocabularies that the pick kernel splits over several workgroups per row (stage 0: 5 and 48 groups of ids on
+    a CPU adapter, 2 and 12 on a GPU): greedy ids are numpy's argmax, coupled picks numpy's."""
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    path = tmp_path / "m.gguf"
+    write_micro_gguf(path, micro_config(vocab_size=vocab, n_layers=1), seed=2, tensor_type="Q8_0", with_tokenizer=False)
+    d = describe(path)
+    prompt = [int(x) for x in np.random.default_rng(1).integers(0, vocab, 5)]
+    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1}]
+    for pick in PICKS.values():
+        ops += [{"op": "decode_ahead", "token": 3, "start_pos": 5, "n": 6, "pick": pick, "rows": True},
+                {"op": "truncate", "n": 5}]
+    info, outs = run_engine(path, d, ops, seq_len=64)
+    res = [r for r in info["results"] if r["op"] == "decode_ahead"]
+    for r, rows, pick in zip(res, outs[1:], PICKS.values()):
+        check_picks(r["ids"], rows, pick, 6)
