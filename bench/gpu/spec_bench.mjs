@@ -5,23 +5,18 @@
 //        prompt_ids: [...], max_new_tokens, ks: [1, 2, ...], seq_len?}
 // (py/bench/gpu_spec.py writes it from the GGUF files.) Prints one JSON line:
 // {adapter, plain: {tokens, ms, tok_s}, spec: {k: {ms, tok_s, tau, target_passes, draft_passes, identical}}}.
-// Engine options: env EXACTSPEC_ENGINE_OPTS (JSON) and FUSE=1|attn (+ FUSE_SLICE, ...: see bench.mjs).
+// Engine options: env EXACTSPEC_ENGINE_OPTS (JSON) and the bench variables (FUSE=1|attn, FUSE_SLICE, ...: see bench.mjs).
 // The loop is the greedy case of exactspec.verify.coupled (argmax, lowest id on ties; accept while the draft's argmax
 // equals the champion's; emit the champion's token at the first mismatch, the bonus after k matches), and the draft
 // catches up on every committed token before proposing, as exactspec.drafters.ModelDrafter does. `identical` says the
 // speculative tokens equal plain decoding's (they must: the engine is batch-invariant).
-import { readFileSync, openSync, readSync } from 'node:fs';
-import { create, globals } from 'webgpu';
+import { readFileSync } from 'node:fs';
 import { createEngine } from '../../app/gpu/engine.js';
-import { emulationOpts, fuseOpts } from '../../tests/gpu/engine_env.mjs';
+import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
 
-Object.assign(globalThis, globals);
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const backend = spec.backend ?? 'opengl';
-const flags = [`backend=${backend}`];
-if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
-const gpu = create(flags);
-globalThis.__dawnGPU = gpu;   // keep the reference alive (GC of it crashes Node)
+const gpu = dawnGpu(backend);
 
 function argmax(a, row, V) {   // lowest id on ties
   let best = 0, bv = a[row * V];
@@ -30,13 +25,7 @@ function argmax(a, row, V) {   // lowest id on ties
 }
 
 async function load(engine, m) {
-  const fd = openSync(m.model, 'r');
-  const readSlice = async (offset, nbytes) => {
-    const b = Buffer.alloc(nbytes);
-    const got = readSync(fd, b, 0, nbytes, offset);
-    return b.buffer.slice(b.byteOffset, b.byteOffset + got);
-  };
-  return engine.loadModel(m.description, readSlice, { seq_len: spec.seq_len ?? 1024 });
+  return engine.loadModel(m.description, fileReader(m.model), { seq_len: spec.seq_len ?? 1024 });
 }
 
 async function prefill(model, prompt) {
@@ -95,10 +84,8 @@ async function speculative(champ, draft, prompt, n, k) {
 
 async function main() {
   const engine = await createEngine(gpu, {
-    adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
-    ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
-    ...fuseOpts(process.env),   // FUSE=1|attn, FUSE_SLICE, ... as in bench.mjs
-    ...emulationOpts(process.env),   // EMULATE_SG=1: subgroup kernels with one-lane subgroups (tests here)
+    adapterOptions: adapterOptions(backend),
+    ...envEngineOptions(process.env),   // FUSE=1|attn, ..., EMULATE_SG=1, EXACTSPEC_ENGINE_OPTS: see bench.mjs
   });
   const champ = await load(engine, spec.champion);
   const draft = await load(engine, spec.draft);

@@ -180,9 +180,9 @@ class Session:
         return json.dumps(inspect_model(path))
 
     def describe(self, path: str) -> str:
-        """GGUF describe() JSON (tensor offsets, config) for the WebGPU engine."""
-        from .formats.gguf import GGUFFile
-        return json.dumps(GGUFFile(path).describe())
+        """formats.describe() JSON (tensor offsets, config; a GGUF file or a Hugging Face folder) for the WebGPU engine."""
+        from .formats import describe
+        return json.dumps(describe(path))
 
     def load(self, name: str, path: str, role: str = "champion", backend=None, backend_name: str | None = None) -> str:
         if role not in ("champion", "draft"):
