@@ -14,6 +14,8 @@ export const REQ = Object.freeze({
   DELETE_MODEL: 'delete_model', // {name} -> {deleted: bool}
   LOAD_MODEL: 'load_model',     // {name, role: 'champion' | 'draft'} -> {name, role, config}
   STATUS: 'status',             // {} -> {backend, active, stages, draft_provenance: {draft, champion, status} or null}
+  TIMINGS: 'timings',           // {prompt? | chat? | prompt_ids?, ks, reps, drafters, temperature, seed} -> pass times
+                                //  of the loaded models for the break-even formula (exactspec.timing; benchmarks)
 });
 
 export const EVT = Object.freeze({

@@ -1,4 +1,4 @@
-// engine_env.mjs — what the Node + Dawn scripts share (tests/gpu/driver.mjs, engine_server.mjs, bench/gpu/*.mjs):
+// engine_env.mjs — what the Node + Dawn scripts share (tests/gpu/driver.mjs, engine_server.mjs, bench/gpu/*.mjs, bench/product/node_host.mjs):
 // Dawn's GPU object, a file/folder reader for loadModel, createEngine options from a test spec or from environment
 // variables, and the one-lane subgroup emulation.
 import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
