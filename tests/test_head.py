@@ -363,3 +363,28 @@ def test_cli_drafter_head(micro, tmp_path, capsys):
     assert main(args + ["--drafter", "head", "--draft", str(wrong)]) == 2
     err = capsys.readouterr().err
     assert SHA_B in err and sha in err
+
+
+def test_head_manifest_checks_the_files(micro, tmp_path):
+    from exactspec_train.data import sha256_file
+    from exactspec_train.make_head_manifest import build
+    champ_path, head_path, wrong, sha = session_files(tmp_path, micro)
+    workload = Path(__file__).resolve().parent / "data" / "workload.jsonl"
+    prep = {"champion_sha256": sha, "workload_sha256": sha256_file(workload), "stats": {"chitchat": {
+        "dropped_for_workload_overlap": 0}}, "sources": [{"package": "p", "version": "1", "license": "MIT",
+                                                          "sha256": "d" * 64}],
+            "prompts_sha256": "e" * 64, "corpus_sha256": "f" * 64, "seed": 1}
+    rec = {"gguf_sha256": sha256_file(head_path), "hp": {"depth": 4}, "seed": 3, "steps_done": 10, "seconds": 1.0,
+           "data": {"train_answers": 5}, "eval": {"tau_greedy": {"4": 2.5}}, "history": [{"loss": 3.0},
+                                                                                        {"loss": 1.0}]}
+    run = {"argv": ["all"], "answers": {"done": 5, "refused": 0, "prompts": 6, "gen_sha256": "0" * 64,
+                                        "temps": {"0.0": 1.0}, "max_new": 16},
+           "variants": {"full": rec, "no-filter": {**rec, "gguf_sha256": "1" * 64}}}
+    m = build(head_path, "full", run, prep, champ_path, workload, None)
+    assert m["head"]["sha256"] == rec["gguf_sha256"] and m["champion"]["sha256"] == sha
+    assert m["train"]["loss_last"] == 1.0 and set(m["ablations"]) == {"no-filter"}
+    assert all(s.get("license") and s.get("sha256") for s in m["training_sources"])
+    with pytest.raises(SystemExit, match="is not the 'full' head"):
+        build(wrong, "full", run, prep, champ_path, workload, None)
+    with pytest.raises(SystemExit, match="champion mismatch"):
+        build(head_path, "full", run, {**prep, "champion_sha256": SHA_B}, champ_path, workload, None)
