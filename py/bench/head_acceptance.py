@@ -50,6 +50,7 @@ from exactspec.sampling import Rng, SamplingParams, scaled_logits  # noqa: E402
 from exactspec.tokenizer import Tokenizer  # noqa: E402
 from exactspec_train.accept import head_chains, runs_of, simulate_runs, stop_lengths  # noqa: E402
 from exactspec_train.data import load_workload, workload_messages  # noqa: E402
+from bench.draft_acceptance import time_forward  # noqa: E402  (a pass of n tokens, all rows out: what a verify is)
 
 CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
 DRAFT = ROOT / "static" / "models" / "draft-smollm2-kd.gguf"
@@ -106,18 +107,6 @@ def draft_runs(draft: ReferenceModel, prompt, y, mode):
     q = draft.forward(list(prompt) + y[:-1], 0, len(y))                        # (N, vocab)
     pick = picker(mode, q.shape[1])
     return runs_of(np.array([pick(q[i], len(prompt) + i) for i in range(len(y))]) == np.asarray(y))
-
-
-def time_pass(m, ctx, n_tokens: int, reps: int = 5) -> float:
-    m.truncate(0)
-    m.forward(ctx, 0, 1)
-    ts = []
-    for _ in range(reps):
-        m.truncate(len(ctx))
-        t0 = time.perf_counter()
-        m.forward(list(range(100, 100 + n_tokens)), len(ctx), 1)
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def schedules(stops, k_limit):
@@ -225,8 +214,8 @@ def main(argv=None) -> int:
 
     # timings (this machine): champion pass, verify of g + 1 rows, a head step and a draft step at one context
     ctx = next(tr["prompt"] for tr in trajs if len(tr["prompt"]) < 200)
-    t_c = time_pass(champ, ctx, 1)
-    t_ver = {g: time_pass(champ, ctx, g + 1) for g in KS}
+    t_c = time_forward(champ, ctx, 1)
+    t_ver = {g: time_forward(champ, ctx, g + 1) for g in KS}
     slope, icpt = np.polyfit(list(t_ver), list(t_ver.values()), 1)
     champ.truncate(0)
     champ.forward(ctx, 0, 1)
@@ -242,7 +231,7 @@ def main(argv=None) -> int:
             ts.append(time.perf_counter() - t0)
         t_d[name] = float(np.median(ts))
     if draft is not None:
-        t_d["draft"] = time_pass(draft, ctx, 1)
+        t_d["draft"] = time_forward(draft, ctx, 1)
     models = {"reference": lambda d: (t_d[d], icpt, slope),
               "gpu": lambda d: (a.gpu_draft_cost * t_c, t_c, 0.0)}
 
@@ -300,11 +289,11 @@ def main(argv=None) -> int:
     for m in MODES:
         t = summary["by_drafter"][main_head][m]
         names = [n for n in t["ALL"] if not n.startswith("fixed") or n in ("fixed k=4", "fixed k=8")]
-        print(f"\n## {main_head}, {m}: schedules -- tau / predicted speedup (reference | gpu model)")
+        print(f"\n## {main_head}, {m}: schedules -- tau / predicted speedup, reference model / gpu model")
         print("| stratum | " + " | ".join(names) + " |")
         print("|---|" + "---|" * len(names))
         for s_, row in t.items():
-            print(f"| {s_} | " + " | ".join(f"{row[n]['tau']:.2f} / {row[n]['speedup_reference']:.2f} | "
+            print(f"| {s_} | " + " | ".join(f"{row[n]['tau']:.2f} / {row[n]['speedup_reference']:.2f} / "
                                             f"{row[n]['speedup_gpu']:.2f}" for n in names) + " |")
     print("\n" + json.dumps({"timing_s": summary["timing_s"], "validate": {k: v for k, v in summary["validate"].items()
                                                                           if k != "checks"}}))
