@@ -6,7 +6,7 @@
 #   carry: .devcarry/head/data   (made here by bench/h200/train_head_prep.sh, ~17 MB)
 #   needs: /tmp/champ/champ.gguf (the champion, sha256 b179c952..., joined by earlier calls); python3 with torch,
 #          numpy (no registry)
-#   env:   GEN_S (answer generation, default 150 s), TRAIN_S (each variant's training, default 330 s),
+#   env:   GEN_S (answer generation, default 140 s), TRAIN_S (each variant's training, default 300 s),
 #          VARIANTS (default full,no-multistep,no-subset,no-filter), AFTER_GEN (a shell command started beside the
 #          training once /tmp/gen/gen.npz exists, e.g. the vocab helper's trainer), RESUME=1 (a second call: answer
 #          more prompts for GEN_S, continue every variant from /tmp/head/ckpt), TINY=1 (CPU smoke test),
@@ -30,7 +30,7 @@ EXTRA=()
 [ -n "$TINY" ] && EXTRA+=(--tiny --max-new 16 --max-steps 3 --log-every 1)
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 $PY -m exactspec_train.head_run all --champion $C --data .devcarry/head/data --workload tests/data/workload.jsonl \
-  --gen-out "$G/gen.npz" --gen-budget-s "${GEN_S:-150}" --budget-s "${TRAIN_S:-330}" --out "$O" \
+  --gen-out "$G/gen.npz" --gen-budget-s "${GEN_S:-140}" --budget-s "${TRAIN_S:-300}" --out "$O" \
   --ckpt-dir "$K" --variants "${VARIANTS:-full,no-multistep,no-subset,no-filter}" \
   --after-gen "${AFTER_GEN:-}" "${EXTRA[@]}"
 ls -la "$O"

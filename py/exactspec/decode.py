@@ -194,9 +194,9 @@ async def generate_async(
             return int(np.argmax(z))
         return int(np.argmax(z + picker.gumbel(t)))
     # the most proposals a round may make: k, or under the additive schedule the device's limit
-    k_hi = cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
-    sched = SpecScheduler(k_hi if cfg.drafter != "none" else 0, adaptive=cfg.adaptive, schedule=cfg.k_schedule,
-                          k_start=cfg.k)
+    k_hi = 0 if cfg.drafter == "none" or not cfg.k else \
+        cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
+    sched = SpecScheduler(k_hi, adaptive=cfg.adaptive, schedule=cfg.k_schedule, k_start=cfg.k)
     n = _Counters(proposed_at=[0] * k_hi, accepted_at=[0] * k_hi)
 
     seq = list(prompt)

@@ -3,9 +3,9 @@
     python -m exactspec_train.head_run gen   --champion GGUF --data DIR --workload W --gen-out /tmp/gen/gen.npz \\
                                              --budget-s 150
     python -m exactspec_train.head_run train --champion GGUF --data DIR --workload W --gen /tmp/gen/gen.npz \\
-                                             --variant full --budget-s 330 --out OUT [--resume]
+                                             --variant full --budget-s 300 --out OUT [--resume]
     python -m exactspec_train.head_run all   --champion GGUF --data DIR --workload W --gen-out /tmp/gen/gen.npz \\
-                                             --gen-budget-s 150 --budget-s 330 --out OUT [--resume]
+                                             --gen-budget-s 140 --budget-s 300 --out OUT [--resume]
 
 `gen` answers the prepared prompts (exactspec_train.prep: prompt_ids.npy, prompt_off.npy, prep.json) with the
 champion for --budget-s seconds (seeded temperatures; shuffled batches, so a time limit drops a random subset) and
@@ -307,7 +307,8 @@ def cmd_train(a) -> int:
     if a.tiny:
         hp.update(TINY)
     hp.update(VARIANTS[a.variant])
-    for key in ("depth", "vocab_subset", "filter_frac", "window", "lr", "noise", "tokens_per_step"):
+    for key in ("depth", "vocab_subset", "filter_frac", "window", "lr", "noise", "tokens_per_step", "max_len",
+                "corpus_rows"):
         v = getattr(a, key, None)
         if v is not None:
             hp[key] = v
@@ -484,7 +485,7 @@ def main(argv=None) -> int:
         p.add_argument("--max-prompts", type=int, default=0)
 
     def train_args(p):
-        p.add_argument("--budget-s", type=float, default=330.0)
+        p.add_argument("--budget-s", type=float, default=300.0)
         p.add_argument("--out", required=True)
         p.add_argument("--ckpt-dir", default="/tmp/head/ckpt")
         p.add_argument("--ckpt-every", type=float, default=60.0)
@@ -505,14 +506,14 @@ def main(argv=None) -> int:
     t.add_argument("--gen", required=True)
     t.add_argument("--variant", choices=sorted(VARIANTS), default="full")
     for key, kind in (("depth", int), ("vocab-subset", int), ("filter-frac", float), ("window", int), ("lr", float),
-                      ("noise", float), ("tokens-per-step", int)):
+                      ("noise", float), ("tokens-per-step", int), ("max-len", int), ("corpus-rows", int)):
         t.add_argument(f"--{key}", type=kind, default=None, help="override the variant's value")
     al = sub.add_parser("all", help="gen, then every variant in parallel, then run.json")
     common(al)
     gen_args(al)
     train_args(al)
     al.add_argument("--gen-out", required=True)
-    al.add_argument("--gen-budget-s", type=float, default=150.0)
+    al.add_argument("--gen-budget-s", type=float, default=140.0)
     al.add_argument("--reuse-gen", action="store_true", help="use an existing gen.npz as it is")
     al.add_argument("--variants", default=",".join(VARIANTS))
     al.add_argument("--after-gen", default="", help="a shell command started once the answers exist (runs beside)")
