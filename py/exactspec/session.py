@@ -100,9 +100,9 @@ def inspect_model(path: str) -> dict:
     from .formats.gguf import GGUFFile
     g = GGUFFile(path)                                          # raises FormatError on a truncated/corrupt file
     md = g.metadata
-    from .drafters.head import HEAD_ARCH, read_head_gguf
+    from .drafters.head import HEAD_ARCH, head_config_of
     if md.get("general.architecture") == HEAD_ARCH:             # a draft head: it runs on a champion's features
-        hc = read_head_gguf(path)[0]
+        hc = head_config_of(g)
         return {"format": "gguf", "kind": "head", "arch": HEAD_ARCH, "model_name": md.get("general.name"),
                 "config": hc.to_json(), "champion_sha256": hc.champion_sha256, "n_tensors": len(g.tensors),
                 "has_tokenizer": False, "has_chat_template": False, "file_size": g.file_size}
@@ -278,9 +278,9 @@ class Session:
         if kind == "head":
             champ = self._champion()
             if getattr(lm.backend, "source", champ.backend) is not champ.backend:   # the champion was reloaded
-                from .drafters.head import HeadError, check_champion, read_head_gguf
+                from .drafters.head import HeadError, check_champion
                 try:
-                    check_champion(read_head_gguf(lm.path)[0], champ.config, self.champion_sha256())
+                    check_champion(lm.backend.head_config, champ.config, self.champion_sha256())
                     lm.backend.bind(champ.backend)
                 except (HeadError, ValueError) as e:
                     raise SessionError(f"draft head: {e}") from None

@@ -95,12 +95,11 @@ def head_chains(head, feats: np.ndarray, prompt: list, answer: list, k_max: int,
     the decode loop drafts it (exactspec.drafters.head: positions before the start from the champion's features,
     then its predicted ones; each proposal fed back).
 
-    feats (P + N - 1, dim): the champion's final hidden states over prompt + answer[:-1] (answer: the N
-    trajectory tokens, its EOS included). pick(row, t) -> token (greedy: argmax; coupled: the position's noise).
+    feats (>= P + N - 2, dim): the champion's final hidden states at positions 0 .. P + N - 3 at least (prompt P
+    tokens, answer: the N trajectory tokens, its EOS included; the row that predicted the last one is never read). pick(row, t) -> token (greedy: argmax; coupled: the position's noise).
     full=False stops a chain at its first mismatch (enough for acceptance; the confidence stop needs full chains).
     Returns run (N,) accepted proposals per start, top (N, k_max) the draft's top probability per chain row
     (nan where not computed), passes (head forwards)."""
-    P, N = len(prompt), len(answer)
     before = head.source
     src = FeatureSource(feats, before.config)
     head.bind(src)

@@ -18,7 +18,8 @@ the head computed from PREDICTED features must be recomputed from the true ones 
 after a round `HeadDrafter.update` truncates the head to min(committed_len - 1, L), L = len(seq) at the round's
 start (positions >= L used predicted features).
 
-GGUF layout (general.architecture = "exactspec-head"; written by `write_head_gguf`, read by `read_head_gguf`):
+GGUF layout (general.architecture = "exactspec-head"; written by `write_head_gguf`, read by `read_head_gguf`,
+`head_config_of` for the metadata alone):
   metadata  exactspec.head.format_version u32 = 1
             exactspec.head.champion_sha256 string: sha256 of the champion GGUF the head was trained on
             exactspec.head.{embedding_length, feed_forward_length, attention.head_count, attention.head_count_kv,
@@ -39,7 +40,6 @@ GGUF layout (general.architecture = "exactspec-head"; written by `write_head_ggu
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, replace
 from typing import Mapping, Sequence
 
@@ -171,9 +171,23 @@ def read_head_gguf(path) -> tuple[HeadConfig, dict, np.ndarray | None]:
     """(config, float32 weights by name, vocab_ids or None) of a head file; HeadError / FormatError on a bad one."""
     from ..formats.gguf import GGUFFile
     g = GGUFFile(path)
+    cfg = head_config_of(g)
+    shapes = cfg.tensor_shapes()
+    weights = {}
+    for n, shape in shapes.items():
+        w = np.ascontiguousarray(g.tensor(n, unpermute=False), dtype=np.float32)
+        if not np.all(np.isfinite(w)):
+            raise HeadError(f"head tensor {n} has non-finite values")
+        weights[n] = w
+    ids = _check_ids(weights.pop("head.vocab_ids"), cfg.vocab_size) if cfg.vocab_subset else None
+    return cfg, weights, ids
+
+
+def head_config_of(g) -> HeadConfig:
+    """The HeadConfig of a parsed GGUFFile (metadata and tensor shapes checked; no tensor data read)."""
     md = g.metadata
     if md.get("general.architecture") != HEAD_ARCH:
-        raise HeadError(f"{os.fspath(path)!r} is not a draft head (general.architecture "
+        raise HeadError(f"{g.path!r} is not a draft head (general.architecture "
                         f"{md.get('general.architecture')!r}, expected {HEAD_ARCH!r})")
     if md.get(K + "format_version") != FORMAT_VERSION:
         raise HeadError(f"head format version {md.get(K + 'format_version')!r} is not supported ({FORMAT_VERSION})")
@@ -200,16 +214,10 @@ def read_head_gguf(path) -> tuple[HeadConfig, dict, np.ndarray | None]:
     missing = [n for n in shapes if n not in g.tensors]
     if missing:
         raise HeadError(f"head file lacks tensors {missing}")
-    weights = {}
     for n, shape in shapes.items():
         if tuple(g.tensors[n].shape) != shape:
             raise HeadError(f"head tensor {n} has shape {tuple(g.tensors[n].shape)}, expected {shape}")
-        w = np.ascontiguousarray(g.tensor(n, unpermute=False), dtype=np.float32)
-        if not np.all(np.isfinite(w)):
-            raise HeadError(f"head tensor {n} has non-finite values")
-        weights[n] = w
-    ids = _check_ids(weights.pop("head.vocab_ids"), cfg.vocab_size) if cfg.vocab_subset else None
-    return cfg, weights, ids
+    return cfg
 
 
 def check_champion(cfg: HeadConfig, champion_config: ModelConfig, champion_sha256: str | None) -> None:
