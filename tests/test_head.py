@@ -388,3 +388,31 @@ def test_head_manifest_checks_the_files(micro, tmp_path):
         build(wrong, "full", run, prep, champ_path, workload, None)
     with pytest.raises(SystemExit, match="champion mismatch"):
         build(head_path, "full", run, {**prep, "champion_sha256": SHA_B}, champ_path, workload, None)
+
+
+def test_reference_keeps_features_takes_input_rows_and_windows(micro):
+    cfg, cw = micro
+    seq = [int(x) for x in np.random.default_rng(2).integers(0, 100, 20)]
+    plain = ReferenceModel(cfg, cw)
+    logits, feats = plain.forward(seq, 0, 20, features=True)
+    with pytest.raises(ValueError, match="keep_features"):
+        plain.feature_rows(0, 1)
+    kept = ReferenceModel(cfg, cw, keep_features=True, max_len=64)
+    for a, b in ((0, 7), (7, 8), (8, 20)):                                     # chunked: the same rows
+        assert np.array_equal(kept.forward(seq[a:b], a, b - a), logits[a:b])
+    assert np.array_equal(kept.feature_rows(0, 20), feats)
+    with pytest.raises(ValueError, match="outside"):
+        kept.feature_rows(0, 21)
+    kept.truncate(5)                                                           # rows past length are not held
+    with pytest.raises(ValueError, match="outside"):
+        kept.feature_rows(0, 6)
+    # embeds: the layers' input rows instead of the embedding lookup (the same rows give the same logits)
+    e = ReferenceModel(cfg, cw)
+    assert np.array_equal(e.forward([0] * 20, 0, 20, embeds=cw["token_embd.weight"][seq]), logits)
+    # window: a window as long as the sequence changes nothing; a short one changes the later rows only
+    w20 = ReferenceModel(cfg, cw, window=20).forward(seq, 0, 20)
+    w4 = ReferenceModel(cfg, cw, window=4).forward(seq, 0, 20)
+    assert np.array_equal(w20, logits)
+    assert np.array_equal(w4[:4], logits[:4]) and not np.allclose(w4[4:], logits[4:])
+    with pytest.raises(ValueError, match="window"):
+        ReferenceModel(cfg, cw, window=-1)
