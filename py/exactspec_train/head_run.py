@@ -462,7 +462,7 @@ def cmd_all(a) -> int:
                 fh.write(lf.read_text())
             lf.unlink()
     (out / "run.json").write_text(json.dumps(run, indent=1))
-    log("summary: " + json.dumps({v: (r.get("eval") or {}).get("tau_greedy", {}).get(4)
+    log("summary, greedy tau at k = 4: " + json.dumps({v: (r.get("eval") or {}).get("tau_greedy", {}).get("4")
                                   for v, r in run["variants"].items()}))
     return 0 if not any(codes.values()) else 1
 
