@@ -56,7 +56,11 @@ def rope_tables(config: ModelConfig, n_pos: int) -> tuple[np.ndarray, np.ndarray
 class ReferenceModel:
     """Backend protocol implementation (see exactspec.backend) on numpy float32."""
 
-    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None):
+    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None,
+                 keep_features: bool = False, window: int = 0):
+        """keep_features: also keep the final hidden state of every row computed, by absolute position (see
+        `feature_rows`; a draft head reads them). window > 0: each position attends to its last `window` positions
+        only (itself included); 0: to its whole prefix."""
         c = config
         self.config = c
         if c.n_heads % c.n_kv_heads:
@@ -107,19 +111,24 @@ class ReferenceModel:
         self._k: list[np.ndarray] = []     # per layer (n_kv_heads, cap, head_dim)
         self._v: list[np.ndarray] = []     # per layer (n_kv_heads, cap, head_dim)
         self._cos = self._sin = np.zeros((0, rope_dim // 2), np.float32)   # (cap, rope_dim/2)
+        self._feat = np.zeros((0, c.dim), np.float32) if keep_features else None   # (cap, dim) or None
+        if window < 0:
+            raise ValueError(f"window must be >= 0, got {window}")
+        self.window = int(window)
         self._length = 0
         self._grow(min(self.max_len, 256))
 
     # -- construction ---------------------------------------------------------------------------------------------
     @classmethod
-    def from_weights(cls, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None):
-        return cls(config, weights, max_len=max_len)
+    def from_weights(cls, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None, **kw):
+        return cls(config, weights, max_len=max_len, **kw)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, max_len: int | None = None) -> "ReferenceModel":
+    def from_file(cls, path: str | os.PathLike, max_len: int | None = None, **kw) -> "ReferenceModel":
+        """kw: keep_features, window (see __init__)."""
         from .formats import load_model_file
         config, weights = load_model_file(path)
-        return cls(config, weights, max_len=max_len)
+        return cls(config, weights, max_len=max_len, **kw)
 
     # -- KV cache -------------------------------------------------------------------------------------------------
     @property
@@ -152,6 +161,10 @@ class ReferenceModel:
                 else:
                     lst.append(new)
         self._cos, self._sin = rope_tables(c, cap)                              # (cap, rope_dim/2)
+        if self._feat is not None:
+            feat = np.zeros((cap, c.dim), np.float32)                           # (cap, dim)
+            feat[: self._cap] = self._feat[: self._cap]
+            self._feat = feat
         self._cap = cap
 
     # -- forward --------------------------------------------------------------------------------------------------
@@ -176,11 +189,14 @@ class ReferenceModel:
         x[:, :, :h] = x1 * cos - x2 * sin
         x[:, :, h: 2 * h] = x2 * cos + x1 * sin
 
-    def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None, features: bool = False):
+    def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None, features: bool = False,
+                embeds: np.ndarray | None = None):
         """tokens (n,) at positions start_pos.. -> logits float32 (n_out, vocab) of the last n_out positions.
 
         features=True: returns (logits, feats) with feats float32 (n_out, dim) the final hidden state of those rows
-        (the residual stream after the last layer, before the output norm): what a draft head reads."""
+        (the residual stream after the last layer, before the output norm): what a draft head reads.
+        embeds (n, dim): the layers' input rows instead of the tokens' embeddings (a draft head makes its own);
+        the tokens then only count the rows."""
         c = self.config
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)                   # (n,)
         n = toks.shape[0]
@@ -191,7 +207,7 @@ class ReferenceModel:
         n_out = n if n_out is None else int(n_out)
         if not 0 <= n_out <= n:
             raise ValueError(f"n_out {n_out} outside 0..{n}")
-        if toks.min() < 0 or toks.max() >= c.vocab_size:
+        if embeds is None and (toks.min() < 0 or toks.max() >= c.vocab_size):
             raise ValueError(f"token id outside 0..{c.vocab_size - 1}")
         self._grow(start_pos + n)
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
@@ -200,7 +216,10 @@ class ReferenceModel:
         scale = np.float32(1.0 / np.sqrt(hd))
         pos = np.arange(start_pos, start_pos + n)                                # (n,)
 
-        x = self.embed[toks].astype(np.float32)                                 # (n, dim)
+        if embeds is None:
+            x = self.embed[toks].astype(np.float32)                             # (n, dim)
+        else:
+            x = np.array(embeds, dtype=np.float32).reshape(n, c.dim)            # (n, dim)
         qkv = np.empty((n, qd + 2 * kd), np.float32)                            # (n, qd + 2 kd)
         att = np.empty((n, qd), np.float32)                                     # (n, qd)
         proj = np.empty((n, c.dim), np.float32)                                 # (n, dim)
@@ -219,11 +238,12 @@ class ReferenceModel:
             qg = (q * scale).reshape(n, nkv, rep, hd)                           # (n, n_kv, rep, head_dim)
             for i in range(n):
                 t = start_pos + i + 1
-                s = np.matmul(qg[i], kc[:, :t].transpose(0, 2, 1))              # (n_kv, rep, t)
+                lo = max(0, t - self.window) if self.window else 0             # keys lo..t-1
+                s = np.matmul(qg[i], kc[:, lo:t].transpose(0, 2, 1))           # (n_kv, rep, t - lo)
                 s = s - s.max(axis=-1, keepdims=True)
                 e = np.exp(s)
-                p = e / e.sum(axis=-1, keepdims=True)                           # (n_kv, rep, t)
-                att[i] = np.matmul(p, vc[:, :t]).reshape(qd)                    # (n_kv, rep, head_dim)
+                p = e / e.sum(axis=-1, keepdims=True)                           # (n_kv, rep, t - lo)
+                att[i] = np.matmul(p, vc[:, lo:t]).reshape(qd)                  # (n_kv, rep, head_dim)
             self._matvec(L["wo"], att, proj)
             x = x + proj
             xn = self._rmsnorm(x, L["ffn_norm"])                                # (n, dim)
@@ -234,12 +254,23 @@ class ReferenceModel:
             self._matvec(L["w2"], hact, proj)
             x = x + proj
         self._length = start_pos + n
+        if self._feat is not None:
+            self._feat[start_pos: start_pos + n] = x
         xn = self._rmsnorm(x[n - n_out:], self.out_norm)                        # (n_out, dim)
         logits = np.empty((n_out, c.vocab_size), np.float32)                    # (n_out, vocab)
         self._matvec(self.out, xn, logits)
         if features:
             return logits, np.ascontiguousarray(x[n - n_out:])                   # (n_out, dim)
         return logits
+
+    def feature_rows(self, start: int, stop: int) -> np.ndarray:
+        """(stop - start, dim) float32: the final hidden states kept (keep_features) for positions start..stop-1,
+        all below `length`."""
+        if self._feat is None:
+            raise ValueError("this model does not keep its features (keep_features=False)")
+        if not 0 <= start <= stop <= self._length:
+            raise ValueError(f"feature rows {start}..{stop} outside the {self._length} positions held")
+        return self._feat[start:stop]
 
     # -- the batched step (exactspec.backend): the same passes one after another, with the same meaning ----------
     ahead_max = 0   # decode_ahead gains nothing on a CPU (no round trips to save): the decode loop leaves it unused

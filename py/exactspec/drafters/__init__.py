@@ -16,6 +16,7 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
 
+from .head import HeadDrafter
 from .model import ModelDrafter
 from .ngram import NgramDrafter
 
@@ -47,21 +48,23 @@ class NoDrafter:
         return 0
 
 
-def make_drafter(kind: str, draft=None, vocab_size: int | None = None, **opts) -> "Drafter":
+def make_drafter(kind: str, draft=None, vocab_size: int | None = None, stop: float = 0.0, **opts) -> "Drafter":
+    """stop: the confidence stop of a model or head draft (0 = off; see ModelDrafter)."""
     if kind == "none":
         return NoDrafter()
     if kind == "ngram":
         return NgramDrafter(**opts)
-    if kind == "model":
+    if kind in ("model", "head"):
         if draft is None:
-            raise ValueError("drafter 'model' needs a draft model (none was given)")
+            raise ValueError(f"drafter {kind!r} needs a draft {'head' if kind == 'head' else 'model'} (none was given)")
         if vocab_size is not None and draft.config.vocab_size != vocab_size:
             raise ValueError(
                 f"draft vocab_size {draft.config.vocab_size} != champion vocab_size {vocab_size}: "
                 "the draft must share the champion's tokenizer"
             )
-        return ModelDrafter(draft)
-    raise ValueError(f"unknown drafter {kind!r}: expected 'none', 'model' or 'ngram'")
+        return (HeadDrafter if kind == "head" else ModelDrafter)(draft, stop=stop)
+    from ..settings import DRAFTERS
+    raise ValueError(f"unknown drafter {kind!r}: expected one of {', '.join(DRAFTERS)}")
 
 
-__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "NgramDrafter", "make_drafter", "Pick"]
+__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "HeadDrafter", "NgramDrafter", "make_drafter", "Pick"]
