@@ -13,12 +13,16 @@ import math
 
 MODES = ("coupled", "rejection")
 DRAFTERS = ("none", "model", "ngram")
+# How a draft model with another tokenizer proposes (exactspec.vocab): auto picks from the two tokenizers (and the
+# mode); remap = same token strings under other ids, tli = token-level intersection, slem = string-level exact match.
+BRIDGES = ("auto", "remap", "tli", "slem")
 
 # Every setting a request may carry, with its default (the page's first-visit values and the API's / CLI's defaults).
 DEFAULTS = {
     "speculation": True,     # off: drafter 'none' and k 0 (see `effective`)
     "adaptive": True,        # the scheduler turns speculation off while the measured timings say it does not pay
     "drafter": "ngram",
+    "bridge": "auto",        # a draft model with another tokenizer: which bridge (exactspec.vocab)
     "k": 4,
     "mode": "coupled",
     "temperature": 0.0,      # 0 = greedy
@@ -37,7 +41,7 @@ LIMITS = {
     "seed": ("int", 0, 2 ** 53 - 1, False),          # exact in a JS number and in Python
     "max_new_tokens": ("int", 1, 8192, False),
 }
-CHOICES = {"drafter": DRAFTERS, "mode": MODES}
+CHOICES = {"drafter": DRAFTERS, "mode": MODES, "bridge": BRIDGES}
 FLAGS = ("speculation", "adaptive")
 
 
@@ -128,6 +132,7 @@ def rules_json() -> dict:
         "flags": list(FLAGS),
         "modes": list(MODES),
         "drafters": list(DRAFTERS),
+        "bridges": list(BRIDGES),
     }
 
 

@@ -47,7 +47,11 @@ class NoDrafter:
         return 0
 
 
-def make_drafter(kind: str, draft=None, vocab_size: int | None = None, **opts) -> "Drafter":
+def make_drafter(kind: str, draft=None, vocab_size: int | None = None, *, bridge: str = "auto", tokenizer=None,
+                 draft_tokenizer=None, mode: str = "coupled", **opts) -> "Drafter":
+    """The drafter for `kind`. A draft model with its own tokenizer (draft_tokenizer and the champion's tokenizer
+    given) that differs from the champion's gets a bridged drafter (exactspec.vocab: remap, tli or slem, `bridge`
+    'auto' choosing from the two tokenizers and the mode: greedy, coupled or rejection)."""
     if kind == "none":
         return NoDrafter()
     if kind == "ngram":
@@ -55,6 +59,13 @@ def make_drafter(kind: str, draft=None, vocab_size: int | None = None, **opts) -
     if kind == "model":
         if draft is None:
             raise ValueError("drafter 'model' needs a draft model (none was given)")
+        if tokenizer is not None and draft_tokenizer is not None and vocab_size is not None:
+            from ..vocab import make_bridged_drafter
+            bridged = make_bridged_drafter(bridge, draft, vocab_size, tokenizer, draft_tokenizer, mode)
+            if bridged is not None:
+                return bridged
+        elif bridge != "auto":
+            raise ValueError(f"bridge {bridge!r} needs both tokenizers (the draft's file carries none?)")
         if vocab_size is not None and draft.config.vocab_size != vocab_size:
             raise ValueError(
                 f"draft vocab_size {draft.config.vocab_size} != champion vocab_size {vocab_size}: "
