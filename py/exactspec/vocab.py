@@ -633,11 +633,12 @@ class TliDrafter(BridgedDrafter):
 
 
 class SlemDrafter(BridgedDrafter):
-    """Greedy draft text, champion tokens of it (SlemAligner); q = point masses. The draft writes at most
-    `k + extra` tokens a round."""
+    """Greedy draft text, champion tokens of it (SlemAligner); q = point masses. The draft writes until k champion
+    tokens are stable, at most 2k + `extra` tokens a round (its tokens and the champion's need not be one to one,
+    and the last pieces are held back)."""
 
     def __init__(self, draft, view: DraftView, aligner: SlemAligner, champion_tok, draft_tok, champion_vocab: int,
-                 extra: int = 3, **kw):
+                 extra: int = 2, **kw):
         super().__init__(draft, "slem", champion_vocab, **kw)
         self.view, self.aligner = view, aligner
         self.d = draft_tok
@@ -671,7 +672,7 @@ class SlemDrafter(BridgedDrafter):
         props, held = [], 0
         final = False
         room = self.draft.config.seq_len - pos - len(feed)
-        for _ in range(min(k + self.extra, room)):
+        for _ in range(min(2 * k + self.extra, room)):
             row = await _row(self.draft, feed, pos, self.Vd)
             self.passes += 1
             pos += len(feed)
