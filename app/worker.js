@@ -164,13 +164,15 @@ async function fallbackToCpu(reason) {
 
 function status() {
   return { backend: state.modelBackend.champion || state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
-    draft_provenance: state.draftProvenance || null, models: [] };
+    draft_provenance: state.draftProvenance || null, bridge: state.bridgeInfo || null, models: [] };
 }
 
 // Does the active draft have a provenance manifest (served with the default models) naming the active champion?
 // 'verified' | 'unverified' (no manifest for this draft) | 'other-champion' (its manifest names another champion).
 async function updateDraftProvenance() {
   state.draftProvenance = null;
+  // how the draft meets the champion's vocabulary (exactspec.vocab via Session.bridge_info): null without both
+  state.bridgeInfo = state.session ? JSON.parse(state.session.bridge_info()) : null;
   if (!state.active.draft) return;
   const stored = await state.store.list();
   const sha = (name) => (stored.find((x) => x.name === name) || {}).sha256;

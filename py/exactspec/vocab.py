@@ -143,10 +143,9 @@ def compare(champion_tok, draft_tok, champion_cfg=None, draft_cfg=None) -> Compa
         diff.append(f"chat template: champion {kind(tc)}, draft {kind(td)}"
                     + (" (the draft sees the champion's rendered conversation)" if kind(tc) != kind(td) else
                        " (same kind, different text)"))
-    if champion_cfg is not None and draft_cfg is not None and champion_cfg.seq_len != draft_cfg.seq_len:
-        diff.append(f"context length: champion {champion_cfg.seq_len}, draft {draft_cfg.seq_len} tokens"
-                    + (" (speculation stops when the draft's view of the conversation fills it)"
-                       if draft_cfg.seq_len < champion_cfg.seq_len else ""))
+    ctx = context_difference(champion_cfg, draft_cfg)
+    if ctx:
+        diff.append(ctx)
     pc, pd = _plain_strings(c), _plain_strings(d)
     same = (c.kind == d.kind and c.pre == d.pre and c.normalizer == d.normalizer and c._tokens == d._tokens
             and sc == sd and c._merges == d._merges)
@@ -163,6 +162,15 @@ def compare(champion_tok, draft_tok, champion_cfg=None, draft_cfg=None) -> Compa
     if champion_cfg is not None and draft_cfg is not None and draft_cfg.vocab_size < d.vocab_size:
         diff.append(f"the draft model has {draft_cfg.vocab_size} rows for {d.vocab_size} tokens")
     return Compat(same, remap, shared, diff, c_only, d_only)
+
+
+def context_difference(champion_cfg, draft_cfg) -> str | None:
+    """The models' context lengths, when they differ (None otherwise, or without both configs)."""
+    if champion_cfg is None or draft_cfg is None or champion_cfg.seq_len == draft_cfg.seq_len:
+        return None
+    return (f"context length: champion {champion_cfg.seq_len}, draft {draft_cfg.seq_len} tokens"
+            + (" (speculation stops when the draft's view of the conversation fills it)"
+               if draft_cfg.seq_len < champion_cfg.seq_len else ""))
 
 
 def _byte_table(tok) -> dict:

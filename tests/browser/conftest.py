@@ -60,6 +60,8 @@ def test_models(tmp_path_factory):
     write_micro_gguf(out["micro-chat"], cfg, seed=1)
     out["micro-draft"] = d / "micro-draft.gguf"
     write_micro_gguf(out["micro-draft"], micro_config(n_layers=1), seed=7)
+    out["micro-spm-draft"] = d / "micro-spm-draft.gguf"          # another vocabulary: SentencePiece-style, 420
+    write_micro_gguf(out["micro-spm-draft"], micro_config(n_layers=1, vocab_size=420), seed=8, with_tokenizer="spm")
     out["user-model"] = d / "user-model.gguf"
     write_micro_gguf(out["user-model"], cfg, seed=2, tensor_type="Q8_0")
     data = out["user-model"].read_bytes()
@@ -83,6 +85,8 @@ def server(test_models):
          # a provenance manifest naming micro-chat as its champion (as build.py lists the shipped draft's)
          "provenance": {"draft_sha256": sha256(test_models["micro-draft"]),
                         "champion_sha256": sha256(test_models["micro-chat"])}},
+        {"name": "micro-spm-draft", "path": test_models["micro-spm-draft"], "role": "draft", "default": False,
+         "size": test_models["micro-spm-draft"].stat().st_size, "sha256": sha256(test_models["micro-spm-draft"])},
     ]
     if "smollm2" in test_models:
         models.append({"name": "smollm2", "path": test_models["smollm2"], "size": build.CHAMPION["size"],
