@@ -125,6 +125,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup-s", type=float, default=10.0)
+    ap.add_argument("--max-epochs", type=float, default=8.0,
+                    help="stop (and end the schedule) after this many passes over the rows, if before the budget")
+    ap.add_argument("--corpus-epochs-first", type=float, default=3.0,
+                    help="while gen.npz may still come: at most this many passes over the corpora, then wait idle")
     ap.add_argument("--gen-weight", type=float, default=0.7, help="share of batch rows from the champion's answers")
     ap.add_argument("--prompt-weight", type=float, default=0.2, help="loss weight of prompt tokens")
     ap.add_argument("--workers", type=int, default=0, help="processes converting gen.npz (0: CPUs - 2, at most 8)")
@@ -202,8 +206,12 @@ def main(argv=None) -> int:
     hist = []
     step = 0
     t_train = time.time()
-    span = max(1.0, deadline - t_train)
-    while time.time() < deadline:
+    step_s = None                                # measured seconds per step (moving average)
+    seen = 0.0                                   # rows drawn, in epochs of the rows there were at the time
+    frac = 0.0                                   # of the cosine schedule: steps done / steps planned, never back
+    idle_s = 0.0
+    t_last = time.time()
+    while time.time() < deadline and frac < 1.0:
         if gen_info is None and step % 10 == 0 and (out / "gen_info.json").exists():
             gen_info = json.loads((out / "gen_info.json").read_text())
             if gen_info["status"] == "ok":
@@ -217,6 +225,17 @@ def main(argv=None) -> int:
                 gen_info["joined_at_step"] = step
                 gen_info["joined_at_s"] = round(time.time() - t_start, 1)
             log(f"gen: {gen_info}")
+        rows_total = sum(len(src[0]) for src in sources)
+        waiting = gen_info is None and conv.is_alive()
+        if waiting and seen >= a.corpus_epochs_first:
+            time.sleep(1.0)                      # enough of the corpora alone: leave the GPU to the other job
+            idle_s += 1.0
+            continue
+        # the plan: as many steps as the time left allows, at most max_epochs over the rows there are
+        left = (deadline - time.time()) / step_s if step_s else 1e9
+        epochs_left = max(0.0, a.max_epochs - seen) * rows_total / batch
+        planned = step + max(1.0, min(left, epochs_left if not waiting else 1e9))
+        frac = max(frac, step / planned)
         wts = np.array([s[2] for s in sources])
         src = rng.choice(len(sources), size=batch, p=wts / wts.sum())
         pick = [(k, int(rng.integers(len(sources[k][0])))) for k in src]
@@ -224,8 +243,7 @@ def main(argv=None) -> int:
         tw = np.stack([sources[k][1][i] if sources[k][1] is not None else np.ones(x.shape[1], np.float32)
                        for k, i in pick])                                                               # (B, L)
         wt = torch.from_numpy(tw[:, 1:].reshape(-1)).to(dev)
-        frac = min(1.0, (time.time() - t_train) / span)
-        warm = min(1.0, (time.time() - t_train + 1e-3) / max(a.warmup_s, 1e-3))
+        warm = min(1.0, (time.time() - t_train - idle_s + 1e-3) / max(a.warmup_s, 1e-3))
         lr = a.lr * min(warm, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -238,13 +256,20 @@ def main(argv=None) -> int:
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        t_now = time.time()
+        if step >= 2:                            # the first steps include warm-up of the kernels
+            dt = t_now - t_last
+            step_s = dt if step_s is None else 0.95 * step_s + 0.05 * dt
+        t_last = t_now
+        seen += batch / rows_total
         if step % 100 == 0:
             hist.append({"step": step, "loss": float(loss.detach()), "grad_norm": float(gn), "lr": lr,
                          "s": round(time.time() - t_start, 1), "sources": len(sources)})
             log(f"step {step} loss {float(loss.detach()):.4f} gn {float(gn):.2f} lr {lr:.2e}")
         step += 1
     train_s = time.time() - t_train
-    log(f"trained {step} steps in {train_s:.0f} s")
+    log(f"trained {step} steps in {train_s:.0f} s ({'epoch cap' if frac >= 1.0 else 'time budget'}; idle "
+        f"{idle_s:.0f} s waiting for gen.npz; {seen:.1f} epochs)")
     if conv.is_alive():
         conv.terminate()
         log("gen.npz did not arrive (or was still being converted): corpora only")
@@ -279,7 +304,8 @@ def main(argv=None) -> int:
     record = {"argv": sys.argv[1:] if argv is None else list(argv), "seed": a.seed, "draft_config": cfg.to_json(),
               "init": init, "device": str(dev), "torch": torch.__version__, "budget_s": a.budget_s,
               "batch": batch, "seq_len": seq_len, "lr": a.lr, "warmup_s": a.warmup_s, "gen_weight": a.gen_weight,
-              "prompt_weight": a.prompt_weight, "steps": step, "train_s": round(train_s, 1),
+              "prompt_weight": a.prompt_weight, "steps": step, "train_s": round(train_s, 1), "max_epochs": a.max_epochs, "epochs": round(seen, 2),
+              "idle_s": idle_s, "step_s": step_s,
               "tokens_seen": int(step * batch * (seq_len - 1)), "corpus_rows": int(len(corpus)), "gen": gen_info,
               "eval": ev, "history": hist, "prep_sha256": D.sha256_file(data / "foreign_prep.json"),
               "gguf_sha256": D.sha256_file(path), "gguf_bytes": path.stat().st_size,
