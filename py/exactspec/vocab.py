@@ -595,10 +595,11 @@ class RemapDrafter(BridgedDrafter):
 
 
 class TliDrafter(BridgedDrafter):
+    diagnostics = False                                    # benches: also measure the mass outside the intersection
+
     def __init__(self, draft, inter: Intersection, view: DraftView, champion_vocab: int, **kw):
         super().__init__(draft, "tli", champion_vocab, **kw)
         self.inter, self.view = inter, view
-        self.diagnostics = False                           # also measure the draft's mass outside the intersection
         self.n["outside_mass"] = 0.0
         self.n["rows"] = 0
 
