@@ -164,7 +164,8 @@ def main(argv=None) -> int:
     torch.manual_seed(a.seed)
     reserve = 8.0 if a.tiny else max(20.0, 0.06 * a.budget_s)           # eval + export
     deadline = t_start + a.budget_s - reserve
-    seq_len = 128 if a.tiny else a.seq_len
+    corpus = np.load(data / "corpus.npy")                                        # (m, L) uint16 draft ids
+    seq_len = min(128 if a.tiny else a.seq_len, corpus.shape[1])                 # every source's row length
     batch = 2 if a.tiny else a.batch
     wait_s = a.budget_s * 0.6 if a.gen_wait_s is None else a.gen_wait_s
     import multiprocessing as mp
@@ -177,7 +178,6 @@ def main(argv=None) -> int:
     ctok = Tokenizer.from_gguf(data / "champion_tok.gguf")
     dtok = Tokenizer.from_gguf(data / "draft_tok.gguf")
     prep = json.loads((data / "foreign_prep.json").read_text())
-    corpus = np.load(data / "corpus.npy")                                        # (m, L) uint16 draft ids
     if corpus.shape[1] > seq_len:
         corpus = np.ascontiguousarray(corpus[:, :seq_len])
     n_eval_c = max(1, len(corpus) // 100)
