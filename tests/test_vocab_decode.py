@@ -263,3 +263,37 @@ def test_rejection_mode_end_to_end_is_the_champions_law(micro_pair, bridge, whic
     e = np.array([exact[x] * N for x in keys] + [N - sum(exact.values()) * N])    # the last cell: everything else
     o = np.array([counts.get(x, 0) for x in keys] + [N - sum(counts.get(x, 0) for x in keys)], dtype=float)
     assert _pool_chisquare(o, e) > 1e-3, (o, e)
+
+
+def test_session_bridges_a_foreign_draft_and_describes_the_pair(tmp_path):
+    """The worker's Python side: bridge_info for the page's settings panel, the 'bridge' request field, a clear
+    SessionError when the requested bridge cannot join the pair."""
+    import asyncio
+    import json
+    from exactspec.micro import write_micro_gguf
+    from exactspec.session import Session, SessionError
+    champ, spm, same = tmp_path / "c.gguf", tmp_path / "d.gguf", tmp_path / "s.gguf"
+    write_micro_gguf(champ, micro_config(), seed=1)
+    write_micro_gguf(spm, micro_config(vocab_size=420, n_layers=1, seq_len=128), seed=2, with_tokenizer="spm")
+    write_micro_gguf(same, micro_config(n_layers=1), seed=3)
+    s = Session("cpu")
+    assert json.loads(s.bridge_info()) is None
+    s.load("c", str(champ), "champion")
+    s.load("d", str(spm), "draft")
+    info = json.loads(s.bridge_info())
+    assert info["draft"] == "d" and not info["same"] and info["auto"] == {"coupled": "slem", "rejection": "tli"}
+    assert any("SentencePiece" in x for x in info["differences"])
+    assert any(x.startswith("context length: champion 256, draft 128") for x in info["differences"])
+    req = {"prompt": "the cat", "chat": True, "max_new_tokens": 10, "temperature": 0.8, "seed": 2}
+    base = asyncio.run(s.generate({**req, "drafter": "none"}))
+    for bridge in ("auto", "tli", "slem"):
+        out = asyncio.run(s.generate({**req, "drafter": "model", "k": 3, "bridge": bridge}))
+        assert out["token_ids"] == base["token_ids"] and out["stats"]["bridge"] in ("tli", "slem")
+    with pytest.raises(SessionError, match="remap needs the same token strings"):
+        asyncio.run(s.generate({**req, "drafter": "model", "bridge": "remap"}))
+    with pytest.raises(SessionError, match="bridge: must be one of"):
+        asyncio.run(s.generate({**req, "drafter": "model", "bridge": "x"}))
+    s.load("s", str(same), "draft")
+    assert json.loads(s.bridge_info())["same"] is True
+    out = asyncio.run(s.generate({**req, "drafter": "model", "k": 3}))
+    assert out["token_ids"] == base["token_ids"] and "bridge" not in out["stats"]
