@@ -3,16 +3,15 @@ champion alone through every bridge that applies; rejection mode exact in distri
 q the proposal was drawn from, in champion ids) and slem (point masses); the draft sees exactly the committed text."""
 import numpy as np
 import pytest
-from scipy.stats import chisquare
 
-from exactspec import verify
+from bench.montecarlo import exact_joint_law, joint_law_counts, pooled_chisquare_p
 from exactspec.decode import GenerateConfig, generate
 from exactspec.drafters import make_drafter
 from exactspec.drafters.model import ModelDrafter
 from exactspec.micro import micro_config, micro_model, micro_spm_tokenizer, micro_tokenizer
-from exactspec.sampling import Rng, SamplingParams, probs_from_scaled, sample_index, scaled_logits
+from exactspec.sampling import SamplingParams, probs_from_scaled, scaled_logits
 from exactspec.tokenizer import Tokenizer
-from exactspec.vocab import BridgeError, BridgedDrafter, DraftView, Intersection, SlemDrafter
+from exactspec.vocab import BridgeError, BridgedDrafter, DraftView, Intersection
 from vocab_toys import OracleDraft, real_tokenizer
 
 PROMPT = ("<|im_start|>user\nIt's 12:45 \u2014 write `def f(x): return x**2` and say \u3053\u3093\u306b\u3061\u306f "
@@ -144,17 +143,6 @@ def _tiny_tok(tokens):
     return Tokenizer(tokens=tokens, merges=[], kind="bytelevel", pre="gpt2")
 
 
-def _node(prefix, V):
-    return sum(x * V ** j for j, x in enumerate(prefix)) + (V ** len(prefix) - 1) // (V - 1)
-
-
-def _pool_chisquare(o, e):
-    small = e < 5
-    if small.any():
-        e, o = np.append(e[~small], e[small].sum()), np.append(o[~small], o[small].sum())
-    return chisquare(o, e).pvalue
-
-
 @pytest.mark.parametrize("k,T", [(1, 0.8), (2, 1.0), (3, 0.6)])
 def test_tli_rejection_joint_law_matches_exact_enumeration(k, T):
     """Micro vocabularies: champion {a b c d}, draft {b a x c e a'} (a' spells 'a' too, x and e are draft-only,
@@ -166,10 +154,9 @@ def test_tli_rejection_joint_law_matches_exact_enumeration(k, T):
     draft = _tiny_tok(["b", "a", "x", "c", "e", "a"])
     inter = Intersection(champ, draft, 4, 6)
     assert sorted(zip(inter.c_ids.tolist(), inter.d_ids.tolist())) == [(0, 1), (0, 5), (1, 0), (2, 3)]
-    V, Vd, L = 4, 6, k + 1
+    V, Vd = 4, 6
     g = np.random.default_rng(77 + k)
-    depth = 2 * k + 2
-    n_nodes = (V ** (depth + 1) - 1) // (V - 1)
+    n_nodes = (V ** (2 * k + 3) - 1) // (V - 1)
     P = g.dirichlet(np.full(V, 0.8), size=n_nodes)               # (nodes, V) champion p(. | prefix)
     P[g.random((n_nodes, V)) < 0.1] = 0.0
     P[P.sum(1) == 0, 2] = 1.0
@@ -178,38 +165,12 @@ def test_tli_rejection_joint_law_matches_exact_enumeration(k, T):
     params = SamplingParams(T)
     Q = np.stack([probs_from_scaled(scaled_logits(inter.champion_row(z, V), params)) for z in Zd])  # (nodes, V)
     assert (Q[:, 3] == 0).all() and (Q[:, :3] > 0).all()        # d is outside the intersection: never proposed
-    node = lambda pre: (V ** pre.shape[1] - 1) // (V - 1) + (pre * V ** np.arange(pre.shape[1] - 1, -1, -1)).sum(1)
     B = 250_000
-    emitted = np.full((B, 2 * L + 1), -1, dtype=np.int64)
-    n_em = np.zeros(B, dtype=np.int64)
-    while (n_em < L).any():
-        act = np.nonzero(n_em < L)[0]
-        for plen in np.unique(n_em[act]):
-            idx = act[n_em[act] == plen]
-            cur = emitted[idx, :plen]
-            props = np.zeros((idx.size, k), dtype=np.int64)
-            prows, qrows = np.zeros((idx.size, k + 1, V)), np.zeros((idx.size, k, V))
-            for i in range(k + 1):
-                nd = node(cur)
-                prows[:, i] = P[nd]
-                if i < k:
-                    qrows[:, i] = Q[nd]
-                    props[:, i] = sample_index(Q[nd], g.random(idx.size))
-                    cur = np.concatenate([cur, props[:, i:i + 1]], axis=1)
-            out, n = verify.rejection_batch(prows, qrows, props, g.random((idx.size, k)), g.random(idx.size))
-            for j in range(k + 1):
-                m = n > j
-                emitted[idx[m], plen + j] = out[m, j]
-            n_em[idx] += n
-    codes = (emitted[:, :L] * V ** np.arange(L - 1, -1, -1)).sum(1)
-    counts = np.bincount(codes, minlength=V ** L).astype(float)
-    exact = np.zeros(V ** L)
-    for code in range(V ** L):
-        digits = np.array([[(code // V ** (L - 1 - j)) % V for j in range(L)]])
-        exact[code] = np.prod([P[node(digits[:, :j])[0], digits[0, j]] for j in range(L)])
+    counts = joint_law_counts(P, Q, k, B, g)
+    exact = exact_joint_law(P, k + 1)
     assert abs(exact.sum() - 1) < 1e-9
     assert counts[exact == 0].sum() == 0, "a sequence with target probability 0 was emitted"
-    assert _pool_chisquare(counts[exact > 0], exact[exact > 0] * B) > 1e-3
+    assert pooled_chisquare_p(counts[exact > 0], exact[exact > 0] * B) > 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +223,7 @@ def test_rejection_mode_end_to_end_is_the_champions_law(micro_pair, bridge, whic
     keys = sorted(exact, key=lambda x: -exact[x])
     e = np.array([exact[x] * N for x in keys] + [N - sum(exact.values()) * N])    # the last cell: everything else
     o = np.array([counts.get(x, 0) for x in keys] + [N - sum(counts.get(x, 0) for x in keys)], dtype=float)
-    assert _pool_chisquare(o, e) > 1e-3, (o, e)
+    assert pooled_chisquare_p(o, e) > 1e-3, (o, e)
 
 
 def test_session_bridges_a_foreign_draft_and_describes_the_pair(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from exactspec.backend import ModelConfig
 from exactspec.tokenizer import Tokenizer
+from toy import ToyLM
 
 ROOT = Path(__file__).resolve().parents[1]
 GGUF = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
@@ -53,19 +53,17 @@ def _h(*xs) -> int:
     return zlib.crc32(np.asarray(xs, dtype=np.int64).tobytes())
 
 
-class OracleDraft:
+class OracleDraft(ToyLM):
     """A draft model over `tok` that writes `target_ids` (the draft's view of the text it should write, e.g. of the
     champion's own answer) token by token: when its context spells a prefix of the target, its next token is the
     target's own token at that byte offset (or, mid-token, the longest token matching the target there); with
     probability `wrong` (hashed from the offset) a wrong token instead; off the target, a hashed random token.
-    Rows: +8 on that token over N(0, 1) noise, so rejection mode has a real distribution. Backend protocol, strict."""
+    Rows: +8 on that token over N(0, 1) noise, so rejection mode has a real distribution. ToyLM's strict Backend."""
 
     def __init__(self, tok: Tokenizer, target_ids, seq_len: int = 4096, wrong: float = 0.2, seed: int = 0):
+        super().__init__(vocab_size=tok.vocab_size, seed=seed, seq_len=seq_len)
         self.tok = tok
-        V = tok.vocab_size
-        self.config = ModelConfig(dim=8, hidden_dim=16, n_layers=1, n_heads=1, n_kv_heads=1, head_dim=8,
-                                  vocab_size=V, seq_len=seq_len)
-        self.wrong, self.seed = wrong, seed
+        self.wrong = wrong
         self.target = b"".join(tok.token_bytes(int(i)) for i in target_ids)
         self.at = {}                                              # byte offset -> the target's token starting there
         o = 0
@@ -73,16 +71,10 @@ class OracleDraft:
             self.at.setdefault(o, int(i))
             o += len(tok.token_bytes(int(i)))
         self.by_bytes = {}
-        for i in range(V):
+        for i in range(tok.vocab_size):
             if tok.added_content(i) is None:
                 self.by_bytes.setdefault(tok.token_bytes(i), i)
         self.text_ids = np.array(sorted(self.by_bytes.values()), dtype=np.int64)
-        self.tokens: list = []
-        self._len = 0
-
-    @property
-    def length(self) -> int:
-        return self._len
 
     def pick(self, ctx) -> int:
         data = b"".join(self.tok.token_bytes(int(i)) for i in ctx)
@@ -99,26 +91,8 @@ class OracleDraft:
                     return t
         return int(self.text_ids[_h(self.seed, o, len(ctx)) % len(self.text_ids)])
 
-    def forward(self, tokens, start_pos, n_out=None):
-        tokens = [int(t) for t in tokens]
-        if start_pos != self._len:
-            raise AssertionError(f"forward at {start_pos} but cache length is {self._len}")
-        if start_pos + len(tokens) > self.config.seq_len:
-            raise AssertionError("past the context")
-        del self.tokens[self._len:]
-        self.tokens.extend(tokens)
-        self._len += len(tokens)
-        n_out = len(tokens) if n_out is None else n_out
-        rows = []
-        for p in range(self._len - n_out, self._len):
-            ctx = self.tokens[:p + 1]
-            row = np.random.default_rng([self.seed, p, _h(*ctx[-4:])]).standard_normal(
-                self.config.vocab_size).astype(np.float32)        # (vocab,)
-            row[self.pick(ctx)] += 8.0
-            rows.append(row)
-        return np.stack(rows)                                     # (n_out, vocab)
-
-    def truncate(self, n):
-        if not (0 <= n <= self._len):
-            raise AssertionError(f"truncate({n}) with length {self._len}")
-        self._len = n
+    def row(self, prefix) -> np.ndarray:
+        row = np.random.default_rng([self.seed, len(prefix), _h(*prefix[-4:])]).standard_normal(
+            self.config.vocab_size).astype(np.float32)            # (vocab,)
+        row[self.pick(prefix)] += 8.0
+        return row

@@ -551,6 +551,13 @@ class BridgedDrafter:
             self.draft.truncate(keep)
         return target[keep:], keep
 
+    def start_round(self, seq, k: int):
+        """catch_up for a round of k proposals; None when there is nothing to propose."""
+        if k <= 0:
+            return None
+        self.n["rounds"] += 1
+        return self.catch_up(seq)
+
     def update(self, committed_len: int) -> None:
         pass                                               # the next catch_up rolls back to what the view keeps
 
@@ -561,20 +568,21 @@ class BridgedDrafter:
                 "bridge_view_full_rounds": self.n["view_full"]}
 
 
-class RemapDrafter(BridgedDrafter):
-    def __init__(self, draft, idmap: IdMap, champion_vocab: int, **kw):
-        super().__init__(draft, "remap", champion_vocab, **kw)
-        self.map = idmap
+class RowBridgedDrafter(BridgedDrafter):
+    """remap and tli: each draft row becomes a row over champion ids, the decode loop's pick (the mode: greedy,
+    coupled noise, rejection's sample and q) chooses a champion token, and the draft is fed its own token for it."""
 
-    def target(self, seq):
-        m = self.map.to_draft
-        return [int(m[int(x)]) for x in seq]
+    def champion_row(self, row):            # (draft vocab,) -> (champion vocab,)
+        raise NotImplementedError
+
+    def draft_token(self, tok: int, row) -> int:
+        raise NotImplementedError
+
+    def observe(self, row) -> None:         # diagnostics, outside the bridge's timed cost
+        pass
 
     async def propose(self, seq, k, pick):
-        if k <= 0:
-            return [], None
-        self.n["rounds"] += 1
-        cu = self.catch_up(seq)
+        cu = self.start_round(seq, k)
         if cu is None:
             return [], None
         feed, pos = cu
@@ -584,17 +592,36 @@ class RemapDrafter(BridgedDrafter):
             self.passes += 1
             pos += len(feed)
             t0 = self.clock()
-            row_c = self.map.champion_row(row, self.V)                 # (champion vocab,)
-            self.n["bridge_s"] += self.clock() - t0
-            tok, q = pick(row_c, len(seq) + i)
+            row_c = self.champion_row(row)                             # (champion vocab,)
+            t1 = self.clock()
+            tok, q = pick(row_c, len(seq) + i)                         # the mode's pick, as for one vocabulary
+            t2 = self.clock()
+            feed = [self.draft_token(int(tok), row)]
+            self.n["bridge_s"] += (t1 - t0) + (self.clock() - t2)
+            self.observe(row)
             props.append(int(tok))
             if q is not None:
                 q_rows.append(q)
-            feed = [int(self.map.to_draft[int(tok)])]
         return props, (np.stack(q_rows) if q_rows else None)    # q (k, champion vocab)
 
 
-class TliDrafter(BridgedDrafter):
+class RemapDrafter(RowBridgedDrafter):
+    def __init__(self, draft, idmap: IdMap, champion_vocab: int, **kw):
+        super().__init__(draft, "remap", champion_vocab, **kw)
+        self.map = idmap
+
+    def target(self, seq):
+        m = self.map.to_draft
+        return [int(m[int(x)]) for x in seq]
+
+    def champion_row(self, row):
+        return self.map.champion_row(row, self.V)
+
+    def draft_token(self, tok, row):
+        return int(self.map.to_draft[tok])
+
+
+class TliDrafter(RowBridgedDrafter):
     diagnostics = False                                    # benches: also measure the mass outside the intersection
 
     def __init__(self, draft, inter: Intersection, view: DraftView, champion_vocab: int, **kw):
@@ -606,33 +633,16 @@ class TliDrafter(BridgedDrafter):
     def target(self, seq):
         return self.view.ids(seq)
 
-    async def propose(self, seq, k, pick):
-        if k <= 0:
-            return [], None
-        self.n["rounds"] += 1
-        cu = self.catch_up(seq)
-        if cu is None:
-            return [], None
-        feed, pos = cu
-        props, q_rows = [], []
-        for i in range(k):
-            row = await _row(self.draft, feed, pos, self.Vd)
-            self.passes += 1
-            pos += len(feed)
-            t0 = self.clock()
-            row_c = self.inter.champion_row(row, self.V)               # (champion vocab,)
-            t1 = self.clock()
-            tok, q = pick(row_c, len(seq) + i)                         # the mode's pick, as for one vocabulary
-            t2 = self.clock()
-            feed = [self.inter.draft_token(int(tok), row)]
-            self.n["bridge_s"] += (t1 - t0) + (self.clock() - t2)
-            if self.diagnostics:
-                self.n["outside_mass"] += self.inter.outside_mass(row)
-                self.n["rows"] += 1
-            props.append(int(tok))
-            if q is not None:
-                q_rows.append(q)
-        return props, (np.stack(q_rows) if q_rows else None)    # q (k, champion vocab)
+    def champion_row(self, row):
+        return self.inter.champion_row(row, self.V)
+
+    def observe(self, row):
+        if self.diagnostics:
+            self.n["outside_mass"] += self.inter.outside_mass(row)
+            self.n["rows"] += 1
+
+    def draft_token(self, tok, row):
+        return self.inter.draft_token(tok, row)
 
     def stats(self) -> dict:
         s = super().stats()
@@ -667,10 +677,7 @@ class SlemDrafter(BridgedDrafter):
         return self.view.ids(seq)
 
     async def propose(self, seq, k, pick):
-        if k <= 0:
-            return [], None
-        self.n["rounds"] += 1
-        cu = self.catch_up(seq)
+        cu = self.start_round(seq, k)
         if cu is None:
             return [], None
         feed, pos = cu

@@ -88,14 +88,11 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", default=None)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    bench = None
-    if a.bench:
-        bench = json.loads(Path(a.bench).read_text())["summary"]
-    m = build(Path(a.draft), Path(a.champion), Path(a.workload), json.loads(Path(a.prep).read_text()),
-              json.loads((Path(a.run) / "run.json").read_text()), bench)
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump(m, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    from .export import write_manifest
+    bench = json.loads(Path(a.bench).read_text())["summary"] if a.bench else None
+    write_manifest(a.out, build(Path(a.draft), Path(a.champion), Path(a.workload),
+                                json.loads(Path(a.prep).read_text()), json.loads((Path(a.run) / "run.json").read_text()),
+                                bench))
     print(f"wrote {a.out}")
     return 0
 

@@ -141,7 +141,6 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
     from exactspec.tokenizer import Tokenizer
-    from .distill import lr_at
     from .export import export_gguf
     from .foreign import draft_config
     from .model import TorchLlama
@@ -150,13 +149,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for f in ("gen_rows.npy", "gen_w.npy", "gen_info.json"):
         (out / f).unlink(missing_ok=True)
-    logf = open(out / "log.txt", "a")
-
-    def log(msg):
-        line = f"[{time.time() - t_start:7.1f}s] {msg}"
-        print(line, flush=True)
-        logf.write(line + "\n")
-        logf.flush()
+    log = D.run_log(out, t_start)
 
     data = Path(a.data)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
