@@ -140,8 +140,10 @@ export class Core {
 
   status() {
     const state = this.state;
+    // bridge: how the draft meets the champion's vocabulary (exactspec.vocab via Session.bridge_info), null without both
+    const bridge = state.session ? JSON.parse(state.session.bridge_info()) : null;
     return { backend: state.modelBackend.champion || state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
-      draft_provenance: state.draftProvenance || null, models: [] };
+      draft_provenance: state.draftProvenance || null, bridge, models: [] };
   }
 
   adapterInfo() {

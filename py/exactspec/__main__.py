@@ -34,7 +34,7 @@ def cmd_generate(a) -> int:
     from .settings import normalise
 
     s = normalise({n: getattr(a, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k",
-                                              "k_schedule", "draft_stop", "drafter", "adaptive")})
+                                              "k_schedule", "draft_stop", "drafter", "adaptive", "bridge")})
     s.pop("speculation")
     cfg = GenerateConfig(**s, stop=tuple(a.stop or ()))
     cfg.validate()
@@ -42,7 +42,7 @@ def cmd_generate(a) -> int:
         raise ValueError(f"--drafter {a.drafter} needs --draft PATH")
     champion, tok = _load(a.model, a.max_len, keep_features=a.drafter == "head")
     ids = prompt_ids(tok, a.prompt, a.chat, a.system)
-    draft = None
+    draft = dtok = None
     if a.drafter == "head":
         import os
         from .drafters.head import HeadModel
@@ -51,10 +51,7 @@ def cmd_generate(a) -> int:
             raise FormatError("--drafter head needs the champion as one GGUF file (a head names its sha256)")
         draft = HeadModel.from_file(a.draft, champion, sha256_file(a.model))
     if a.drafter == "model":
-        draft, dtok = _load(a.draft, a.max_len)
-        if dtok.vocab_size != tok.vocab_size or any(
-                dtok.token_bytes(i) != tok.token_bytes(i) for i in range(0, tok.vocab_size, 97)):
-            raise ValueError("the draft's tokenizer differs from the champion's: they must share one vocabulary")
+        draft, dtok = _load(a.draft, a.max_len)     # another tokenizer: a bridge (--bridge, exactspec.vocab)
     stream = None
     if not a.json:
         stream = tok.stream(skip_special=True)
@@ -65,7 +62,7 @@ def cmd_generate(a) -> int:
             sys.stdout.flush()
     else:
         on_tokens = None
-    res = generate(champion, ids, cfg, draft=draft, tokenizer=tok, on_tokens=on_tokens)
+    res = generate(champion, ids, cfg, draft=draft, tokenizer=tok, draft_tokenizer=dtok, on_tokens=on_tokens)
     text = res.text if res.text is not None else tok.decode(res.token_ids)
     if a.json:
         out = {"text": text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
@@ -77,12 +74,13 @@ def cmd_generate(a) -> int:
         sys.stdout.write(stream.flush() + "\n")
         s = res.stats
         print(f"[{res.finish_reason}] {s['new_tokens']} tokens, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tok/s, "
-              f"target passes {s['target_passes']}, draft passes {s['draft_passes']}", file=sys.stderr)
+              f"target passes {s['target_passes']}, draft passes {s['draft_passes']}"
+              + (f", bridge {s['bridge']}" if s.get("bridge") else ""), file=sys.stderr)
     return 0 if res.finish_reason != "error" else 3
 
 
 def main(argv=None) -> int:
-    from .settings import DEFAULTS as D, DRAFTERS, K_SCHEDULES, MODES, SettingsError
+    from .settings import BRIDGES, DEFAULTS as D, DRAFTERS, K_SCHEDULES, MODES, SettingsError
     ap = argparse.ArgumentParser(prog="python -m exactspec")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="generate text on the numpy reference backend")
@@ -103,6 +101,8 @@ def main(argv=None) -> int:
                    help="fixed k, or additive: +1 after a fully accepted round, -1 after a first rejection")
     g.add_argument("--draft-stop", type=float, default=D["draft_stop"],
                    help="confidence stop: the draft halts when its top probability falls below this (0 = off)")
+    g.add_argument("--bridge", choices=BRIDGES, default=D["bridge"],
+                   help="a draft with another tokenizer: auto (from the two tokenizers and the mode), remap, tli, slem")
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=D["adaptive"],
                    help="turn speculation off while it does not pay (default on)")

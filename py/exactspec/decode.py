@@ -47,6 +47,7 @@ class GenerateConfig:
     k_schedule: str = DEFAULTS["k_schedule"]     # 'fixed' | 'additive' (exactspec.settings.K_SCHEDULES)
     draft_stop: float = DEFAULTS["draft_stop"]   # confidence stop of a model/head draft (0 = off)
     drafter: str = DEFAULTS["drafter"]
+    bridge: str = DEFAULTS["bridge"]       # a draft model with another tokenizer (exactspec.vocab)
     stop: Sequence[str] = ()
     adaptive: bool = DEFAULTS["adaptive"]   # let the scheduler turn speculation off when it does not pay
     batched: bool = True     # use the backend's batched step (decode_ahead / spec_round) where it offers one
@@ -54,7 +55,7 @@ class GenerateConfig:
     def validate(self) -> None:
         try:
             check({n: getattr(self, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode",
-                                                 "k", "k_schedule", "draft_stop", "drafter", "adaptive")},
+                                                 "k", "k_schedule", "draft_stop", "drafter", "adaptive", "bridge")},
                   defaults={**DEFAULTS, "speculation": True})
         except SettingsError as e:
             raise ValueError(str(e)) from None
@@ -146,6 +147,7 @@ async def generate_async(
     *,
     draft=None,
     tokenizer=None,
+    draft_tokenizer=None,
     eos_ids: Sequence[int] | None = None,
     on_tokens: Callable[[list[int]], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
@@ -175,7 +177,8 @@ async def generate_async(
     eos = set(int(e) for e in eos_ids)
     params = cfg.sampling
     rng = Rng(cfg.seed)
-    drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop)
+    drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop, bridge=cfg.bridge, tokenizer=tokenizer,
+                           draft_tokenizer=draft_tokenizer, mode="greedy" if params.greedy else cfg.mode)
     picker = _Picker(cfg.mode, params, rng, V)
     # the batched step (exactspec.backend): greedy and coupled only; rejection mode needs the exact q each proposal
     # was sampled from, which only its per-forward path gives Python
@@ -217,7 +220,7 @@ async def generate_async(
         # prefill: everything but the last prompt token, reusing what the cache already holds
         keep = min(champion.common_prefix(prompt), len(prompt) - 1)
         champion.truncate(keep)
-        if draft is not None and cfg.drafter in ("model", "head"):
+        if isinstance(drafter, ModelDrafter):       # (a head too) a bridged drafter rolls its draft back itself
             draft.truncate(min(draft.common_prefix(prompt), len(prompt) - 1))
         if keep < len(prompt) - 1:
             await champion_pass(prompt[keep:-1], keep, 1, "prefill")
@@ -396,6 +399,7 @@ async def generate_async(
         "ahead_passes": n.ahead_passes,
         "wasted_passes": n.wasted_passes,
     }
+    stats.update(drafter.stats() if hasattr(drafter, "stats") else {})   # a bridged drafter's counters
     return GenerateResult(generated, finish, stats, text=text, error=error, eos_id=eos_hit)
 
 

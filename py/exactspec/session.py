@@ -296,6 +296,24 @@ class Session:
         if self.draft == name:
             self.draft = None
 
+    def bridge_info(self) -> str:
+        """How the loaded draft meets the champion's vocabulary (exactspec.vocab): null without both; else
+        {draft, same, remap, shared, differences, auto: {coupled, rejection}} (a draft file without a tokenizer is
+        taken to share the champion's)."""
+        c, d = self.models.get(self.champion or ""), self.models.get(self.draft or "")
+        if c is None or d is None or c.tokenizer is None:
+            return "null"
+        if d.tokenizer is None:
+            return json.dumps({"draft": d.name, "same": True, "remap": False, "shared": None, "auto":
+                               {"coupled": "none", "rejection": "none"},
+                               "differences": ["the draft's file carries no tokenizer: taken to be the champion's"]})
+        from .vocab import bridge_pair, context_difference
+        info = bridge_pair(c.tokenizer, d.tokenizer).compat.to_json()
+        ctx = context_difference(c.config, d.config)     # the one difference of the models, not their vocabularies
+        if ctx:
+            info["differences"].append(ctx)
+        return json.dumps({"draft": d.name, **info})
+
     def loaded(self) -> str:
         return json.dumps([{"name": m.name, "role": m.role, "config": m.config.to_json()}
                            for m in self.models.values()])
@@ -376,6 +394,7 @@ class Session:
             raise SessionError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
                                f"context length {m.config.seq_len}")
         draft = self._draft_for(cfg.drafter) if cfg.drafter in ("model", "head") else None
+        dtok = self.models[self.draft].tokenizer if cfg.drafter == "model" else None
         stream = self._cont["stream"] if (req.get("continue") and self._cont) else \
             m.tokenizer.stream(skip_special=True)
         parts: list[str] = []
@@ -390,9 +409,12 @@ class Session:
         self._busy = True
         self._cancel = False
         try:
-            res = await generate_async(m.cache, ids, cfg, draft=draft, tokenizer=m.tokenizer,
-                                       on_tokens=on_tokens, should_cancel=lambda: self._cancel,
-                                       **({"clock": self._clock} if self._clock else {}))
+            try:
+                res = await generate_async(m.cache, ids, cfg, draft=draft, tokenizer=m.tokenizer, draft_tokenizer=dtok,
+                                           on_tokens=on_tokens, should_cancel=lambda: self._cancel,
+                                           **({"clock": self._clock} if self._clock else {}))
+            except ValueError as e:          # e.g. a bridge that cannot join the two tokenizers: said before any token
+                raise SessionError(str(e)) from None
         finally:
             self._busy = False
             self._cancel = False

@@ -18,12 +18,16 @@ DRAFTERS = ("none", "model", "ngram", "head")
 # 1..the champion backend's k_limit (a device-dependent limit; K_LIMIT_DEFAULT where the backend names none).
 K_SCHEDULES = ("fixed", "additive")
 K_LIMIT_DEFAULT = 8
+# How a draft model with another tokenizer proposes (exactspec.vocab): auto picks from the two tokenizers (and the
+# mode); remap = same token strings under other ids, tli = token-level intersection, slem = string-level exact match.
+BRIDGES = ("auto", "remap", "tli", "slem")
 
 # Every setting a request may carry, with its default (the page's first-visit values and the API's / CLI's defaults).
 DEFAULTS = {
     "speculation": True,     # off: drafter 'none' and k 0 (see `effective`)
     "adaptive": True,        # the scheduler turns speculation off while the measured timings say it does not pay
     "drafter": "ngram",
+    "bridge": "auto",        # a draft model with another tokenizer: which bridge (exactspec.vocab)
     "k": 4,
     "k_schedule": "fixed",
     "draft_stop": 0.0,       # confidence stop: a model/head draft halts once its top probability is below this (0 = off)
@@ -45,7 +49,7 @@ LIMITS = {
     "seed": ("int", 0, 2 ** 53 - 1, False),          # exact in a JS number and in Python
     "max_new_tokens": ("int", 1, 8192, False),
 }
-CHOICES = {"drafter": DRAFTERS, "mode": MODES, "k_schedule": K_SCHEDULES}
+CHOICES = {"drafter": DRAFTERS, "mode": MODES, "k_schedule": K_SCHEDULES, "bridge": BRIDGES}
 FLAGS = ("speculation", "adaptive")
 
 
@@ -136,6 +140,7 @@ def rules_json() -> dict:
         "flags": list(FLAGS),
         "modes": list(MODES),
         "drafters": list(DRAFTERS),
+        "bridges": list(BRIDGES),
     }
 
 

@@ -46,6 +46,19 @@ class ContaminationError(ValueError):
     """A training text contains a preregistered workload prompt."""
 
 
+def run_log(out_dir, t_start: float):
+    """log(msg): print it with the seconds since t_start and append it to out_dir/log.txt (a training run's log)."""
+    import time
+    f = open(Path(out_dir) / "log.txt", "a")
+
+    def log(msg):
+        line = f"[{time.time() - t_start:7.1f}s] {msg}"
+        print(line, flush=True)
+        f.write(line + "\n")
+        f.flush()
+    return log
+
+
 def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 

@@ -65,6 +65,8 @@ def test_models(tmp_path_factory):
     hc = HeadConfig.for_champion(cfg, champion_sha256=sha256(out["micro-chat"]))
     out["micro-head"] = d / "micro-head.gguf"                 # a draft head made for micro-chat (random weights)
     write_head_gguf(out["micro-head"], hc, random_head_weights(hc, 5), tensor_type="F32")
+    out["micro-spm-draft"] = d / "micro-spm-draft.gguf"          # another vocabulary: SentencePiece-style, 420
+    write_micro_gguf(out["micro-spm-draft"], micro_config(n_layers=1, vocab_size=420), seed=8, with_tokenizer="spm")
     out["user-model"] = d / "user-model.gguf"
     write_micro_gguf(out["user-model"], cfg, seed=2, tensor_type="Q8_0")
     data = out["user-model"].read_bytes()
@@ -90,6 +92,8 @@ def server(test_models):
                         "champion_sha256": sha256(test_models["micro-chat"])}},
         {"name": "micro-head", "path": test_models["micro-head"], "size": test_models["micro-head"].stat().st_size,
          "sha256": sha256(test_models["micro-head"]), "role": "draft", "default": False},
+        {"name": "micro-spm-draft", "path": test_models["micro-spm-draft"], "role": "draft", "default": False,
+         "size": test_models["micro-spm-draft"].stat().st_size, "sha256": sha256(test_models["micro-spm-draft"])},
     ]
     if "smollm2" in test_models:
         models.append({"name": "smollm2", "path": test_models["smollm2"], "size": build.CHAMPION["size"],
