@@ -25,7 +25,12 @@ await py.loadPackage([%(numpy)s], { messageCallback: () => {} });
 py.FS.mkdir('/host');
 py.FS.mount(py.FS.filesystems.NODEFS, { root: '/' }, '/host');
 py.runPython("import sys; sys.path.insert(0, '/host' + " + JSON.stringify(%(py)s) + ")");
-await py.runPythonAsync(fs.readFileSync(%(src)s, 'utf8'));
+try {
+  await py.runPythonAsync(fs.readFileSync(%(src)s, 'utf8'));
+} catch (e) {
+  console.error('PYODIDE ERROR ' + (e.message || e));
+  process.exit(1);
+}
 process.exit(0);
 """
 
@@ -47,7 +52,8 @@ def host_path(path: str | os.PathLike) -> str:
 
 
 def run_python(source: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `source` in a fresh Pyodide; returns the finished process (stdout: what the source printed)."""
+    """Run `source` in a fresh Pyodide; returns the finished process (stdout: what the source printed; on a Python
+    error, stderr's last line starting 'PYODIDE ERROR' carries its traceback)."""
     why = unavailable()
     if why:
         raise RuntimeError(f"cannot run Pyodide: {why}")
