@@ -10,6 +10,8 @@ tokens/s of plain greedy decoding through the product's decode loop (exactspec.d
 Schemes: "new" is exactspec.reference as it is (kernel "auto": "gemv" in CPython, "dot" in Pyodide); "before" is
 py/exactspec/reference.py at commit --before (default: the last commit with the row-at-a-time reference), loaded from
 git, same weights. Measurements of the schemes are interleaved (rep by rep, k by k).
+Then the decode loop's per-round Python work for k = 4 on the champion's rows (scaled_logits, coupled noise, verify;
+see _round_overhead) with the old and the new exactspec.sampling, in the same runtimes.
 Runs with OPENBLAS_NUM_THREADS=1 unless set (see py/bench/reference.py).
 """
 from __future__ import annotations
@@ -48,13 +50,17 @@ def _clocks():
     return time.perf_counter, time.process_time
 
 
-def _load_before(source_path: str):
-    """The reference module as it was at --before, importable beside the current one."""
+BEFORE_FILES = ("reference", "sampling")      # the modules whose previous versions are measured beside the new
+
+
+def _load_before(before_dir: str, name: str):
+    """exactspec.<name> as it was at --before (its file in before_dir), importable beside the current one."""
     import types
-    mod = types.ModuleType("exactspec._reference_before")
+    mod = types.ModuleType(f"exactspec._{name}_before")
     mod.__package__ = "exactspec"
-    with open(source_path, encoding="utf-8") as f:
-        exec(compile(f.read(), "reference.py@before", "exec"), mod.__dict__)
+    sys.modules[mod.__name__] = mod                    # dataclasses look their module up there
+    with open(os.path.join(before_dir, name + ".py"), encoding="utf-8") as f:
+        exec(compile(f.read(), f"{name}.py@before", "exec"), mod.__dict__)
     return mod
 
 
@@ -63,7 +69,7 @@ def _stats(xs):
     return {"median": round(xs[len(xs) // 2], 4), "min": round(xs[0], 4), "max": round(xs[-1], 4)}
 
 
-async def measure(model_path: str, before_path: str | None, reps: int, decode_tokens: int) -> dict:
+async def measure(model_path: str, before_dir: str | None, reps: int, decode_tokens: int) -> dict:
     """Run every measurement in this runtime; returns the figures (also printed as one JSON line). Async: Pyodide's
     event loop cannot block (the decode loop is awaited, as in the worker)."""
     import numpy as np
@@ -75,8 +81,9 @@ async def measure(model_path: str, before_path: str | None, reps: int, decode_to
     t0 = wall()
     config, weights = load_model_file(model_path)
     models = {"new": ReferenceModel.from_weights(config, weights, max_len=512)}
-    if before_path:
-        models["before"] = _load_before(before_path).ReferenceModel.from_weights(config, weights, max_len=512)
+    if before_dir:
+        models["before"] = _load_before(before_dir, "reference").ReferenceModel.from_weights(config, weights,
+                                                                                             max_len=512)
     del weights
     load_s = wall() - t0
     rng = np.random.default_rng(0)
@@ -114,6 +121,7 @@ async def measure(model_path: str, before_path: str | None, reps: int, decode_to
                                                                        for x in t[PREFILL_ROWS]]),
             }
         out["schemes"][s] = r
+    out["round_overhead"] = _round_overhead(models["new"], before_dir, reps, (wall, cpu))
     # plain greedy decoding through the product's loop (speculation off), schemes interleaved
     cfg = GenerateConfig(max_new_tokens=decode_tokens, drafter="none", k=0, adaptive=False, temperature=0.0)
     tps = {s: [] for s in models}
@@ -126,6 +134,65 @@ async def measure(model_path: str, before_path: str | None, reps: int, decode_to
     for s in models:
         out["schemes"][s]["plain_decode_tokens_per_s_wall"] = _stats(tps[s])
     print("RESULT " + json.dumps(out), flush=True)
+    return out
+
+
+ROUND_K = 4
+ROUND_MODES = {                     # name: (temperature, top_k, top_p)
+    "greedy": (0.0, 0, 1.0),
+    "coupled T0.7": (0.7, 0, 1.0),
+    "coupled T0.7 top-k40 top-p0.9": (0.7, 40, 0.9),
+    "coupled T0.7 top-p0.9": (0.7, 0, 0.9),
+    "coupled T0.3": (0.3, 0, 1.0),
+}
+
+
+def _round_overhead(model, before_dir, reps, clocks) -> dict:
+    """The decode loop's Python work in one speculative round of k = 4 (exactspec.decode: scaled_logits per champion
+    row, the coupled noise of each position, verify), on the champion's real rows, per sampling mode:
+    "before" and "new" run what the loop runs today with the old and the new exactspec.sampling; "new+pick" runs
+    what it would with the pick computed by Rng.gumbel_argmax per row (the decode.py change proposed to the lead),
+    which gives the same tokens. Median [min-max] ms over 5 x reps rounds, wall and CPU."""
+    import numpy as np
+    from exactspec import sampling, verify
+
+    wall, cpu = clocks
+    rows = model.forward(list(range(1000, 1000 + ROUND_K + 1)), PREFIX)        # (k+1, vocab) real champion rows
+    model.truncate(PREFIX)
+    vocab = rows.shape[1]
+    schemes = {"new": sampling}
+    if before_dir:
+        schemes = {"before": _load_before(before_dir, "sampling"), **schemes}
+    rngs = {s: mod.Rng(1) for s, mod in schemes.items()}
+    rngs["new+pick"] = sampling.Rng(1)
+    out = {}
+    for mode, (temp, top_k, top_p) in ROUND_MODES.items():
+        times = {s: {"wall": [], "cpu": []} for s in rngs}
+        picks = {}
+        for r in range(5 * reps):
+            t0 = PREFIX + 1 + r * (ROUND_K + 1)              # each round draws the noise of new positions
+            for s, rng in rngs.items():
+                mod = schemes.get(s, sampling)
+                p = mod.SamplingParams(temp, top_k, top_p)
+                a, b = wall(), cpu()
+                z = np.stack([mod.scaled_logits(row, p) for row in rows])           # (k+1, vocab)
+                if p.greedy:
+                    verify.greedy(z, [-1] * ROUND_K)
+                elif s == "new+pick":
+                    toks = [rng.gumbel_argmax(z[i], t0 + i) for i in range(ROUND_K + 1)]
+                else:
+                    noise = np.stack([rng.gumbel(t0 + i, vocab) for i in range(ROUND_K + 1)])   # (k+1, vocab)
+                    verify.coupled(z, [-1] * ROUND_K, noise)
+                times[s]["wall"].append((wall() - a) * 1e3)
+                times[s]["cpu"].append((cpu() - b) * 1e3)
+                # the champion's token of every row (what verify compares proposals with), untimed
+                if p.greedy:
+                    toks = np.argmax(z, axis=1).tolist()
+                elif s != "new+pick":
+                    toks = np.argmax(z + noise, axis=1).tolist()
+                picks.setdefault(r, set()).add(tuple(int(x) for x in toks))
+        same = all(len(v) == 1 for v in picks.values())
+        out[mode] = {"same_tokens": same, **{s: {c: _stats(v) for c, v in t.items()} for s, t in times.items()}}
     return out
 
 
@@ -143,6 +210,11 @@ def _table(res: dict) -> str:
                          f"{ts['max']:.1f}]  T_verify(k)/T_single: {ratios}  prefill {pf['median']:.2f} ms/row")
         d = r["plain_decode_tokens_per_s_wall"]
         lines.append(f"  {s:6s} plain decode {d['median']:.1f} tok/s [{d['min']:.1f}-{d['max']:.1f}] (wall)")
+    lines.append(f"  decode-loop Python work per round of k = {ROUND_K} (ms, CPU time; a champion pass above):")
+    for mode, r in res["round_overhead"].items():
+        cells = "  ".join(f"{s} {v['cpu']['median']:.2f} [{v['cpu']['min']:.2f}-{v['cpu']['max']:.2f}]"
+                          for s, v in r.items() if s != "same_tokens")
+        lines.append(f"    {mode:32s} {cells}  same tokens: {r['same_tokens']}")
     return "\n".join(lines)
 
 
@@ -151,7 +223,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=str(MODEL))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--decode-tokens", type=int, default=24)
-    ap.add_argument("--before", default=BEFORE, help="git revision of the old reference ('' to skip it)")
+    ap.add_argument("--before", default=BEFORE,
+                    help="git revision of the old reference and sampling ('' to skip them)")
     ap.add_argument("--no-pyodide", action="store_true")
     args = ap.parse_args(argv)
     if not Path(args.model).exists():
@@ -161,12 +234,13 @@ def main(argv=None) -> int:
         before = None
         if args.before:
             try:
-                src = subprocess.run(["git", "show", f"{args.before}:py/exactspec/reference.py"], cwd=ROOT,
-                                     capture_output=True, text=True, check=True).stdout
-                before = str(Path(tmp) / "reference_before.py")
-                Path(before).write_text(src, encoding="utf-8")
+                for name in BEFORE_FILES:
+                    src = subprocess.run(["git", "show", f"{args.before}:py/exactspec/{name}.py"], cwd=ROOT,
+                                         capture_output=True, text=True, check=True).stdout
+                    (Path(tmp) / f"{name}.py").write_text(src, encoding="utf-8")
+                before = tmp
             except (OSError, subprocess.CalledProcessError) as e:
-                print(f"no 'before' scheme: cannot read the reference at {args.before} from git ({e})",
+                print(f"no 'before' scheme: cannot read py/exactspec at {args.before} from git ({e})",
                       file=sys.stderr)
         import asyncio
         results = [asyncio.run(measure(args.model, before, args.reps, args.decode_tokens))]
