@@ -99,6 +99,45 @@ def logit_rows(rng, vocab, n=12):
     return rows
 
 
+def plain_scaled_logits(logits, params, mask=None):
+    """The definition of exactspec.sampling.scaled_logits."""
+    z = np.asarray(logits, dtype=np.float64).copy()
+    z[np.isnan(z)] = -np.inf
+    if mask is not None:
+        z[~np.asarray(mask, dtype=bool)] = -np.inf
+    if not params.greedy:
+        z = z / params.temperature
+        z[~plain_support(z, params.top_k, params.top_p)] = -np.inf
+    if not np.isfinite(z).any():
+        raise ValueError("every token is masked out: the declared distribution is empty")
+    return z
+
+
+def test_scaled_logits_is_the_definition_with_nan_inf_and_masks():
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal(500).astype(np.float32) * 4
+    rows = [base]
+    for bad in ([np.nan], [np.inf], [-np.inf], [np.nan, np.inf], [np.inf, np.inf]):
+        r = base.copy()
+        r[rng.choice(500, len(bad), replace=False)] = bad
+        rows.append(r)
+    rows += [np.full(500, np.inf, np.float32), np.full(500, np.nan, np.float32), np.full(500, -np.inf, np.float32)]
+    masks = [None, rng.random(500) < 0.5, np.zeros(500, bool)]
+    for row in rows:
+        for mask in masks:
+            for p in (SamplingParams(0.0), SamplingParams(0.7), SamplingParams(1e-307), SamplingParams(1.0, 5),
+                      SamplingParams(2.0, 0, 0.5)):
+                try:
+                    want = plain_scaled_logits(row, p, mask)
+                except ValueError as e:
+                    with pytest.raises(ValueError, match=str(e)):
+                        scaled_logits(row, p, mask)
+                    continue
+                assert np.array_equal(scaled_logits(row, p, mask), want)
+    with pytest.raises(ValueError, match="masked out"):
+        scaled_logits(np.zeros(0, np.float32), SamplingParams(0.5))
+
+
 @pytest.mark.parametrize("vocab", [5, 300, 4096])
 def test_support_mask_is_the_lexsort_definition(vocab):
     rng = np.random.default_rng(vocab)

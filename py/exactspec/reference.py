@@ -24,10 +24,17 @@ product here ever multiplies a varying number of rows at once:
         ~2x faster in WebAssembly than numpy's BLAS-less matmul;
     "auto" picks "gemv" when numpy has a BLAS, else "dot". Different kernels give different bits (and CPython and
     Pyodide differ from each other): a model's kernel is fixed at construction.
-  - attention runs one query position at a time over exactly its own prefix 0..pos (shapes depend only on pos);
-  - element-wise work and row reductions (RMSNorm) run on the whole block; they are per-row by construction, and
-    tests/test_reference.py proves the result bitwise for many chunkings, row counts and block cuts, in CPython and
-    in Pyodide.
+  - attention: a query at position p attends over _bucket_end(p) keys (its prefix rounded up to whole buckets of
+    ATT_BUCKET), the keys past p masked to -inf; all rows of a forward that share a bucket go through numpy at once,
+    but every reduction is per output over exactly that fixed width (see _attend), so a row's bits depend on p and
+    its prefix only;
+  - element-wise work and row reductions (RMSNorm) run on the whole block; they are per-row by construction.
+tests/test_reference.py proves all of it bitwise for many chunkings, row counts 1..9, 17, 64, block cuts and bucket
+edges, for both kernels, in CPython and in Pyodide.
+Cost (py/bench/verify_cpu.py, SmolLM2-135M after 96 tokens, 2-core machine): a verify block still costs more than
+one row, because each extra row is a real pass over cached weights: in CPython an L2-resident sgemv (~80 GB/s)
+against the single row's DRAM stream (~20 GB/s), in Pyodide's scalar WebAssembly numpy (no SIMD, no BLAS) every
+row is compute-bound (~1 cycle per multiply-add), so there k+1 rows cost about k+1 times one.
 Weights are dequantised once to float32 at load and kept (out_features, in_features) C-contiguous; q/k/v and
 gate/up are stacked into one matrix each so a position needs 4 matrix-vector products per layer plus the head.
 """

@@ -116,10 +116,9 @@ class Rng:
         bits = self._bits(STREAM_GUMBEL, t, z.size)                                # (vocab,) uint64
         a = int(np.argmax(z))
         s = z[a] + _gumbel_of(self._unit(bits[a: a + 1]))[0]
-        keep = z >= s - (G_LOW + 1.0)                                               # (vocab,) bool
-        keep |= (z >= s - (G_MAX + 1.0)) & (bits > np.uint64(_B_LOW))
-        keep |= bits == np.uint64(_U53_ONE)
-        cand = np.flatnonzero(keep)                                                 # (m,) ascending ids
+        high = np.flatnonzero(bits > np.uint64(_B_LOW))                # (~1%,) u > 0.99, the +inf draw among them
+        high = high[(z[high] >= s - (G_MAX + 1.0)) | (bits[high] == np.uint64(_U53_ONE))]
+        cand = np.union1d(np.flatnonzero(z >= s - (G_LOW + 1.0)), high)            # (m,) ascending ids
         if 4 * cand.size > 3 * z.size:          # most tokens can win: draw them all from the bits in hand
             return int(np.argmax(z + _gumbel_of(self._unit(bits))))
         g = _gumbel_of(self._unit(bits[cand]))                                      # (m,)
@@ -191,15 +190,21 @@ def scaled_logits(logits: np.ndarray, params: SamplingParams, mask: np.ndarray |
     For greedy (T = 0) the logits are returned unscaled with only the mask applied.
     `mask` (vocab,) bool: True = allowed.
     """
-    z = np.asarray(logits, dtype=np.float64).copy()  # (vocab,)
-    z[np.isnan(z)] = -np.inf
+    z = np.array(logits, dtype=np.float64)  # (vocab,) a copy
+    empty = ValueError("every token is masked out: the declared distribution is empty")
+    if z.size == 0:
+        raise empty
+    # one max() answers the usual questions (no NaN, no +inf, something finite) without a pass per question
+    if np.isnan(np.max(z)):
+        z[np.isnan(z)] = -np.inf
     if mask is not None:
         z[~np.asarray(mask, dtype=bool)] = -np.inf
     if not params.greedy:
-        z = z / params.temperature
-        z[~_support_mask(z, params.top_k, params.top_p)] = -np.inf
-    if not np.isfinite(z).any():
-        raise ValueError("every token is masked out: the declared distribution is empty")
+        z /= params.temperature
+        if params.top_k or params.top_p < 1.0 or np.max(z) == np.inf:   # else the support is what is finite
+            z[~_support_mask(z, params.top_k, params.top_p)] = -np.inf
+    if not np.isfinite(np.max(z)) and not np.isfinite(z).any():
+        raise empty
     return z
 
 
