@@ -168,6 +168,7 @@ class ReferenceModel:
                 "w2": get(p + "ffn_down.weight", (c.dim, c.hidden_dim)),              # (dim, hidden)
             })
         # every matrix cut once into its fixed row blocks
+        self.block_bytes = block_bytes
         self._head = _RowBlocks(self.out, block_bytes)
         for L in self.layers:
             for k in ("wqkv", "wo", "w13", "w2"):
@@ -240,6 +241,11 @@ class ReferenceModel:
         self._cap = cap
 
     # -- forward --------------------------------------------------------------------------------------------------
+    def blocked(self, w: np.ndarray) -> _RowBlocks:
+        """w (rows, d) float32 cut into this model's fixed row blocks: what _matvec multiplies (a draft head's own
+        matrices go through its layer's _matvec this way)."""
+        return _RowBlocks(np.ascontiguousarray(w, dtype=np.float32), self.block_bytes)
+
     def _matvec(self, m: _RowBlocks, x: np.ndarray, out: np.ndarray) -> None:
         """out (n, rows) = x (n, d) @ m.w (rows, d).T, C-contiguous float32, each row by itself (BATCH INVARIANCE)."""
         if self.kernel == "dot":

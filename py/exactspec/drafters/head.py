@@ -254,12 +254,13 @@ class HeadModel:
         lw.update({f"blk.0.{t}.weight": weights[f"blk.0.{t}.weight"] for t in LAYER_TENSORS})
         self.layer = ReferenceModel(cfg.layer_config(cfg.vocab_size if ids is None else len(ids)), lw,
                                     max_len=champion.max_len if max_len is None else max_len, keep_features=True,
-                                    window=cfg.window)
+                                    window=cfg.window, kernel=champion.kernel, block_bytes=champion.block_bytes)
         self.config = replace(self.layer.config, vocab_size=cfg.vocab_size)   # what a drafter sees
         self.embed = emb
         f32 = lambda n: np.ascontiguousarray(weights[n], dtype=np.float32)  # noqa: E731
         self.feat_norm, self.emb_norm = f32("head.feat_norm.weight"), f32("head.emb_norm.weight")   # (dim,)
-        self.fc_feat, self.fc_emb = f32("head.fc_feat.weight"), f32("head.fc_emb.weight")          # (dim, dim)
+        self.fc_feat = self.layer.blocked(weights["head.fc_feat.weight"])                          # (dim, dim)
+        self.fc_emb = self.layer.blocked(weights["head.fc_emb.weight"])                            # (dim, dim)
         self.bind(champion)
 
     @classmethod
