@@ -140,8 +140,10 @@ export class Core {
 
   status() {
     const state = this.state;
+    // bridge: how the draft meets the champion's vocabulary (exactspec.vocab via Session.bridge_info), null without both
+    const bridge = state.session ? JSON.parse(state.session.bridge_info()) : null;
     return { backend: state.modelBackend.champion || state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
-      draft_provenance: state.draftProvenance || null, models: [] };
+      draft_provenance: state.draftProvenance || null, bridge, models: [] };
   }
 
   adapterInfo() {
@@ -190,12 +192,15 @@ export class Core {
     const dir = this.mount(name, meta, files);
     const path = hf ? dir : `${dir}/${meta.files[0].file}`;
     let backend, backendName = 'cpu';
-    if (hf && state.backend === 'webgpu') log('info', `${name}: Hugging Face folders run on the CPU fallback`);
-    if (!hf && state.gpu && (want ? want === 'webgpu' : state.backend === 'webgpu')) {
+    if (state.gpu && (want ? want === 'webgpu' : state.backend === 'webgpu')) {
       try {
-        const desc = JSON.parse(state.session.describe(path));
-        const file = files[0];
-        const readSlice = async (off, n) => file.slice(off, off + n).arrayBuffer();
+        const desc = JSON.parse(state.session.describe(path));   // a GGUF, or a Hugging Face folder's shards
+        const byName = new Map(files.map((f, i) => [meta.files[i].file, f]));
+        const readSlice = async (off, n, file) => {
+          const f = file ? byName.get(file) : files[0];
+          if (!f) throw new Error(`${file} is not among the model's files`);
+          return f.slice(off, off + n).arrayBuffer();
+        };
         const seqLen = Math.min(desc.config.seq_len, GPU_MAX_CONTEXT);
         const jsModel = await state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen });
         if (state.gpuModels[role]) { try { state.gpuModels[role].destroy(); } catch (e) { /* gone */ } }

@@ -37,7 +37,30 @@ function syncSpeculationFields() {
   const on = $('speculation').checked;
   $('drafter').disabled = !on;
   $('k').disabled = !on;
+  $('k_schedule').disabled = !on;
+  $('draft_stop').disabled = !on;
   $('adaptive').disabled = !on;
+  $('bridge').disabled = !on || $('drafter').value !== 'model';
+  renderBridge();
+}
+
+// Which bridge the draft model uses with the champion (exactspec.vocab): what the last answer used, else what the
+// settings will pick for the loaded pair; and what differs between the two tokenizers.
+const bridgeState = { info: null, used: null };
+function renderBridge() {
+  const el = $('bridge-info');
+  const b = bridgeState.info;
+  const s = ui.settings;
+  if (!b || s.drafter !== 'model' || !s.speculation) { el.textContent = ''; el.dataset.bridge = 'none'; return; }
+  const mode = s.temperature === 0 ? 'coupled' : s.mode;
+  const pick = s.bridge === 'auto' ? b.auto[mode] : s.bridge;
+  const used = bridgeState.used;
+  const name = used || pick;
+  el.dataset.bridge = name;
+  el.textContent = b.same
+    ? `Bridge in use: none — the draft ${b.draft} shares the champion's vocabulary.`
+    : `Bridge in use: ${name}${used ? ' (last answer)' : s.bridge === 'auto' ? ' (auto)' : ''} — the draft ${b.draft} ` +
+      `has another tokenizer: ${b.differences.join('; ')}.`;
 }
 
 function readSettingsForm() {
@@ -61,6 +84,8 @@ function onSettingsChange() {
   err.hidden = true;
   ui.settings = v.value;
   localStorage.setItem(SETTINGS_KEY, JSON.stringify(ui.settings));
+  bridgeState.used = null;
+  renderDraftProvenance();     // refreshes the loaded pair's bridge info (models may change through the API too)
 }
 
 // The settings as set; the worker applies the speculation-off rule (py/exactspec/settings.py: effective).
@@ -203,6 +228,8 @@ function renderMetrics(s) {
   $('m-off').textContent = s.spec_disabled_rounds ?? '–';
   $('m-ttft').textContent = s.ttft_ms === undefined || s.ttft_ms === null ? '–' : `${f(s.ttft_ms, 0)} ms`;
   $('m-backend').textContent = s.backend || '–';
+  bridgeState.used = s.bridge || null;
+  renderBridge();
   const acc = s.acceptance_by_position || [];
   const bars = $('m-accept');
   bars.setAttribute('aria-label', `Acceptance by position: ${acc.map((a) => f(a)).join(', ') || 'no speculation'}`);
@@ -225,7 +252,13 @@ const PROVENANCE_TEXT = {
 
 async function renderDraftProvenance() {
   let p = null;
-  try { p = (await exactspec.status()).draft_provenance; } catch (e) { /* worker not ready */ }
+  try {
+    const st = await exactspec.status();
+    p = st.draft_provenance;
+    if (JSON.stringify(st.bridge) !== JSON.stringify(bridgeState.info)) bridgeState.used = null;   // another pair
+    bridgeState.info = st.bridge;
+    renderBridge();
+  } catch (e) { /* worker not ready */ }
   const el = $('draft-provenance');
   el.textContent = p ? `Draft ${p.draft} — ${PROVENANCE_TEXT[p.status] || p.status}` : 'No draft model loaded.';
   el.dataset.status = p ? p.status : 'none';

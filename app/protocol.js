@@ -6,14 +6,16 @@ import rules from '../static/rules.js';
 
 export const REQ = Object.freeze({
   BOOT: 'boot',                 // {settings?} -> {backend, models, stages, active}
-  GENERATE: 'generate',         // {prompt?, chat?, max_new_tokens, temperature, top_k, top_p, seed, drafter, k, mode,
+  GENERATE: 'generate',         // {prompt?, chat?, max_new_tokens, temperature, top_k, top_p, seed, drafter, k, mode, bridge,
                                 //  continue?, backend?: 'webgpu' | 'cpu'} -> {text, token_ids, finish_reason, stats}
   CANCEL: 'cancel',             // {} -> {cancelled: bool}   (stops the running generate at its last committed token)
   LIST_MODELS: 'list_models',   // {} -> [{name, size, sha256, role, source, loaded}]
   IMPORT_MODEL: 'import_model', // {url?, file?, files?, name?, role?} -> {name, size, sha256}
   DELETE_MODEL: 'delete_model', // {name} -> {deleted: bool}
   LOAD_MODEL: 'load_model',     // {name, role: 'champion' | 'draft'} -> {name, role, config}
-  STATUS: 'status',             // {} -> {backend, active, stages, draft_provenance: {draft, champion, status} or null}
+  STATUS: 'status',             // {} -> {backend, active, stages, draft_provenance: {draft, champion, status} or null,
+                                //        bridge: {draft, same, remap, shared, differences, auto: {coupled, rejection}}
+                                //        or null (py/exactspec/session.py: bridge_info)}
   TIMINGS: 'timings',           // {prompt? | chat? | prompt_ids?, ks, reps, drafters, temperature, seed} -> pass times
                                 //  of the loaded models for the break-even formula (exactspec.timing; benchmarks)
 });
@@ -32,6 +34,7 @@ export const STAGES = Object.freeze(['runtime', 'packages', 'gpu', 'weights', 'r
 export const RULES = Object.freeze(rules);
 export const DRAFTERS = Object.freeze([...rules.drafters]);
 export const MODES = Object.freeze([...rules.modes]);
+export const BRIDGES = Object.freeze([...rules.bridges]);
 export const DEFAULT_SETTINGS = Object.freeze({ ...rules.defaults });
 export const SETTING_NAMES = Object.freeze(Object.keys(rules.defaults));
 

@@ -55,7 +55,24 @@ def test_cli_clear_errors(models, tmp_path):
     assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
     r = cli("--model", str(champ), "--prompt", "x " * 400)
     assert r.returncode == 2 and "context" in r.stderr
-    r = cli("--model", str(champ), "--prompt", "x", "--drafter", "model", "--draft", str(other), "--k", "2")
-    assert r.returncode == 2 and "vocab" in r.stderr
+    r = cli("--model", str(champ), "--prompt", "x", "--drafter", "model", "--draft", str(other), "--k", "2",
+            "--bridge", "remap")
+    assert r.returncode == 2 and "remap needs the same token strings" in r.stderr and "Traceback" not in r.stderr
     r = cli("--model", str(champ), "--prompt", "x", "--top-p", "0")
     assert r.returncode == 2 and "top_p" in r.stderr
+
+
+def test_cli_draft_with_another_vocabulary(models, tmp_path):
+    """A draft on another tokenizer (a byte-level one with more merges, a SentencePiece-style one) is bridged
+    (--bridge, exactspec.vocab): the answer stays the champion's own."""
+    champ, _draft, other = models
+    spm = tmp_path / "spm.gguf"
+    write_micro_gguf(spm, micro_config(vocab_size=420, n_layers=1), seed=4, with_tokenizer="spm")
+    args = ("--model", str(champ), "--prompt", "the cat is in the hat", "--chat", "--max-new-tokens", "16", "--json")
+    base = json.loads(cli(*args).stdout)["token_ids"]
+    for d in (other, spm):
+        for bridge in ("auto", "tli", "slem"):
+            r = cli(*args, "--drafter", "model", "--draft", str(d), "--k", "3", "--bridge", bridge)
+            assert r.returncode == 0, r.stderr
+            out = json.loads(r.stdout)
+            assert out["token_ids"] == base and out["stats"]["bridge"] == ("slem" if bridge == "auto" else bridge)

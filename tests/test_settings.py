@@ -23,6 +23,9 @@ CASES = [
     {"max_new_tokens": 0}, {"max_new_tokens": 8192}, {"max_new_tokens": 8193},
     {"drafter": "model"}, {"drafter": "beam"}, {"mode": "rejection"}, {"mode": "greedy"},
     {"speculation": False}, {"speculation": "yes"}, {"adaptive": 0},
+    {"drafter": "head"}, {"k_schedule": "additive"}, {"k_schedule": "grow"}, {"draft_stop": 0.4},
+    {"draft_stop": "0.25"}, {"draft_stop": 1}, {"draft_stop": 1.5}, {"draft_stop": -0.1},
+    {"bridge": "slem"}, {"bridge": "remap"}, {"bridge": "fast"}, {"bridge": None},
 ]
 
 
@@ -35,7 +38,8 @@ def py_validate(case):
 
 def test_generate_config_defaults_are_the_settings_defaults():
     cfg = GenerateConfig()
-    for name in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k", "drafter", "adaptive"):
+    for name in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k", "drafter", "adaptive",
+                 "bridge"):
         assert getattr(cfg, name) == S.DEFAULTS[name]
     with pytest.raises(ValueError, match="k: must be between 0 and 16"):
         GenerateConfig(k=17).validate()

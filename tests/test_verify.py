@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from bench.montecarlo import first_token_counts, norm, synthetic_pairs
+from bench.montecarlo import (exact_joint_law, first_token_counts, joint_law_counts, norm, pooled_chisquare_p,
+                             synthetic_pairs)
 from exactspec import verify
 from exactspec.sampling import (STREAM_ACCEPT, STREAM_SAMPLE, Rng, SamplingParams, declared_probs, sample_index,
                                 scaled_logits)
@@ -30,16 +31,6 @@ def test_rejection_one_proposal_monte_carlo(name):
     assert res.pvalue > 1e-3, (name, counts / counts.sum(), p)
 
 
-def _node(prefix_digits, V):
-    """Index of a prefix in a complete V-ary tree (root = 0). prefix_digits (B, L) -> (B,)."""
-    B, L = prefix_digits.shape
-    base = (V ** L - 1) // (V - 1)
-    val = np.zeros(B, dtype=np.int64)
-    for j in range(L):
-        val = val * V + prefix_digits[:, j]
-    return base + val
-
-
 @pytest.mark.parametrize("k,V", [(1, 5), (2, 4), (3, 3), (4, 3)])
 def test_rejection_joint_sequence_matches_exact_enumeration(k, V):
     """Prefix-dependent p(.|prefix) and q(.|prefix); run rounds until k+1 tokens are emitted; the joint law of the
@@ -56,54 +47,12 @@ def test_rejection_joint_sequence_matches_exact_enumeration(k, V):
     P[P.sum(1) == 0, 1] = 1.0
     P /= P.sum(1, keepdims=True)
     B = N_MC // 4
-    L = k + 1
-    emitted = np.full((B, 2 * L + 1), -1, dtype=np.int64)
-    n_em = np.zeros(B, dtype=np.int64)
-    while (n_em < L).any():
-        act = np.nonzero(n_em < L)[0]
-        Bn = act.size
-        # group by current prefix length (<= k) so prefixes form dense arrays
-        for plen in np.unique(n_em[act]):
-            idx = act[n_em[act] == plen]
-            pre = emitted[idx, :plen]  # (b, plen)
-            props = np.zeros((idx.size, k), dtype=np.int64)
-            prows = np.zeros((idx.size, k + 1, V))
-            qrows = np.zeros((idx.size, k, V))
-            cur = pre
-            for i in range(k + 1):
-                node = _node(cur, V)
-                prows[:, i] = P[node]
-                if i < k:
-                    qrows[:, i] = Q[node]
-                    props[:, i] = sample_index(Q[node], g.random(idx.size))
-                    cur = np.concatenate([cur, props[:, i:i + 1]], axis=1)
-            out, n = verify.rejection_batch(prows, qrows, props, g.random((idx.size, k)), g.random(idx.size))
-            for j in range(k + 1):
-                m = n > j
-                emitted[idx[m], plen + j] = out[m, j]
-            n_em[idx] += n
-    seqs = emitted[:, :L]
-    codes = _node(seqs, V) - (V ** L - 1) // (V - 1)  # (B,) in 0..V^L-1
-    counts = np.bincount(codes, minlength=V ** L).astype(float)
-    # exact enumeration of the autoregressive law
-    exact = np.zeros(V ** L)
-    for code in range(V ** L):
-        digits = np.array([(code // V ** (L - 1 - j)) % V for j in range(L)])
-        pr = 1.0
-        for j in range(L):
-            pr *= P[_node(digits[None, :j], V)[0], digits[j]]
-        exact[code] = pr
+    counts = joint_law_counts(P, Q, k, B, g)
+    exact = exact_joint_law(P, k + 1)
     assert abs(exact.sum() - 1) < 1e-9
     assert counts[exact == 0].sum() == 0, "a sequence with target probability 0 was emitted"
     keep = exact > 0
-    # pool tiny cells so the chi-square approximation holds
-    e = exact[keep] * B
-    o = counts[keep]
-    small = e < 5
-    if small.any():
-        e = np.append(e[~small], e[small].sum())
-        o = np.append(o[~small], o[small].sum())
-    assert chisquare(o, e).pvalue > 1e-3
+    assert pooled_chisquare_p(counts[keep], exact[keep] * B) > 1e-3
 
 
 def test_rejection_single_round_api_matches_batch():

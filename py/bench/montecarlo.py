@@ -69,6 +69,63 @@ def first_token_counts(p, q, n: int, gen: np.random.Generator, chunk: int = 250_
     return counts, accepted
 
 
+def tree_node(prefix: np.ndarray, V: int) -> np.ndarray:
+    """Index of each prefix in a complete V-ary tree (root = 0). prefix (B, L) int -> (B,)."""
+    B, L = prefix.shape
+    return (V ** L - 1) // (V - 1) + (prefix * V ** np.arange(L - 1, -1, -1)).sum(1).astype(np.int64)
+
+
+def joint_law_counts(P: np.ndarray, Q: np.ndarray, k: int, B: int, gen: np.random.Generator) -> np.ndarray:
+    """Rejection mode round after round, B runs at once, over prefix-dependent p = P[node] and q = Q[node]
+    ((nodes, V) tables of a V-ary tree of depth >= 2k+1): proposals drawn from q, verified by
+    verify.rejection_batch, until k+1 tokens are out. Returns the counts (V^(k+1),) of the first k+1 tokens."""
+    V = P.shape[1]
+    L = k + 1
+    emitted = np.full((B, 2 * L + 1), -1, dtype=np.int64)
+    n_em = np.zeros(B, dtype=np.int64)
+    while (n_em < L).any():
+        act = np.nonzero(n_em < L)[0]
+        for plen in np.unique(n_em[act]):               # group by prefix length so prefixes form dense arrays
+            idx = act[n_em[act] == plen]
+            cur = emitted[idx, :plen]
+            props = np.zeros((idx.size, k), dtype=np.int64)
+            prows, qrows = np.zeros((idx.size, k + 1, V)), np.zeros((idx.size, k, V))
+            for i in range(k + 1):
+                node = tree_node(cur, V)
+                prows[:, i] = P[node]
+                if i < k:
+                    qrows[:, i] = Q[node]
+                    props[:, i] = sample_index(Q[node], gen.random(idx.size))
+                    cur = np.concatenate([cur, props[:, i:i + 1]], axis=1)
+            out, n = verify.rejection_batch(prows, qrows, props, gen.random((idx.size, k)), gen.random(idx.size))
+            for j in range(k + 1):
+                m = n > j
+                emitted[idx[m], plen + j] = out[m, j]
+            n_em[idx] += n
+    codes = tree_node(emitted[:, :L], V) - (V ** L - 1) // (V - 1)
+    return np.bincount(codes, minlength=V ** L).astype(float)
+
+
+def exact_joint_law(P: np.ndarray, L: int) -> np.ndarray:
+    """(V^L,) the champion's autoregressive law of its first L tokens, enumerated from P[node]."""
+    V = P.shape[1]
+    exact = np.zeros(V ** L)
+    for code in range(V ** L):
+        digits = np.array([[(code // V ** (L - 1 - j)) % V for j in range(L)]])
+        exact[code] = np.prod([P[tree_node(digits[:, :j], V)[0], digits[0, j]] for j in range(L)])
+    return exact
+
+
+def pooled_chisquare_p(observed: np.ndarray, expected: np.ndarray) -> float:
+    """Chi-square p-value with the cells expected under 5 pooled into one (so the approximation holds)."""
+    from scipy.stats import chisquare
+    small = expected < 5
+    if small.any():
+        observed = np.append(observed[~small], observed[small].sum())
+        expected = np.append(expected[~small], expected[small].sum())
+    return float(chisquare(observed, expected).pvalue)
+
+
 def main() -> None:
     from scipy.stats import chisquare
     ap = argparse.ArgumentParser()

@@ -10,11 +10,11 @@ import json
 import sys
 
 
-def _load(path: str, max_len: int | None):
+def _load(path: str, max_len: int | None, keep_features: bool = False):
     from .reference import ReferenceModel
     from .tokenizer import Tokenizer
 
-    model = ReferenceModel.from_file(path, max_len=max_len)
+    model = ReferenceModel.from_file(path, max_len=max_len, keep_features=keep_features)
     tok = Tokenizer.from_gguf(path) if str(path).endswith(".gguf") else Tokenizer.from_tokenizer_json(
         f"{path}/tokenizer.json")
     return model, tok
@@ -34,20 +34,24 @@ def cmd_generate(a) -> int:
     from .settings import normalise
 
     s = normalise({n: getattr(a, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k",
-                                              "drafter", "adaptive")})
+                                              "k_schedule", "draft_stop", "drafter", "adaptive", "bridge")})
     s.pop("speculation")
     cfg = GenerateConfig(**s, stop=tuple(a.stop or ()))
     cfg.validate()
-    if a.drafter == "model" and not a.draft:
-        raise ValueError("--drafter model needs --draft PATH")
-    champion, tok = _load(a.model, a.max_len)
+    if a.drafter in ("model", "head") and not a.draft:
+        raise ValueError(f"--drafter {a.drafter} needs --draft PATH")
+    champion, tok = _load(a.model, a.max_len, keep_features=a.drafter == "head")
     ids = prompt_ids(tok, a.prompt, a.chat, a.system)
-    draft = None
+    draft = dtok = None
+    if a.drafter == "head":
+        import os
+        from .drafters.head import HeadModel
+        from .formats import FormatError, sha256_file
+        if not os.path.isfile(a.model):
+            raise FormatError("--drafter head needs the champion as one GGUF file (a head names its sha256)")
+        draft = HeadModel.from_file(a.draft, champion, sha256_file(a.model))
     if a.drafter == "model":
-        draft, dtok = _load(a.draft, a.max_len)
-        if dtok.vocab_size != tok.vocab_size or any(
-                dtok.token_bytes(i) != tok.token_bytes(i) for i in range(0, tok.vocab_size, 97)):
-            raise ValueError("the draft's tokenizer differs from the champion's: they must share one vocabulary")
+        draft, dtok = _load(a.draft, a.max_len)     # another tokenizer: a bridge (--bridge, exactspec.vocab)
     stream = None
     if not a.json:
         stream = tok.stream(skip_special=True)
@@ -58,7 +62,7 @@ def cmd_generate(a) -> int:
             sys.stdout.flush()
     else:
         on_tokens = None
-    res = generate(champion, ids, cfg, draft=draft, tokenizer=tok, on_tokens=on_tokens)
+    res = generate(champion, ids, cfg, draft=draft, tokenizer=tok, draft_tokenizer=dtok, on_tokens=on_tokens)
     text = res.text if res.text is not None else tok.decode(res.token_ids)
     if a.json:
         out = {"text": text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
@@ -70,17 +74,18 @@ def cmd_generate(a) -> int:
         sys.stdout.write(stream.flush() + "\n")
         s = res.stats
         print(f"[{res.finish_reason}] {s['new_tokens']} tokens, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tok/s, "
-              f"target passes {s['target_passes']}, draft passes {s['draft_passes']}", file=sys.stderr)
+              f"target passes {s['target_passes']}, draft passes {s['draft_passes']}"
+              + (f", bridge {s['bridge']}" if s.get("bridge") else ""), file=sys.stderr)
     return 0 if res.finish_reason != "error" else 3
 
 
 def main(argv=None) -> int:
-    from .settings import DEFAULTS as D, DRAFTERS, MODES, SettingsError
+    from .settings import BRIDGES, DEFAULTS as D, DRAFTERS, K_SCHEDULES, MODES, SettingsError
     ap = argparse.ArgumentParser(prog="python -m exactspec")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="generate text on the numpy reference backend")
     g.add_argument("--model", required=True, help="champion: a GGUF file or an HF folder (config.json + safetensors)")
-    g.add_argument("--draft", help="draft model path (for --drafter model)")
+    g.add_argument("--draft", help="draft model path (--drafter model) or draft head path (--drafter head)")
     g.add_argument("--drafter", choices=DRAFTERS, default=D["drafter"])
     g.add_argument("--prompt", required=True)
     g.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
@@ -92,6 +97,12 @@ def main(argv=None) -> int:
     g.add_argument("--seed", type=int, default=D["seed"])
     g.add_argument("--mode", choices=MODES, default=D["mode"])
     g.add_argument("--k", type=int, default=D["k"])
+    g.add_argument("--k-schedule", choices=K_SCHEDULES, default=D["k_schedule"],
+                   help="fixed k, or additive: +1 after a fully accepted round, -1 after a first rejection")
+    g.add_argument("--draft-stop", type=float, default=D["draft_stop"],
+                   help="confidence stop: the draft halts when its top probability falls below this (0 = off)")
+    g.add_argument("--bridge", choices=BRIDGES, default=D["bridge"],
+                   help="a draft with another tokenizer: auto (from the two tokenizers and the mode), remap, tli, slem")
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=D["adaptive"],
                    help="turn speculation off while it does not pay (default on)")

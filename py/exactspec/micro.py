@@ -131,17 +131,68 @@ def micro_tokenizer(vocab_size: int) -> dict:
     }
 
 
+SPM_SPECIALS = ("<unk>", "<s>", "</s>")      # ids 0, 1, 2 as in Llama-2
+SPM_CHARS = "\u2581" + "".join(chr(c) for c in range(0x21, 0x7F)) + "\n"
+MIN_SPM_VOCAB = len(SPM_SPECIALS) + 256 + len(SPM_CHARS)
+
+
+def micro_spm_tokenizer(vocab_size: int) -> dict:
+    """GGUF tokenizer.* metadata of a SentencePiece-style micro vocabulary (model 'llama', as Llama-2's): <unk> <s>
+    </s>, the 256 byte-fallback tokens <0xXX>, '▁' and printable ASCII, then merges (SmolLM2's first merges in
+    '▁' spelling, then letter pairs) up to exactly `vocab_size` tokens. Another vocabulary than
+    micro_tokenizer's over the same text: the micro pair for bridge tests (exactspec.vocab)."""
+    if vocab_size < MIN_SPM_VOCAB:
+        raise ValueError(f"a SentencePiece-style micro tokenizer needs vocab_size >= {MIN_SPM_VOCAB}, got {vocab_size}")
+    tokens = list(SPM_SPECIALS) + [f"<0x{b:02X}>" for b in range(256)] + list(SPM_CHARS)
+    types = [2, 3, 3] + [6] * 256 + [1] * len(SPM_CHARS)
+    have = set(tokens)
+    merges: list[str] = []
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    candidates = [m.replace("\u0120", "\u2581") for m in BASE_MERGES] + [f"{a} {b}" for a in letters for b in letters]
+    for m in candidates:
+        if len(tokens) >= vocab_size:
+            break
+        a, b = m.split(" ")
+        if a in have and b in have and a + b not in have:
+            merges.append(m)
+            tokens.append(a + b)
+            types.append(1)
+            have.add(a + b)
+    if len(tokens) < vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is too large for the SentencePiece-style micro tokenizer")
+    from .formats import GGUFValue
+    from .formats.gguf import T_FLOAT32, T_INT32, T_UINT32
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": GGUFValue(T_FLOAT32, [0.0] * (len(tokens) - len(merges)) +
+                                           [-1.0 - r for r in range(len(merges))], array=True),
+        "tokenizer.ggml.token_type": GGUFValue(T_INT32, types, array=True),
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.bos_token_id": GGUFValue(T_UINT32, 1),
+        "tokenizer.ggml.eos_token_id": GGUFValue(T_UINT32, 2),
+        "tokenizer.ggml.unknown_token_id": GGUFValue(T_UINT32, 0),
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_space_prefix": True,
+    }
+
+
 def write_micro_gguf(path: str | os.PathLike, config: ModelConfig | None = None, seed: int = 0,
-                     tensor_type: str = "F32", with_tokenizer: bool | None = None) -> ModelConfig:
+                     tensor_type: str = "F32", with_tokenizer: bool | str | None = None) -> ModelConfig:
     """Write the micro-model (config, seed) as GGUF; returns the config. Matrices in `tensor_type`
     (F32, F16, Q8_0, Q4_0, Q4_1; quantised types need dims that are multiples of 32), norms F32.
-    with_tokenizer: None -> include one when vocab_size >= 259."""
+    with_tokenizer: None -> include the byte-level one when vocab_size >= 259; 'spm' -> the SentencePiece-style
+    one (micro_spm_tokenizer); a dict -> those tokenizer.* keys as given."""
     from .formats import gguf_metadata_for_config, write_gguf
     config = config or micro_config()
     if with_tokenizer is None:
         with_tokenizer = config.vocab_size >= MIN_TOKENIZER_VOCAB
     md = gguf_metadata_for_config(config, name=f"exactspec-micro-seed{seed}")
-    if with_tokenizer:
+    if isinstance(with_tokenizer, dict):
+        md.update(with_tokenizer)
+    elif with_tokenizer == "spm":
+        md.update(micro_spm_tokenizer(config.vocab_size))
+    elif with_tokenizer:
         md.update(micro_tokenizer(config.vocab_size))
     write_gguf(path, md, micro_weights(config, seed), tensor_type=tensor_type)
     return config

@@ -43,7 +43,9 @@ _GGUF_PRE = {
 }
 # Extra tokens that end an assistant turn (chat formats) besides the declared EOS.
 _TURN_END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>")
-_GGUF_TOKEN_CONTROL, _GGUF_TOKEN_USER_DEFINED, _GGUF_TOKEN_UNUSED = 3, 4, 5
+_GGUF_TOKEN_NORMAL, _GGUF_TOKEN_UNKNOWN, _GGUF_TOKEN_CONTROL, _GGUF_TOKEN_USER_DEFINED, _GGUF_TOKEN_UNUSED = 1, 2, 3, 4, 5
+_GGUF_TOKEN_BYTE = 6
+_PRE_TO_GGUF = {"gpt2": "gpt2", "smollm": "smollm", "llama3": "llama-bpe", "qwen2": "qwen2"}
 _WORD_CACHE_MAX = 65536
 
 
@@ -147,6 +149,10 @@ class Tokenizer:
         else:
             self._byte_fallback = [vocab.get(f"<0x{b:02X}>") for b in range(256)]  # (256,) byte -> id or None
             self.missing_bytes = [b for b in range(256) if self._byte_fallback[b] is None]
+        # SentencePiece-style BPE never merges across a space that follows another character when no token holds
+        # '▁' after another character: the text can then be cut into words there (`encode_pieces`).
+        self._spm_word_cuts = kind == "spm" and not any(
+            t is not None and "\u2581" in t.lstrip("\u2581") for t in self._vocab)
         self._token_bytes = [None] * self.vocab_size  # (vocab_size,) lazily filled
         # Per-instance caches (no module globals).
         self._cat = {}
@@ -161,9 +167,13 @@ class Tokenizer:
     @classmethod
     def from_gguf_metadata(cls, meta: dict):
         model = meta.get("tokenizer.ggml.model")
-        if model != "gpt2":
+        if model not in ("gpt2", "llama"):
             raise NotImplementedError(
-                f"GGUF tokenizer model {model!r} is not supported (only 'gpt2' byte-level BPE)")
+                f"GGUF tokenizer model {model!r} is not supported (only 'gpt2' byte-level BPE and 'llama' "
+                "SentencePiece-style BPE with merges)")
+        if model == "llama" and not isinstance(meta.get("tokenizer.ggml.merges"), list):
+            raise NotImplementedError("GGUF tokenizer model 'llama' without tokenizer.ggml.merges is not supported "
+                                      "(SentencePiece scores only): export the vocabulary with its BPE merges")
         tokens = meta.get("tokenizer.ggml.tokens")
         merges = meta.get("tokenizer.ggml.merges")
         if not isinstance(tokens, list) or not tokens:
@@ -173,7 +183,7 @@ class Tokenizer:
         if not all(isinstance(t, str) for t in tokens) or not all(isinstance(m, str) for m in merges):
             raise TokenizerError("tokenizer.ggml.tokens / merges must be arrays of strings")
         pre_name = meta.get("tokenizer.ggml.pre", "default")
-        pre = _GGUF_PRE.get(pre_name)
+        pre = _GGUF_PRE.get(pre_name) if model == "gpt2" else "gpt2"
         if pre is None:
             raise NotImplementedError(f"GGUF pre-tokenizer {pre_name!r} is not supported "
                                       f"(supported: {', '.join(sorted(_GGUF_PRE))})")
@@ -184,7 +194,7 @@ class Tokenizer:
         added = []
         if types is not None:
             for i, t in enumerate(types):
-                if t == _GGUF_TOKEN_CONTROL:
+                if t == _GGUF_TOKEN_CONTROL or (t == _GGUF_TOKEN_UNKNOWN and model == "llama"):
                     added.append((i, tokens[i], True))
                 elif t == _GGUF_TOKEN_USER_DEFINED:
                     added.append((i, tokens[i], False))
@@ -203,11 +213,11 @@ class Tokenizer:
                 raise TokenizerError(f"{key} must be an integer, got {v!r}")
             return v
 
-        return cls(tokens=tokens, merges=pairs, kind="bytelevel", pre=pre, added=added,
+        return cls(tokens=tokens, merges=pairs, kind="bytelevel" if model == "gpt2" else "spm", pre=pre, added=added,
                    bos_id=opt_id("tokenizer.ggml.bos_token_id"), eos_id=opt_id("tokenizer.ggml.eos_token_id"),
                    unk_id=opt_id("tokenizer.ggml.unknown_token_id"),
                    ignore_merges=(pre == "llama3"), chat_template=meta.get("tokenizer.chat_template"),
-                   add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)))
+                   add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)), fuse_unk=(model == "llama"))
 
     @classmethod
     def from_tokenizer_json(cls, path, config_path=None):
@@ -360,6 +370,108 @@ class Tokenizer:
         if token in self._added:
             return self._added[token][0]
         return self._vocab.get(token)
+
+    def byte_token(self, b: int):
+        """Id of the token that stands for the single byte `b` (byte-level: its character; SentencePiece: <0xXX>),
+        or None when the vocabulary has none."""
+        if self.kind == "bytelevel":
+            return self._vocab.get(self._byte_char[b])
+        return self._byte_fallback[b]
+
+    def added_content(self, tid: int):
+        """The text of added (special or user-defined) token `tid`, else None."""
+        return self._added_ids.get(tid)
+
+    def gguf_metadata(self) -> dict:
+        """This tokenizer as GGUF tokenizer.* metadata (what from_gguf_metadata reads back to the same tokenizer):
+        'gpt2' for byte-level BPE, 'llama' (tokens, scores, token types, plus the BPE merges llama.cpp does not need
+        but this reader does) for SentencePiece-style BPE with byte fallback."""
+        from .formats.gguf import GGUFValue, T_FLOAT32, T_INT32, T_UINT32
+        if self.kind == "bytelevel" and self.normalizer is not None:
+            raise TokenizerError("a byte-level tokenizer with a normalizer has no GGUF form here")
+        if any(t is None for t in self._tokens):
+            raise TokenizerError("the vocabulary has holes (ids without a token): no GGUF form")
+        types = []
+        for i, t in enumerate(self._tokens):
+            if i in self._added_ids:
+                special = self._added[self._added_ids[i]][1]
+                types.append(_GGUF_TOKEN_UNKNOWN if i == self.unk_id and self.kind == "spm"
+                             else _GGUF_TOKEN_CONTROL if special else _GGUF_TOKEN_USER_DEFINED)
+            elif self.kind == "spm" and len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                types.append(_GGUF_TOKEN_BYTE)
+            else:
+                types.append(_GGUF_TOKEN_NORMAL)
+        tok = self._tokens
+        merges = [f"{tok[a]} {tok[b]}" for (a, b), _r in sorted(self._merges.items(), key=lambda kv: kv[1][0])]
+        md = {"tokenizer.ggml.model": "gpt2" if self.kind == "bytelevel" else "llama",
+              "tokenizer.ggml.tokens": list(tok),
+              "tokenizer.ggml.token_type": GGUFValue(T_INT32, types, array=True),
+              "tokenizer.ggml.merges": merges,
+              "tokenizer.ggml.add_bos_token": self.add_bos}
+        if self.kind == "bytelevel":
+            md["tokenizer.ggml.pre"] = _PRE_TO_GGUF[self.pre]
+        else:  # llama.cpp's SentencePiece tokenizer merges by score: later merges score lower
+            first = {}                                   # token id -> rank of the first merge that makes it
+            for r, m in self._merges.values():
+                first[m] = min(r, first.get(m, r))
+            md["tokenizer.ggml.scores"] = GGUFValue(
+                T_FLOAT32, [-1.0 - first[i] if i in first else 0.0 for i in range(self.vocab_size)], array=True)
+            md["tokenizer.ggml.add_space_prefix"] = True
+        for key, v in (("bos", self.bos_id), ("eos", self.eos_id), ("unknown", self.unk_id)):
+            if v is not None:
+                md[f"tokenizer.ggml.{key}_token_id"] = GGUFValue(T_UINT32, v)
+        if isinstance(self.chat_template, str):
+            md["tokenizer.chat_template"] = self.chat_template
+        return md
+
+    # ------------------------------------------------------------------ pieces (bridges between vocabularies)
+    def encode_pieces(self, text: str, allow_special: bool = False, first: bool = True) -> list[tuple]:
+        """`text` cut where this tokenizer's BPE never merges across, each piece with its ids:
+        [(start, end, ids)] in character offsets, covering the text in order. An added token is a piece of its own.
+        Cuts: byte-level -> the pre-tokenizer's pieces; SentencePiece-style -> words, each starting at a space that
+        follows another character (exact when no token holds '▁' after another character, checked at load;
+        else one piece per segment). No normalisation: the pieces keep the text's own characters (equal to encode()
+        for tokenizers without a normalizer). `first`: the text starts a segment (SentencePiece prepends '▁'
+        to every segment); False for text that continues a segment at one of these cuts."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode_pieces expects str, got {type(text).__name__}")
+        out = []
+        pos = 0
+        seg_first = first
+        for seg, tid in self._split_added(text, allow_special):
+            if tid is not None:
+                n = len(self._added_ids[tid])
+                out.append((pos, pos + n, (tid,)))
+                pos += n
+                seg_first = True
+                continue
+            if self.kind == "spm":
+                self._spm_pieces(seg, pos, seg_first, out)
+            else:
+                bc = self._byte_char
+                for piece in self.pre_tokenize(seg):
+                    try:
+                        raw = piece.encode("utf-8")
+                    except UnicodeEncodeError as e:
+                        raise ValueError(f"text contains a lone surrogate at {pos + e.start}: cannot be "
+                                         "tokenized") from None
+                    out.append((pos, pos + len(piece), self._bpe_word("".join([bc[b] for b in raw]))))
+                    pos += len(piece)
+                seg_first = False
+                continue
+            pos += len(seg)
+            seg_first = False
+        return out
+
+    def _spm_pieces(self, seg, pos, first, out):
+        off = 1 if first else 0
+        w = ("\u2581" if first else "") + seg.replace(" ", "\u2581")
+        cuts = [0]
+        if self._spm_word_cuts:
+            cuts += [i for i in range(1, len(w)) if w[i] == "\u2581" and w[i - 1] != "\u2581"]
+        cuts.append(len(w))
+        for a, b in zip(cuts, cuts[1:]):
+            out.append((pos + max(0, a - off), pos + b - off, self._bpe_word(w[a:b])))
 
     # ------------------------------------------------------------------ encode
     def encode(self, text: str, allow_special: bool = True, add_bos: bool = False) -> list[int]:

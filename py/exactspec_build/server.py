@@ -20,14 +20,18 @@ def default_models() -> list[dict]:
                     "role": "champion"})
     import json
     pinned = {}  # draft file -> (draft sha256, champion sha256) from its provenance manifest
+    foreign = set()  # drafts whose manifest names a bridge (another vocabulary): listed after the champion's own
     for mf in sorted(MODELS.glob("*.manifest.json")):
         try:
             m = json.loads(mf.read_text())
             d = m.get("draft", {})
             pinned[d["file"]] = (d["sha256"], m["champion"]["sha256"])
+            if d.get("bridge"):
+                foreign.add(d["file"])
         except (ValueError, KeyError, AttributeError, TypeError):
             log(f"warning: {mf.name} is not a readable draft manifest; ignored")
-    for p in sorted(MODELS.glob("draft-*.gguf")):
+    # the first draft listed is the one the page loads by default: one with the champion's vocabulary
+    for p in sorted(MODELS.glob("draft-*.gguf"), key=lambda p: (p.name in foreign, p.name)):
         got = sha256_file(p)
         entry = {"name": p.stem, "path": p, "size": p.stat().st_size, "sha256": got, "role": "draft"}
         if p.name in pinned:

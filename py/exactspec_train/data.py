@@ -13,12 +13,13 @@ Contamination: `WorkloadIndex` holds every message of `tests/data/workload.jsonl
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import random
 import re
 from pathlib import Path
+
+from exactspec.formats import sha256_file  # noqa: F401  (the one file hash; used by prep, run_device, manifests)
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 MIN_PROMPT_CHARS = 12          # shorter workload messages are too generic to be evidence of contamination
@@ -45,16 +46,21 @@ class ContaminationError(ValueError):
     """A training text contains a preregistered workload prompt."""
 
 
+def run_log(out_dir, t_start: float):
+    """log(msg): print it with the seconds since t_start and append it to out_dir/log.txt (a training run's log)."""
+    import time
+    f = open(Path(out_dir) / "log.txt", "a")
+
+    def log(msg):
+        line = f"[{time.time() - t_start:7.1f}s] {msg}"
+        print(line, flush=True)
+        f.write(line + "\n")
+        f.flush()
+    return log
+
+
 def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
-
-
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def load_workload(path) -> list[dict]:

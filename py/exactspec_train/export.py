@@ -17,16 +17,22 @@ TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.
 
 
 def export_gguf(path, config: ModelConfig, weights: Mapping[str, np.ndarray], champion_gguf, *, name: str,
-                tensor_type: str = "Q8_0", extra_metadata: Mapping | None = None) -> None:
-    """Write the draft: llama metadata for `config`, the champion's tokenizer keys, weights in HF Q/K order."""
+                tensor_type: str = "Q8_0", extra_metadata: Mapping | None = None,
+                tokenizer_metadata: Mapping | None = None) -> None:
+    """Write the draft: llama metadata for `config`, the champion's tokenizer keys (or `tokenizer_metadata`, a draft
+    with its own tokenizer: Tokenizer.gguf_metadata()), weights in HF Q/K order."""
     from exactspec.formats.gguf import write_gguf
-    champ = GGUFFile(champion_gguf)
     md = gguf_metadata_for_config(config, name=name)
     md["general.license"] = "apache-2.0"
-    for k in TOKENIZER_KEYS:
-        if k in champ.metadata:
-            md[k] = champ.metadata[k]
-    if champ.metadata.get("tokenizer.ggml.token_type") is not None:
+    if tokenizer_metadata is not None:
+        md.update(tokenizer_metadata)
+        champ = None
+    else:
+        champ = GGUFFile(champion_gguf)
+        for k in TOKENIZER_KEYS:
+            if k in champ.metadata:
+                md[k] = champ.metadata[k]
+    if champ is not None and champ.metadata.get("tokenizer.ggml.token_type") is not None:
         from exactspec.formats.gguf import GGUFValue, T_INT32
         md["tokenizer.ggml.token_type"] = GGUFValue(T_INT32, list(champ.metadata["tokenizer.ggml.token_type"]),
                                                     array=True)

@@ -76,13 +76,7 @@ def main(argv=None) -> int:
     t_start = time.time()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    logf = open(out / "log.txt", "a")
-
-    def log(msg):
-        line = f"[{time.time() - t_start:7.1f}s] {msg}"
-        print(line, flush=True)
-        logf.write(line + "\n")
-        logf.flush()
+    log = D.run_log(out, t_start)
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = True
