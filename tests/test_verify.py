@@ -161,3 +161,22 @@ def test_sample_index_never_picks_zero_mass():
     idx = sample_index(np.broadcast_to(p, (5, 5)), u)
     assert set(idx.tolist()) <= {1, 3}
     assert sample_index(p, 1 - 2 ** -53) == 3
+
+
+def test_accept_while_equal_is_coupled_row_by_row():
+    """The decode loop's row-lazy verifier equals verify.coupled (and greedy) on random rows, noise and proposals."""
+    from exactspec.verify import accept_while_equal, coupled
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        g1, V = int(rng.integers(1, 6)), int(rng.integers(2, 9))
+        z = rng.normal(size=(g1, V))
+        noise = rng.gumbel(size=(g1, V)) if rng.random() < 0.7 else None
+        best = np.argmax(z if noise is None else z + noise, axis=1)
+        props = [int(b) if rng.random() < 0.6 else int(rng.integers(0, V)) for b in best[:-1]]
+        seen = []
+
+        def token_at(i):
+            seen.append(i)
+            return best[i]
+        assert accept_while_equal(props, token_at) == coupled(z, props, noise)
+        assert seen == list(range(len(seen)))      # rows in order, none past the first mismatch

@@ -113,7 +113,7 @@ def pick_row(row: np.ndarray, pick: Pick, t: int) -> int:
     z = scaled_logits(row, SamplingParams(pick.temperature, pick.top_k, pick.top_p))   # (vocab,) float64
     if pick.greedy:
         return int(np.argmax(z))
-    return int(np.argmax(z + Rng(pick.seed).gumbel(t, z.shape[0])))
+    return Rng(pick.seed).gumbel_argmax(z, t)
 
 
 async def _await(x):

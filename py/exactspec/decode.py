@@ -97,29 +97,23 @@ class _Counters:
 
 
 class _Picker:
-    """Turns a draft logits row into a proposal the way the mode demands, sharing the coupled noise with the verifier."""
+    """Turns a logits row into a token the way the mode demands: the draft's proposal and the champion's own token
+    (coupled: argmax(z + g[t]) with the position-keyed noise both share; greedy: argmax(z))."""
 
     def __init__(self, mode: str, params: SamplingParams, rng: Rng, vocab: int):
         self.mode, self.params, self.rng, self.vocab = mode, params, rng, vocab
-        self.noise: dict[int, np.ndarray] = {}  # t -> (vocab,) Gumbel noise, kept for the current round
 
-    def gumbel(self, t: int) -> np.ndarray:
-        g = self.noise.get(t)
-        if g is None:
-            g = self.rng.gumbel(t, self.vocab)
-            self.noise[t] = g
-        return g
-
-    def forget_before(self, t: int) -> None:
-        for key in [k for k in self.noise if k < t]:
-            del self.noise[key]
-
-    def __call__(self, row: np.ndarray, t: int):
+    def champion_token(self, row: np.ndarray, t: int) -> int:
+        """The champion's own token at absolute position t (greedy or coupled), from its logits row."""
         z = scaled_logits(row, self.params)  # (vocab,)
         if self.params.greedy:
-            return int(np.argmax(z)), None
-        if self.mode == "coupled":
-            return int(np.argmax(z + self.gumbel(t))), None
+            return int(np.argmax(z))
+        return self.rng.gumbel_argmax(z, t)  # == argmax(z + Rng.gumbel(t)), logarithms only where a winner can be
+
+    def __call__(self, row: np.ndarray, t: int):
+        if self.params.greedy or self.mode == "coupled":
+            return self.champion_token(row, t), None
+        z = scaled_logits(row, self.params)  # (vocab,)
         q = probs_from_scaled(z)  # (vocab,) the distribution the proposal is drawn from
         return int(sample_index(q, self.rng.uniform(STREAM_DRAFT, t))), q
 
@@ -192,10 +186,7 @@ async def generate_async(
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
         if row is None:
             return int(device_id)
-        z = scaled_logits(row, params)   # (vocab,)
-        if params.greedy:
-            return int(np.argmax(z))
-        return int(np.argmax(z + picker.gumbel(t)))
+        return picker.champion_token(row, t)
     # the most proposals a round may make: k, or under the additive schedule the device's limit
     k_hi = 0 if cfg.drafter == "none" or not cfg.k else \
         cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
@@ -299,26 +290,20 @@ async def generate_async(
                 n.target_passes += 1
                 n.rounds += 1
                 if logits is None:                       # greedy, ids only: the champion's argmax of each row
-                    acc = 0
-                    while acc < g and proposals[acc] == champ_ids[acc]:
-                        acc += 1
-                    emitted = proposals[:acc] + [int(champ_ids[acc])]
+                    emitted = verify.accept_while_equal(proposals, lambda i: champ_ids[i])
+                elif params.greedy or cfg.mode == "coupled":   # rows up to the first mismatch only
+                    emitted = verify.accept_while_equal(
+                        proposals, lambda i: picker.champion_token(logits[i], t0 + i))
                 else:
                     z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab) declared support
-                    if params.greedy:
-                        emitted = verify.greedy(z, proposals)
-                    elif cfg.mode == "coupled":
-                        noise = np.stack([picker.gumbel(t0 + i) for i in range(g + 1)])  # (g+1, vocab)
-                        emitted = verify.coupled(z, proposals, noise)
+                    p = probs_from_scaled(z)  # (g+1, vocab)
+                    if g == 0:
+                        emitted = [int(sample_index(p[0], rng.uniform(STREAM_SAMPLE, t0)))]
                     else:
-                        p = probs_from_scaled(z)  # (g+1, vocab)
-                        if g == 0:
-                            emitted = [int(sample_index(p[0], rng.uniform(STREAM_SAMPLE, t0)))]
-                        else:
-                            if q_rows is None:  # point-mass drafter
-                                q_rows = np.zeros((g, V), dtype=np.float64)
-                                q_rows[np.arange(g), proposals] = 1.0
-                            emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
+                        if q_rows is None:  # point-mass drafter
+                            q_rows = np.zeros((g, V), dtype=np.float64)
+                            q_rows[np.arange(g), proposals] = 1.0
+                        emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
                 n_acc = len(emitted) - 1
                 for i in range(g):
                     n.proposed_at[i] += 1
@@ -351,7 +336,6 @@ async def generate_async(
                     finish = "stop"
             champion.truncate(max(0, min(champion.length, len(seq) - 1)))
             drafter.update(len(seq))
-            picker.forget_before(len(seq))
             if emitted and t_first is None:
                 t_first = clock()
             if on_tokens is not None and emitted:

@@ -113,6 +113,21 @@ def rejection(p_rows: np.ndarray, q_rows: np.ndarray, proposals, rng: Rng, t0: i
     return [int(x) for x in props[0, :m]] + [int(final)]
 
 
+def accept_while_equal(proposals, token_at) -> list[int]:
+    """Coupled and greedy verification, one row at a time: token_at(i) is the champion's own token at row i
+    (argmax(z_i + g_i), or argmax(z_i) for greedy); proposals are accepted while they equal it; at the first mismatch
+    the champion's token is emitted, and if all match, the bonus token of row gamma. Only the rows up to the first
+    mismatch are looked at. Same result as `coupled` (tests/test_verify.py checks it)."""
+    out: list[int] = []
+    props = list(proposals)
+    for i in range(len(props) + 1):
+        tok = int(token_at(i))
+        out.append(tok)
+        if i == len(props) or props[i] != tok:
+            break
+    return out
+
+
 def coupled(z_rows: np.ndarray, proposals, noise_rows: np.ndarray | None) -> list[int]:
     """Coupled (Gumbel-max) verification; greedy when noise_rows is None.
 
