@@ -5,6 +5,8 @@
 //                                      -> {text, token_ids, finish_reason, stats: {backend, target_passes, ...}}
 //   exactspec.cancel(), listModels(), importModel({url | file | files, name?}), deleteModel(name),
 //   loadModel(name, role), on(kind, fn) for 'stage' | 'progress' | 'tokens' | 'log' (returns an unsubscribe).
+//   await exactspec.timings({chat | prompt, ks, reps, drafters, temperature, seed})
+//                                      -> pass times of the loaded models (exactspec.timing; py/bench/product.py)
 
 import { REQ, EVT } from './protocol.js';
 
@@ -104,6 +106,10 @@ export class ExactSpecClient {
   status() { return this.request(REQ.STATUS); }
   deleteModel(name) { return this.request(REQ.DELETE_MODEL, { name }); }
   loadModel(name, role = 'champion') { return this.request(REQ.LOAD_MODEL, { name, role }); }
+  async timings(params = {}) {
+    await this.ready();
+    return this.request(REQ.TIMINGS, { chat: true, ...params });
+  }
 
   // {url} (this site's own) | {file: File} | {files: File[]}; optional name, role, size, sha256.
   async importModel(src) {

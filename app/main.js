@@ -37,6 +37,8 @@ function syncSpeculationFields() {
   const on = $('speculation').checked;
   $('drafter').disabled = !on;
   $('k').disabled = !on;
+  $('k_schedule').disabled = !on;
+  $('draft_stop').disabled = !on;
   $('adaptive').disabled = !on;
   $('bridge').disabled = !on || $('drafter').value !== 'model';
   renderBridge();

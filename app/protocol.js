@@ -16,6 +16,8 @@ export const REQ = Object.freeze({
   STATUS: 'status',             // {} -> {backend, active, stages, draft_provenance: {draft, champion, status} or null,
                                 //        bridge: {draft, same, remap, shared, differences, auto: {coupled, rejection}}
                                 //        or null (py/exactspec/session.py: bridge_info)}
+  TIMINGS: 'timings',           // {prompt? | chat? | prompt_ids?, ks, reps, drafters, temperature, seed} -> pass times
+                                //  of the loaded models for the break-even formula (exactspec.timing; benchmarks)
 });
 
 export const EVT = Object.freeze({

@@ -1,49 +1,27 @@
-// The module worker: owns Pyodide, the GPU engine and the OPFS weight store. All Python runs here.
+// The module worker: the page's glue around app/core.js (Pyodide, the GPU engine, the models, generate — the same
+// core that bench/product/node_host.mjs runs under Node): the postMessage protocol (app/protocol.js), the OPFS
+// weight store (imports, provenance) and /manifest.json.
 // Boot stages (each reported as an event.stage): runtime -> packages -> gpu -> weights -> ready.
 
 import { REQ, EVT } from './protocol.js';
+import { Core, HF_FILE_RE, coreHandlers, dispatch, errorText } from './core.js';
 import { WeightStore, StoreError, readResponse, readBlob, modelNameFrom } from './store/opfs.js';
-
-const state = {
-  manifest: null, py: null, session: null, store: null,
-  backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null },
-  booting: null, mounted: new Set(), gpuModels: {}, modelBackend: {},
-};
-const HF_FILE_RE = /^(config\.json|tokenizer\.json|tokenizer_config\.json|generation_config\.json|[\w.-]+\.safetensors)$/;
-const GPU_MAX_CONTEXT = 2048;   // KV capacity on the GPU (SmolLM2's 8192 would take ~380 MB of KV)
 
 function post(msg, transfer) { self.postMessage(msg, transfer || []); }
 function event(kind, payload) { post({ kind, ...payload }); }
 function log(level, message) { event(EVT.LOG, { level, message }); }
 
-// The last meaningful line of a Python traceback (e.g. "FormatError: truncated GGUF: ...").
-function errorText(e) {
-  if (!e) return 'unknown error';
-  const msg = String(e.message || e);
-  if (e.type || /Traceback \(most recent call last\)/.test(msg)) {
-    const lines = msg.split('\n').map((l) => l.trim()).filter(Boolean);
-    const last = lines[lines.length - 1] || msg;
-    return last.replace(/^exactspec\.[\w.]+\./, '');
-  }
-  return msg;
-}
-
-async function stage(name, fn) {
-  const t0 = performance.now();
-  event(EVT.STAGE, { stage: name, state: 'start' });
-  try {
-    const detail = (await fn()) || {};
-    const ms = Math.round(performance.now() - t0);
-    state.stages.push({ stage: name, ms, ...detail });
-    event(EVT.STAGE, { stage: name, state: 'done', ms, detail });
-    return detail;
-  } catch (e) {
-    const ms = Math.round(performance.now() - t0);
-    state.stages.push({ stage: name, ms, error: errorText(e) });
-    event(EVT.STAGE, { stage: name, state: 'error', ms, detail: { error: errorText(e) } });
-    throw e;
-  }
-}
+const core = new Core({
+  log, event,
+  files: (name) => state.store.files(name),
+  // WORKERFS: Python reads the stored Blobs in place (no copy into the wasm heap)
+  mount(py, dir, meta, files) {
+    py.FS.mount(py.FS.filesystems.WORKERFS, { blobs: files.map((f, i) => ({ name: meta.files[i].file, data: f })) }, dir);
+  },
+  updateDraftProvenance,
+});
+// core.state: py, session, backend, gpu, gpuReason, stages, active, gpuModels, modelBackend, draftProvenance
+const state = Object.assign(core.state, { manifest: null, store: null, booting: null });
 
 // ---- boot ---------------------------------------------------------------------------------------------------------
 async function boot(params = {}) {
@@ -52,31 +30,16 @@ async function boot(params = {}) {
   state.manifest = await r.json();
   const m = state.manifest;
 
-  await stage('runtime', async () => {
-    const { loadPyodide } = await import(m.pyodide + 'pyodide.mjs');
-    state.py = await loadPyodide({
-      indexURL: m.pyodide,
-      stdout: (s) => log('info', s),
-      stderr: (s) => log('warn', s),
-    });
-    return { pyodide: state.py.version };
+  await core.bootRuntime({
+    loadPyodide: async (opts) => (await import(m.pyodide + 'pyodide.mjs')).loadPyodide(opts),
+    indexURL: m.pyodide,
+    wheel: new URL(m.wheel, self.location.origin).href,
   });
+  await core.stage('gpu', async () => core.initGpu(self.navigator.gpu, params,
+    { shaderBase: new URL('/shaders/', self.location.origin) }));
+  core.startSession();
 
-  await stage('packages', async () => {
-    const py = state.py;
-    await py.loadPackage(['numpy', 'micropip'], { messageCallback: () => {}, errorCallback: (s) => log('warn', s) });
-    const micropip = py.pyimport('micropip');
-    await micropip.install(new URL(m.wheel, self.location.origin).href);
-    micropip.destroy();
-    const mod = py.pyimport('exactspec.session');
-    state.sessionMod = mod;
-    return { wheel: m.wheel.split('/').pop() };
-  });
-
-  await stage('gpu', async () => initGpu(params));
-  state.session = state.sessionMod.Session(state.backend);
-
-  await stage('weights', async () => {
+  await core.stage('weights', async () => {
     state.store = await WeightStore.open();
     const imported = [], errors = [];
     const defaults = (m.models || []).filter((x) => x.default !== false);
@@ -105,7 +68,7 @@ async function boot(params = {}) {
     const candidates = [pick('champion', params.champion), pick('champion', null), ...stored.map((x) => x.name)];
     for (const name of [...new Set(candidates.filter(Boolean))]) {
       try {
-        await loadModel(name, 'champion');
+        await core.loadModel(name, 'champion');
         loaded.push(name);
         break;
       } catch (e) {
@@ -115,64 +78,19 @@ async function boot(params = {}) {
     }
     const draft = pick('draft', params.draft);
     if (draft && !loaded.includes(draft)) {
-      try { await loadModel(draft, 'draft'); loaded.push(draft); } catch (e) { errors.push(`draft ${draft}: ${errorText(e)}`); }
+      try { await core.loadModel(draft, 'draft'); loaded.push(draft); } catch (e) { errors.push(`draft ${draft}: ${errorText(e)}`); }
     }
     return { imported, loaded, errors };
   });
 
-  await stage('ready', async () => ({ backend: state.backend }));
-  return status();
-}
-
-async function initGpu(params) {
-  if (params.force_cpu) { state.gpuReason = 'CPU requested'; return { backend: 'cpu', reason: state.gpuReason }; }
-  if (!self.navigator.gpu) { state.gpuReason = 'no WebGPU in this browser'; return { backend: 'cpu', reason: state.gpuReason }; }
-  let mod;
-  try {
-    mod = await import('./gpu/engine.js');
-  } catch (e) {
-    state.gpuReason = `no WebGPU engine (${e.message || e})`;
-    return { backend: 'cpu', reason: state.gpuReason };
-  }
-  try {
-    if (typeof mod.createEngine !== 'function') throw new Error('gpu/engine.js has no createEngine()');
-    const engine = await mod.createEngine(self.navigator.gpu, { shaderBase: new URL('/shaders/', self.location.origin) });
-    state.gpu = { mod, engine };
-    state.backend = 'webgpu';
-    const info = engine.adapterInfo || {};
-    return { backend: 'webgpu', adapter: { vendor: info.vendor, architecture: info.architecture,
-      description: info.description, is_fallback_adapter: Boolean(info.isFallbackAdapter) } };
-  } catch (e) {
-    state.gpuReason = `WebGPU unavailable (${e.message || e})`;
-    return { backend: 'cpu', reason: state.gpuReason };
-  }
-}
-
-// The GPU failed for good (device lost): reload the active models on the CPU; the answer so far stays committed.
-async function fallbackToCpu(reason) {
-  log('error', `WebGPU failed (${reason}); switching to the CPU fallback`);
-  state.backend = 'cpu';
-  state.gpuReason = `WebGPU failed: ${reason}`;
-  state.gpu = null;
-  state.gpuModels = {};
-  for (const role of ['champion', 'draft']) {
-    const name = state.active[role];
-    if (!name) continue;
-    try { await loadModel(name, role); } catch (e) { log('error', `reloading ${name} on the CPU failed: ${errorText(e)}`); }
-  }
-}
-
-function status() {
-  return { backend: state.modelBackend.champion || state.backend, gpu_reason: state.gpuReason, active: state.active, stages: state.stages,
-    draft_provenance: state.draftProvenance || null, bridge: state.bridgeInfo || null, models: [] };
+  await core.stage('ready', async () => ({ backend: state.backend }));
+  return core.status();
 }
 
 // Does the active draft have a provenance manifest (served with the default models) naming the active champion?
 // 'verified' | 'unverified' (no manifest for this draft) | 'other-champion' (its manifest names another champion).
 async function updateDraftProvenance() {
   state.draftProvenance = null;
-  // how the draft meets the champion's vocabulary (exactspec.vocab via Session.bridge_info): null without both
-  state.bridgeInfo = state.session ? JSON.parse(state.session.bridge_info()) : null;
   if (!state.active.draft) return;
   const stored = await state.store.list();
   const sha = (name) => (stored.find((x) => x.name === name) || {}).sha256;
@@ -185,87 +103,13 @@ async function updateDraftProvenance() {
   state.draftProvenance = { draft: state.active.draft, champion: state.active.champion, status };
 }
 
-// ---- models ---------------------------------------------------------------------------------------------------
-function mountDir(name) { return `/models/${name}`; }
-
-function mount(name, files) {
-  const FS = state.py.FS;
-  const dir = mountDir(name);
-  if (state.mounted.has(dir)) { try { FS.unmount(dir); } catch (e) { /* already gone */ } state.mounted.delete(dir); }
-  FS.mkdirTree(dir);
-  FS.mount(FS.filesystems.WORKERFS, { blobs: files.map((f) => ({ name: f.name, data: f })) }, dir);
-  state.mounted.add(dir);
-  return dir;
-}
-
-function unmount(name) {
-  const dir = mountDir(name);
-  if (!state.mounted.has(dir)) return;
-  try { state.py.FS.unmount(dir); } catch (e) { /* ignore */ }
-  state.mounted.delete(dir);
-}
-
-// Put the active models on the backend a request asks for ('webgpu' | 'cpu'); later requests stay there.
-async function useBackend(want) {
-  if (want !== 'webgpu' && want !== 'cpu') throw new Error(`backend must be 'webgpu' or 'cpu', got ${JSON.stringify(want)}`);
-  if (want === 'webgpu' && !state.gpu) {
-    throw new Error(`the WebGPU backend is not available here (${state.gpuReason || 'no adapter'}): use backend 'cpu'`);
-  }
-  for (const role of ['champion', 'draft']) {
-    const name = state.active[role];
-    if (!name || state.modelBackend[role] === want) continue;
-    const out = await loadModel(name, role, want);
-    if (out.backend !== want) throw new Error(`${name} could not be loaded on the ${want} backend (see the log)`);
-  }
-}
-
-async function loadModel(name, role, want = null) {
-  const { meta, files } = await state.store.files(name);
-  const hf = meta.format === 'hf';
-  const dir = mount(name, files.map((f, i) => new File([f], meta.files[i].file)));
-  const path = hf ? dir : `${dir}/${meta.files[0].file}`;
-  let backend, backendName = 'cpu';
-  if (hf && state.backend === 'webgpu') log('info', `${name}: Hugging Face folders run on the CPU fallback`);
-  if (!hf && state.gpu && (want ? want === 'webgpu' : state.backend === 'webgpu')) {
-    try {
-      const desc = JSON.parse(state.session.describe(path));
-      const file = files[0];
-      const readSlice = async (off, n) => file.slice(off, off + n).arrayBuffer();
-      const seqLen = Math.min(desc.config.seq_len, GPU_MAX_CONTEXT);
-      const jsModel = await state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen });
-      if (state.gpuModels[role]) { try { state.gpuModels[role].destroy(); } catch (e) { /* gone */ } }
-      state.gpuModels[role] = jsModel;
-      backend = state.py.pyimport('exactspec.bridge').JsBackend(jsModel);
-      backendName = 'webgpu';
-    } catch (e) {
-      log('warn', `${name}: the WebGPU engine could not load it (${errorText(e)}); using the CPU fallback`);
-    }
-  }
-  const out = JSON.parse(state.session.load(name, path, role, backend, backendName));
-  out.backend = backendName;
-  const other = role === 'champion' ? 'draft' : 'champion';
-  if (state.active[other] === name) {          // a model holds one role at a time (the session dropped the other)
-    state.active[other] = null;
-    delete state.modelBackend[other];
-    if (state.gpuModels[other]) { try { state.gpuModels[other].destroy(); } catch (e) { /* gone */ } delete state.gpuModels[other]; }
-  }
-  state.active[role] = name;
-  state.modelBackend[role] = backendName;
-  await updateDraftProvenance();
-  out.draft_provenance = state.draftProvenance;
-  return out;
-}
-
+// ---- imports (OPFS) -----------------------------------------------------------------------------------------
 async function validate(meta, files) {
-  const tmpName = `validate-${meta.name}`;
-  const dir = mount(tmpName, files.map((f, i) => new File([f], meta.files[i].file)));
   try {
-    const summary = JSON.parse(state.session.inspect(meta.format === 'hf' ? dir : `${dir}/${meta.files[0].file}`));
+    const summary = core.inspectFiles(`validate-${meta.name}`, meta, files);
     return { summary, role: meta.role || (summary.has_tokenizer ? 'champion' : 'draft') };
   } catch (e) {
     throw new StoreError(`${meta.name} is not a usable model: ${errorText(e)}`);
-  } finally {
-    unmount(tmpName);
   }
 }
 
@@ -322,34 +166,12 @@ async function importFiles({ files, name, role, sha256 }) {
 }
 
 // ---- requests -------------------------------------------------------------------------------------------------
-function needReady() {
-  if (!state.session) throw new Error('not ready: call boot first');
-}
-
 const handlers = {
+  // generate, cancel, status, load_model, timings: the core's (app/core.js), shared with the Node host
+  ...coreHandlers(core, (id, d) => event(EVT.TOKENS, { request_id: id, text: d.text, token_ids: d.token_ids })),
   async [REQ.BOOT](msg) {
     if (!state.booting) state.booting = boot(msg.params || {});
     return state.booting;
-  },
-  async [REQ.STATUS]() { return status(); },
-  async [REQ.GENERATE](msg) {
-    needReady();
-    const want = (msg.params || {}).backend;
-    if (want !== undefined && want !== null) await useBackend(want);
-    const emit = (json) => {
-      const d = JSON.parse(json);
-      event(EVT.TOKENS, { request_id: msg.id, text: d.text, token_ids: d.token_ids });
-    };
-    const out = JSON.parse(await state.session.generate_json(JSON.stringify(msg.params || {}), emit));
-    if (out.finish_reason === 'error' && state.modelBackend.champion === 'webgpu' &&
-        /device lost|gpu error/i.test(out.error || '')) {
-      await fallbackToCpu(out.error);
-      out.fallback = 'cpu';
-    }
-    return out;
-  },
-  async [REQ.CANCEL]() {
-    return { cancelled: state.session ? Boolean(state.session.cancel()) : false };
   },
   async [REQ.LIST_MODELS]() {
     if (!state.store) state.store = await WeightStore.open();
@@ -360,7 +182,7 @@ const handlers = {
     }));
   },
   async [REQ.IMPORT_MODEL](msg) {
-    needReady();
+    core.needReady();
     const p = msg.params || {};
     const meta = p.url ? await importFromUrl(p) : await importFiles(p);
     return { name: meta.name, size: meta.size, sha256: meta.sha256, role: meta.role };
@@ -370,7 +192,7 @@ const handlers = {
     const name = (msg.params || {}).name;
     if (state.active.champion === name || state.active.draft === name) {
       state.session.unload(name);
-      unmount(name);
+      core.unmount(name);
       if (state.active.champion === name) state.active.champion = null;
       if (state.active.draft === name) state.active.draft = null;
     }
@@ -378,22 +200,6 @@ const handlers = {
     await updateDraftProvenance();
     return { deleted };
   },
-  async [REQ.LOAD_MODEL](msg) {
-    needReady();
-    const { name, role = 'champion' } = msg.params || {};
-    return loadModel(name, role);
-  },
 };
 
-self.onmessage = async (ev) => {
-  const msg = ev.data || {};
-  const h = handlers[msg.kind];
-  if (!h) { post({ id: msg.id, ok: false, error: `unknown request kind ${JSON.stringify(msg.kind)}` }); return; }
-  try {
-    const result = await h(msg);
-    post({ id: msg.id, ok: true, result });
-  } catch (e) {
-    post({ id: msg.id, ok: false, error: errorText(e), detail: String((e && e.message) || e) });
-  }
-};
-
+self.onmessage = async (ev) => post(await dispatch(handlers, ev.data || {}));

@@ -4,9 +4,11 @@
 //     P_attn[h][t, r] = sum_{d < head_dim} W_o[r, h * head_dim + d] * o_h[d]      (r = 0 .. dim-1)
 // The consumer (matmul_sg_pro.wgsl / ffn_sg.wgsl) adds r + P_attn[0] + ... + P_attn[n_heads-1] in that fixed order.
 //
-// Work split: one workgroup per (h = wid.x, t = wid.y). Steps 1-3 are attention.wgsl's, unchanged (see there),
-// except that the head's output goes to workgroup memory `oh` instead of the attention buffer. Step 4: invocation
-// l computes output rows r = l, l + WG_SIZE, ... of the partial, each a dot over the head's columns in ascending
+// Work split: one workgroup per (h = wid.x, t = wid.y, z = wid.z). Steps 1-3 are attention.wgsl's, unchanged (see
+// there), except that the head's output goes to workgroup memory `oh` instead of the attention buffer (with a grid
+// z > 1, engine option attnSplit, each z workgroup computes them, into its own scores row). Step 4: invocation l of
+// workgroup z computes output rows r = z * WG_SIZE + l, + WG_SIZE * nwg.z, ... of the partial (z > 1: more
+// workgroups share the O projection), each a dot over the head's columns in ascending
 // 8-value units (matmul_sg.wgsl's load_unit/term: W_o is stored (dim, q_dim) with its 32-value quant blocks along
 // q_dim). When head_dim is not a multiple of 32 a Q4 block holds two heads' columns (its 8-value units interleave
 // the block's halves): the units of every block touching the head are taken and the other head's inputs are
@@ -19,7 +21,7 @@
 //   1 step    uniform Step (dynamic offset: one slot per chunk)
 //   2 q       array<vec4<f32>>  (max_rows, q_dim)   RoPE'd queries, q_dim = n_heads * head_dim
 //   3 kv      array<vec4<f32>>  (2, seq_len, kv_dim) K then V of this layer
-//   4 scores  array<f32>        read_write (max_rows, n_heads, seq_len) scratch
+//   4 scores  array<f32>        read_write (max_rows, n_heads, split z, seq_len) scratch
 //   5 w       array<u32>        W_o (dim, q_dim) as stored by weights.js (type WTYPE)
 //   6 pattn   array<f32>        read_write (n_heads, max_rows, dim) partials
 
@@ -64,7 +66,8 @@ var<workgroup> part: array<vec4<f32>, WG_SIZE>;   // (S, head_dim/4) slice sums
 var<workgroup> oh: array<vec4<f32>, 64>;          // (head_dim) this head's attention output
 
 @compute @workgroup_size(WG_SIZE)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
   let h = wid.x;
   let t = wid.y;
   if (t >= step.n) { return; }              // uniform per workgroup
@@ -75,7 +78,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let kv4 = params.kv_dim / 4u;
   let koff = kvh * hd4;                                   // vec4 offset of this kv head within a key row
   let voff = params.seq_len * kv4 + kvh * hd4;            // V section
-  let sbase = (t * params.n_heads + h) * params.seq_len;  // scores row
+  let sbase = ((t * params.n_heads + h) * nwg.z + wid.z) * params.seq_len;  // scores row (one per split z)
 
   for (var i = lid; i < hd4; i = i + WG_SIZE) {
     qs[i] = q[t * (params.q_dim / 4u) + h * hd4 + i];
@@ -166,7 +169,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   let h4 = c0 / 4u;
   let pb = h * params.pstride + t * params.dim;
-  for (var r = lid; r < params.dim; r = r + WG_SIZE) {
+  for (var r = wid.z * WG_SIZE + lid; r < params.dim; r = r + WG_SIZE * nwg.z) {
     var acc = 0.0;
     for (var k = 0u; k < OU; k = k + 1u) {   // constant trip count: loads can all be in flight
       let u = min(u0 + k, u1 - 1u);

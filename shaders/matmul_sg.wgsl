@@ -4,7 +4,9 @@
 //
 // Work split: one subgroup owns one row PAIR; a workgroup holds WG_SIZE/LANES subgroups. The chunk's rows go in
 // tiles of TILE = 1, 4 or 8 rows (the engine picks the pipeline by the dispatch's row count: 1, 2..4, more), and
-// each weight unit is read and decoded once per tile (dot1/dot4/dot8, identical to matmul.wgsl's): lane l takes
+// each weight unit is read and decoded once per tile (dot1/dot4/dot8, identical to matmul.wgsl's); the dispatch's
+// grid z splits the tiles over workgroups (z = 1: one workgroup loops over them all; the engine's row-parallel
+// policy, option rowTiles, runs 1-row tiles with z = rows, every row in its own workgroup): lane l takes
 // the 8-value units l, l + LANES, ... of the row; with NORM the same loads give each row's sum of squares. Lane
 // partials are summed with subgroupAdd; the RMSNorm scale rsqrt(mean(x^2) + eps) multiplies the finished sums.
 // BATCH INVARIANCE: a row's arithmetic (its slot code, which is the same in every slot of every tile variant, its
@@ -641,7 +643,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var lo = 0u;
   if (params.window == 1u) { lo = step.out_lo; }
   let hi = step.n;
-  for (var t = lo; t < hi; t = t + TILE) {
+  for (var t = lo + wid.z * TILE; t < hi; t = t + TILE * nwg.z) {   // tiles wid.z, wid.z + nwg.z, ... (grid z: engine)
     let n4 = min(TILE, hi - t);   // rows of this tile (TILE = 1, 4 or 8); uniform
     var y: Oct;
     if (TILE == 8u) {

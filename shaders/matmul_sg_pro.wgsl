@@ -7,7 +7,7 @@
 // no workgroup reads a buffer another one writes in the same dispatch); later kernels read it as the residual.
 //
 // Work split: as matmul_sg.wgsl (one subgroup per weight-row pair, LANES = subgroup size, lanes over 8-value units,
-// tiles of TILE = 1, 4 or 8 chunk rows with each unit decoded once per tile), plus:
+// tiles of TILE = 1, 4 or 8 chunk rows with each unit decoded once per tile, tiles split over grid z), plus:
 //   - per tile, the workgroup first stages the tile's x rows (TILE x K floats) in workgroup memory `xs` (every
 //     invocation sums whole vec4s: elements lid, lid + WG_SIZE, ...), a barrier, then the dot loops read xs;
 //   - each subgroup takes PAIRS row pairs one after another (pairs wg*G*PAIRS + k*G + g, G = subgroups per
@@ -671,7 +671,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var lo = 0u;
   if (params.window == 1u) { lo = step.out_lo; }
   let hi = step.n;
-  for (var t = lo; t < hi; t = t + TILE) {
+  for (var t = lo + wid.z * TILE; t < hi; t = t + TILE * nwg.z) {   // tiles wid.z, wid.z + nwg.z, ... (grid z: engine)
     let n4 = min(TILE, hi - t);   // rows of this tile (TILE = 1, 4 or 8); uniform
     workgroupBarrier();           // the previous tile's dots are done with xs
     stage(t, n4, lid, writer);

@@ -1,5 +1,7 @@
 """exactspec.reference: correctness against an independent float64 implementation, BITWISE batch invariance
-(one token at a time == verify blocks == prefills of any chunking, with rollbacks), KV contract, clear errors."""
+(one token at a time == verify blocks == prefills of any chunking, with rollbacks) for both kernels, every cut of the
+weights into row blocks and every row count, across attention buckets, in CPython and in Pyodide; KV contract, clear
+errors."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 from exactspec.micro import micro_config, micro_model, micro_weights, tiny_config
-from exactspec.reference import ReferenceModel, log_softmax, softmax
+from exactspec.reference import ATT_BUCKET, KERNELS, ReferenceModel, log_softmax, numpy_has_blas, softmax
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
@@ -61,12 +63,16 @@ def naive_forward(cfg, w, tokens):
     return rms(h, w["output_norm.weight"]) @ out.T
 
 
+KERNEL_NAMES = [k for k in KERNELS if k != "auto"]
+
+
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_matches_independent_float64(name):
+def test_matches_independent_float64(name, kernel):
     cfg = CONFIGS[name]
     w = micro_weights(cfg, 11)
     toks = np.random.default_rng(0).integers(0, cfg.vocab_size, 37).tolist()
-    ours = ReferenceModel.from_weights(cfg, w).forward(toks, 0)                # (37, vocab)
+    ours = ReferenceModel.from_weights(cfg, w, kernel=kernel).forward(toks, 0)  # (37, vocab)
     ref = naive_forward(cfg, w, toks)
     assert ours.dtype == np.float32 and ours.shape == (37, cfg.vocab_size)
     assert np.max(np.abs(ours - ref)) < 2e-4 * max(1.0, np.abs(ref).max())
@@ -80,10 +86,11 @@ def one_at_a_time(model, toks):
     return np.concatenate([model.forward([t], i) for i, t in enumerate(toks)])
 
 
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_batch_invariance_bitwise(name):
+def test_batch_invariance_bitwise(name, kernel):
     cfg = CONFIGS[name]
-    m = micro_model(cfg, 3)
+    m = ReferenceModel.from_weights(cfg, micro_weights(cfg, 3), kernel=kernel)
     rng = np.random.default_rng(1)
     toks = rng.integers(0, cfg.vocab_size, 48).tolist()
     ref = one_at_a_time(m, toks)                                                # (48, vocab)
@@ -118,6 +125,79 @@ def test_batch_invariance_bitwise(name):
     # n_out returns the last rows bitwise
     m.truncate(0)
     assert np.array_equal(m.forward(toks, 0, n_out=3), ref[-3:])
+
+
+def invariance_failures(model, toks, starts, counts, chunks=(1, 3, 7, 9, 64, 5)):
+    """Where `model` breaks batch invariance on `toks`: the rows of one-token-at-a-time passes are the reference;
+    every forward of `n` in `counts` tokens after a prefix of every length in `starts` (and after a junk block rolled
+    back), and a prefill in chunks cycling through `chunks`, must give exactly those rows. Returns what differed.
+    Plain numpy: tests run this same function in Pyodide (see test_invariance_in_pyodide)."""
+    import numpy as np
+    model.truncate(0)
+    ref = np.concatenate([model.forward([t], i) for i, t in enumerate(toks)])      # (len, vocab)
+    bad = []
+    model.truncate(0)
+    pos, j = 0, 0
+    while pos < len(toks):
+        n = chunks[j % len(chunks)]
+        if not np.array_equal(model.forward(toks[pos: pos + n], pos), ref[pos: pos + n]):
+            bad.append(("prefill chunk", pos, n))
+        pos, j = pos + len(toks[pos: pos + n]), j + 1
+    for s in starts:
+        model.truncate(0)
+        if s:
+            model.forward(toks[:s], 0)
+        for n in counts:
+            if s + n > len(toks):
+                continue
+            junk = [(7 * t + 3) % model.config.vocab_size for t in toks[s: s + n]]
+            model.forward(junk, s)                                                  # a wrong draft, rolled back
+            model.truncate(s)
+            if not np.array_equal(model.forward(toks[s: s + n], s), ref[s: s + n]):
+                bad.append(("block", s, n))
+            model.truncate(s)
+    return bad
+
+
+ODD = micro_config(dim=96, n_heads=6, n_kv_heads=2, hidden_dim=160, head_dim=16, rope_dim=16, vocab_size=250,
+                   seq_len=400)
+ROWS_STARTS = (0, 1, ATT_BUCKET - 5, ATT_BUCKET - 1, ATT_BUCKET, 100, 2 * ATT_BUCKET - 1, 2 * ATT_BUCKET)
+ROWS_COUNTS = tuple(range(1, 10)) + (17, ATT_BUCKET)
+
+
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
+@pytest.mark.parametrize("block_rows", [1, 2, 3, 4, 8, None])
+def test_rows_block_cuts_and_buckets_bitwise(kernel, block_rows):
+    """Row counts 1..9, 17, 64 after prefixes on both sides of attention bucket edges, prefills in odd chunks, for
+    weights cut into blocks of 1, 2, 3, 4, 8 rows (last blocks ragged: 160, 320, 96 and 250 rows) or the default."""
+    bb = None if block_rows is None else block_rows * 4 * ODD.dim
+    m = ReferenceModel.from_weights(ODD, micro_weights(ODD, 5), kernel=kernel, block_bytes=bb)
+    if block_rows is not None:
+        assert len(m._head.blocks) == -(-ODD.vocab_size // block_rows)          # the cut asked for
+    toks = np.random.default_rng(6).integers(0, ODD.vocab_size, 2 * ATT_BUCKET + 40).tolist()
+    assert invariance_failures(m, toks, ROWS_STARTS, ROWS_COUNTS) == []
+
+
+def test_dot_kernel_bits_do_not_depend_on_the_cut():
+    """"dot" computes every output element by one dot product over the whole input row, so any cut gives the same
+    bits (with BLAS, "gemv"'s bits may depend on the cut; its invariance comes from the cut being fixed)."""
+    w = micro_weights(ODD, 5)
+    toks = np.random.default_rng(7).integers(0, ODD.vocab_size, 80).tolist()
+    rows = [ReferenceModel.from_weights(ODD, w, kernel="dot", block_bytes=bb).forward(toks, 0)
+            for bb in (4 * ODD.dim, 12 * ODD.dim, None)]
+    assert np.array_equal(rows[0], rows[1]) and np.array_equal(rows[0], rows[2])
+
+
+def test_kernel_choice_and_options():
+    cfg = micro_config()
+    w = micro_weights(cfg, 0)
+    assert ReferenceModel.from_weights(cfg, w).kernel == ("gemv" if numpy_has_blas() else "dot")
+    assert numpy_has_blas()                         # CPython's numpy wheels link OpenBLAS (Pyodide: see below)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        ReferenceModel.from_weights(cfg, w, kernel="fast")
+    for bad in (0, -4, 2.5):
+        with pytest.raises(ValueError, match="block_bytes"):
+            ReferenceModel.from_weights(cfg, w, block_bytes=bad)
 
 
 def test_kv_contract_and_errors():
@@ -220,3 +300,67 @@ def test_smollm2_batch_invariance_and_greedy(smollm):
         out.append(t)
         logits = m.forward([t], m.length)
     assert 7042 in out        # " Paris"
+
+
+@pytest.mark.slow
+def test_smollm2_verify_rows_bitwise_both_kernels():
+    """SmolLM2-135M: rows 1..9 after a prefix just before the first attention bucket edge (blocks of 5+ rows straddle
+    it) equal one-at-a-time rows, for the BLAS kernel and for the one Pyodide uses."""
+    if not CHAMPION.exists():
+        pytest.skip("champion GGUF missing: run `python build.py setup`")
+    from exactspec.formats import load_model_file
+    config, weights = load_model_file(CHAMPION)
+    toks = np.random.default_rng(8).integers(0, config.vocab_size, ATT_BUCKET + 12).tolist()
+    for kernel in KERNEL_NAMES:
+        m = ReferenceModel.from_weights(config, weights, max_len=2 * ATT_BUCKET, kernel=kernel)
+        assert invariance_failures(m, toks, (ATT_BUCKET - 4,), tuple(range(1, 10)), chunks=(13, 40, 9)) == [], kernel
+
+
+_PYODIDE_CHECK = r"""
+import sys, inspect, json
+import numpy as np
+from exactspec.micro import micro_config, micro_weights
+from exactspec.reference import ReferenceModel, numpy_has_blas
+%(checker)s
+cfg = micro_config(**%(odd)s)
+toks = np.random.default_rng(6).integers(0, cfg.vocab_size, %(n_toks)d).tolist()
+res = {"platform": sys.platform, "numpy": np.__version__, "blas": numpy_has_blas(), "micro": {}}
+for kernel, rows in (("auto", None), ("dot", 1), ("dot", 3), ("gemv", 3)):
+    m = ReferenceModel.from_weights(cfg, micro_weights(cfg, 5), kernel=kernel,
+                                    block_bytes=None if rows is None else rows * 4 * cfg.dim)
+    res["micro"][f"{kernel}/{rows}"] = [m.kernel, invariance_failures(m, toks, %(starts)s, %(counts)s)]
+if %(champion)s:
+    m = ReferenceModel.from_file(%(champion)s, max_len=256)
+    ctoks = np.random.default_rng(8).integers(0, m.config.vocab_size, 72).tolist()
+    res["smollm2"] = [m.kernel, invariance_failures(m, ctoks, (60,), tuple(range(1, 10)), chunks=(13, 40, 9))]
+print("RESULT " + json.dumps(res))
+"""
+
+
+@pytest.mark.slow
+def test_invariance_in_pyodide():
+    """The same checks in Pyodide 0.27.7 (numpy 2.0.2 without a BLAS), where the product's CPU fallback runs: "auto"
+    is "dot" there; every kernel and cut is batch-invariant on a micro-model, and "dot" on SmolLM2 after a
+    ~64-token prefix."""
+    import inspect
+    import json
+    from dataclasses import asdict
+
+    from bench._pyodide import host_path, run_python, unavailable
+
+    if unavailable():
+        pytest.skip(unavailable())
+    odd = {k: v for k, v in asdict(ODD).items() if k not in ("arch",)}
+    src = _PYODIDE_CHECK % {"checker": inspect.getsource(invariance_failures), "odd": repr(odd),
+                            "n_toks": 2 * ATT_BUCKET + 40, "starts": ROWS_STARTS, "counts": ROWS_COUNTS,
+                            "champion": repr(host_path(CHAMPION)) if CHAMPION.exists() else "None"}
+    proc = run_python(src, timeout=1200)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    res = json.loads(line[len("RESULT "):])
+    assert res["platform"] == "emscripten" and res["numpy"].startswith("2.") and res["blas"] is False
+    for name, (kernel, bad) in res["micro"].items():
+        assert kernel == ("dot" if name.startswith("auto") else name.split("/")[0])
+        assert bad == [], name
+    if CHAMPION.exists():
+        assert res["smollm2"] == ["dot", []]

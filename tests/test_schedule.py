@@ -43,3 +43,30 @@ def test_not_adaptive_always_k_max():
     feed(s, 0, 1.0, 0)
     feed(s, 3, 9.0, 0)
     assert s.choose(5) == 3 and s.choose(2) == 2
+
+
+def test_additive_schedule_moves_k_by_one_within_its_limit():
+    from exactspec.schedule import SpecScheduler
+    s = SpecScheduler(6, schedule="additive", k_start=3)
+    assert s.choose(16) == 3
+    s.observe(3, 0.1, 3)                 # all accepted: +1
+    assert s.choose(16) == 4
+    s.observe(4, 0.1, 2)                 # a rejection after the first proposal: unchanged
+    assert s.choose(16) == 4
+    s.observe(4, 0.1, 0)                 # the first proposal rejected: -1
+    assert s.choose(16) == 3
+    for _ in range(10):
+        s.observe(s.choose(16), 0.1, s.choose(16))
+    assert s.choose(16) == 6             # the device's limit
+    assert s.choose(2) == 2              # a round near the end is capped
+    s.observe(2, 0.1, 2)                 # fully accepted but shorter than k_cur: no change
+    assert s.choose(16) == 6
+    for _ in range(10):
+        s.observe(s.choose(16), 0.1, 0)
+    assert s.choose(16) == 1             # never below 1
+    fixed = SpecScheduler(4)
+    fixed.observe(4, 0.1, 4)
+    assert fixed.choose(16) == 4
+    import pytest
+    with pytest.raises(ValueError, match="schedule"):
+        SpecScheduler(4, schedule="grow")

@@ -23,6 +23,8 @@ CASES = [
     {"max_new_tokens": 0}, {"max_new_tokens": 8192}, {"max_new_tokens": 8193},
     {"drafter": "model"}, {"drafter": "beam"}, {"mode": "rejection"}, {"mode": "greedy"},
     {"speculation": False}, {"speculation": "yes"}, {"adaptive": 0},
+    {"drafter": "head"}, {"k_schedule": "additive"}, {"k_schedule": "grow"}, {"draft_stop": 0.4},
+    {"draft_stop": "0.25"}, {"draft_stop": 1}, {"draft_stop": 1.5}, {"draft_stop": -0.1},
     {"bridge": "slem"}, {"bridge": "remap"}, {"bridge": "fast"}, {"bridge": None},
 ]
 

@@ -1,4 +1,6 @@
-// weights.js — stream tensors from a file (readSlice(offset, nbytes) -> ArrayBuffer) into GPU buffers, as stored.
+// weights.js — stream a model's tensors from its file(s) (readSlice(offset, nbytes, file) -> ArrayBuffer; `file` is
+// the tensor's `file` in the description: undefined for a GGUF, the safetensors shard of a Hugging Face folder) into
+// GPU buffers, as stored.
 //
 // Quantised blocks are kept bit for bit; the only change is word alignment of blocks whose size is not a multiple
 // of 4 bytes (Q4_0: 18 -> 20 B, Q8_0: 34 -> 36 B: two zero bytes after the f16 scale). Rows may be reordered
@@ -54,7 +56,7 @@ function f16ToF32(h) {
 /** A 1-D tensor (norm weights) as Float32Array. */
 export async function readVector(readSlice, t, n) {
   if (t.nbytes > 64 << 20) throw new Error(`${t.name}: vector too large (${t.nbytes} bytes)`);
-  const buf = new Uint8Array(await readSlice(t.offset, t.nbytes));
+  const buf = new Uint8Array(await readSlice(t.offset, t.nbytes, t.file));
   if (buf.byteLength !== t.nbytes) throw new Error(`${t.name}: short read (${buf.byteLength} of ${t.nbytes} bytes)`);
   const out = new Float32Array(n);
   const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
@@ -136,8 +138,94 @@ export async function uploadLinear(device, readSlice, srcs, K, opts) {
 
 async function readRows(readSlice, s, first, n, rb, type, K) {
   const nbytes = n * rb.stored;
-  const ab = await readSlice(s.t.offset + first * rb.stored, nbytes);
+  const ab = await readSlice(s.t.offset + first * rb.stored, nbytes, s.t.file);
   const src = new Uint8Array(ab);
   if (src.byteLength !== nbytes) throw new Error(`${s.t.name}: short read (${src.byteLength} of ${nbytes} bytes)`);
   return { first, data: repackRows(src, type, n, K) };
+}
+
+// ---- a llama model's weights, by GGUF tensor name (Python's formats.describe() maps Hugging Face names to these)
+
+/** The description's tensor `name`, checked to hold rows x cols elements at a sane offset. */
+function tensorOf(T, name, rows, cols) {
+  const t = T.get(name);
+  if (!t) throw new Error(`model file lacks tensor ${name}`);
+  const numel = (t.shape ?? []).reduce((a, b) => a * b, 1);
+  if (numel !== rows * cols) throw new Error(`${t.name}: shape ${JSON.stringify(t.shape)} does not match (${rows}, ${cols})`);
+  if (!Number.isSafeInteger(t.offset) || !Number.isSafeInteger(t.nbytes) || t.offset < 0 || t.nbytes <= 0) {
+    throw new Error(`${t.name}: bad offset/nbytes`);
+  }
+  return t;
+}
+
+/** Q/K row order in the GPU buffer: within each head, adjacent rows (2i, 2i+1) are the reference's (HF rotate-half)
+ * RoPE pair (i, i + rope_dim/2) for 2i < rope_dim, then the unrotated dims in order. For GGUF files (llama.cpp-permuted
+ * rows) with rope_dim == head_dim this is exactly the stored order (no gather): returns undefined then. */
+function qkPermutation(t, hd, ropeDim) {
+  const hfOrder = t.qk_permuted === false;
+  const f = (b) => {   // buffer row within a head -> stored row within the head
+    const j = b < ropeDim ? (b % 2) * (ropeDim / 2) + Math.floor(b / 2) : b;   // HF dim
+    return hfOrder ? j : (j < hd / 2 ? 2 * j : 2 * (j - hd / 2) + 1);
+  };
+  let identity = true;
+  for (let b = 0; b < hd; b++) if (f(b) !== b) identity = false;
+  if (identity) return undefined;
+  return (i) => Math.floor(i / hd) * hd + f(i % hd);
+}
+
+/**
+ * Upload every weight of a llama model. cfg: the model config; opts {maxBinding (per weight binding), alloc(label,
+ * n floats) -> GPUBuffer for the norm vectors, own(buffer): the model keeps (and destroys) it}.
+ * Returns {emb, layers: [{attnNorm, ffnNorm, qkv: [linear] (one, or q/k/v apart when their types differ), o,
+ * gateUp (gate/up rows interleaved), down}], outNorm, head (emb when tied), bytes}.
+ */
+export async function loadWeights(device, description, readSlice, cfg, { maxBinding, alloc, own }) {
+  const { dim, hidden_dim: hidden, n_layers: nL, n_heads: nH, n_kv_heads: nKV, head_dim: hd, vocab_size: vocab } = cfg;
+  const ropeDim = cfg.rope_dim || hd;
+  const T = new Map((description.tensors ?? []).map((t) => [t.name, t]));
+  const need = (name, rows, cols) => tensorOf(T, name, rows, cols);
+  const vec = async (name) => {
+    const b = alloc(name, dim);
+    device.queue.writeBuffer(b, 0, await readVector(readSlice, need(name, 1, dim), dim));
+    return b;
+  };
+  const linear = async (srcs, K, label, interleave = false) => {
+    const l = await uploadLinear(device, readSlice, srcs, K, { interleave, maxBinding, label });
+    for (const p of l.parts) own(p.buffer);
+    return l;
+  };
+  const emb = await linear([{ t: need('token_embd.weight', vocab, dim), rows: vocab }], dim, 'token_embd');
+  const layers = [];
+  for (let i = 0; i < nL; i++) {
+    const p = `blk.${i}.`;
+    const [q, k, v] = [['attn_q', nH], ['attn_k', nKV], ['attn_v', nKV]].map(([n, h]) => need(`${p}${n}.weight`, h * hd, dim));
+    const qkvSrc = [{ t: q, rows: nH * hd, perm: qkPermutation(q, hd, ropeDim) },
+      { t: k, rows: nKV * hd, perm: qkPermutation(k, hd, ropeDim) }, { t: v, rows: nKV * hd }];
+    let qkv;
+    if (q.ggml_type === k.ggml_type && k.ggml_type === v.ggml_type) qkv = [await linear(qkvSrc, dim, p + 'qkv')];
+    else {   // one linear per type, each part placed at its rows of the q|k|v output
+      qkv = [];
+      let row0 = 0;
+      for (const s of qkvSrc) {
+        const l = await linear([s], dim, s.t.name);
+        for (const part of l.parts) part.row0 += row0;
+        row0 += s.rows;
+        qkv.push(l);
+      }
+    }
+    layers.push({
+      attnNorm: await vec(p + 'attn_norm.weight'),
+      ffnNorm: await vec(p + 'ffn_norm.weight'),
+      qkv,
+      o: await linear([{ t: need(p + 'attn_output.weight', dim, nH * hd), rows: dim }], nH * hd, p + 'attn_output'),
+      gateUp: await linear([{ t: need(p + 'ffn_gate.weight', hidden, dim), rows: hidden },
+        { t: need(p + 'ffn_up.weight', hidden, dim), rows: hidden }], dim, p + 'ffn_gate_up', true),
+      down: await linear([{ t: need(p + 'ffn_down.weight', dim, hidden), rows: dim }], hidden, p + 'ffn_down'),
+    });
+  }
+  const outNorm = await vec('output_norm.weight');
+  const head = T.has('output.weight') ? await linear([{ t: need('output.weight', vocab, dim), rows: vocab }], dim, 'output') : emb;
+  const bytes = [emb, ...layers.flatMap((L) => [...L.qkv, L.o, L.gateUp, L.down]), ...(head === emb ? [] : [head])]
+    .reduce((a, l) => a + l.bytes, 0);
+  return { emb, layers, outNorm, head, bytes };
 }

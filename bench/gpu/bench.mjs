@@ -1,38 +1,38 @@
 // bench.mjs — speed of the WebGPU engine under Node + Dawn (H200 over Vulkan, or llvmpipe over OpenGL here).
 //
 //   node bench/gpu/bench.mjs [--backend vulkan|opengl] [--model FILE --desc DESC.json] [--quick] [--model-only]
-// Engine variants by environment: SPLITS, KSPLIT, TILE1/TILE8, MATMUL_WG, ATTN_WG, SUBGROUPS, LANES and the fused
-// engine FUSE=1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG (see engine_env.mjs); EMULATE_SG=1 runs the
-// subgroup kernels with one-lane subgroups (a check that FUSE=1 runs on llvmpipe here, not a speed figure).
+// Engine variants by environment (engine_env.mjs envEngineOptions): SPLITS, PASS_SPLITS, KSPLIT, TILE1/TILE8,
+// MATMUL_WG, ATTN_WG, SUBGROUPS, LANES, ROW_TILES (qkv,ffn,... | all) / ROW_TILES_MAX, ATTN_SPLIT, HEAD_SUM=1 and the fused engine
+// FUSE=0|1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG; EMULATE_SG=1 runs the subgroup
+// kernels with one-lane subgroups (a check that they run on llvmpipe here, not a speed figure). AHEAD_NS (default
+// 4,8,16,32): decodeAhead sizes; DRAFT_LAYERS (default 2): the synthetic draft of the specRound measurement;
+// SYNTH_LAYERS (default 30): layers of the synthetic model (fewer: dry runs of the scripts here).
 // Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
-// T_verify(k) / T_single for k = 1..8, tokens/s decoding alone, dispatches per forward, GPU vs encode time.
-import { readFileSync, openSync, readSync } from 'node:fs';
+// T_verify(k) / T_single for k = 1..8, tokens/s decoding alone (one forward and readback per token), the batched step:
+// decodeAhead tok/s and GPU time per pass for each n, specRound(k) time against T_single with a DRAFT_LAYERS-layer
+// draft, dispatches per forward, GPU vs encode time.
+import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { create, globals } from 'webgpu';
 import { createEngine } from '../../app/gpu/engine.js';
 import { MODE } from '../../app/gpu/kernels.js';
 import { rowBytes } from '../../app/gpu/weights.js';
-import { emulationOpts, fuseOpts } from '../../tests/gpu/engine_env.mjs';
+import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
 
-Object.assign(globalThis, globals);
 const args = process.argv.slice(2);
 const arg = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
 const backend = arg('--backend', 'vulkan');
 const quick = args.includes('--quick');
 const only = args.includes('--matmul-only');
 const modelOnly = args.includes('--model-only');
-const flags = [`backend=${backend}`];
-if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
-const gpu = create(flags);
-globalThis.__dawnGPU = gpu;
+const gpu = dawnGpu(backend);
 const out = {};
 const log = (...a) => console.log(...a);
 const median = (a) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]; };
 
-function smolDescription() {
-  const config = { dim: 576, hidden_dim: 1536, n_layers: 30, n_heads: 9, n_kv_heads: 3, head_dim: 64,
+function smolDescription(nLayers = 30) {
+  const config = { dim: 576, hidden_dim: 1536, n_layers: nLayers, n_heads: 9, n_kv_heads: 3, head_dim: 64,
     vocab_size: 49152, seq_len: 8192, rope_theta: 100000, rope_dim: 64, norm_eps: 1e-5, tied_embeddings: true, arch: 'llama' };
   const tensors = [];
   let off = 0;
@@ -43,7 +43,7 @@ function smolDescription() {
     off += nbytes;
   };
   add('token_embd.weight', 'Q8_0', [49152, 576]);
-  for (let i = 0; i < 30; i++) {
+  for (let i = 0; i < nLayers; i++) {
     const p = `blk.${i}.`;
     add(p + 'attn_norm.weight', 'F32', [576]);
     add(p + 'attn_q.weight', 'Q4_1', [576, 576]);
@@ -83,19 +83,10 @@ async function timeSubmit(device, fn) {
 
 async function main() {
   const engine = await createEngine(gpu, {
-    adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
+    adapterOptions: adapterOptions(backend),
     timestamps: true,
     shaderBase: process.env.SHADER_BASE ? pathToFileURL(process.env.SHADER_BASE + '/') : undefined,
-    lanes: process.env.LANES ? Number(process.env.LANES) : undefined,
-    subgroups: process.env.SUBGROUPS ? process.env.SUBGROUPS === '1' : undefined,
-    matmulWg: process.env.MATMUL_WG ? Number(process.env.MATMUL_WG) : undefined,
-    splits: process.env.SPLITS ? Number(process.env.SPLITS) : undefined,
-    attnWg: process.env.ATTN_WG ? Number(process.env.ATTN_WG) : undefined,
-    ksplit: process.env.KSPLIT ? Number(process.env.KSPLIT) : undefined,
-    tile8: process.env.TILE8 ? process.env.TILE8 === '1' : undefined,
-    tile1: process.env.TILE1 ? process.env.TILE1 === '1' : undefined,
-    ...fuseOpts(process.env),
-    ...emulationOpts(process.env),
+    ...envEngineOptions(process.env),
   });
   const { device, kernels } = engine;
   const hasTs = device.features.has('timestamp-query');
@@ -128,24 +119,19 @@ async function main() {
     const x = device.createBuffer({ size: maxB * K * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
     device.queue.writeBuffer(x, 0, new Float32Array(maxB * K).map(() => Math.random() - 0.5));
     const o = device.createBuffer({ size: maxB * N * 4, usage: GPUBufferUsage.STORAGE });
-    const dummy = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
-    const dummyW = device.createBuffer({ size: 16, usage: GPUBufferUsage.STORAGE });
-    const p = new Uint32Array(12);
-    p.set([K, N, 0, N, 0, 0, 0, 0, 0, 0, N / 2]);
+    const mm = kernels.matmul;
+    const { lanes, matmulWg, ksplit } = engine.plan;
     const pb = device.createBuffer({ size: 48, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-    device.queue.writeBuffer(pb, 0, p);
+    device.queue.writeBuffer(pb, 0, mm.pack('params', { K, N, row0: 0, out_stride: N, window: 0, q_dim: 0, kv_dim: 0,
+      head_dim: 0, rope_dim: 0, seq_len: 0, n_groups: N / 2, eps: 0 }));
     const sb = device.createBuffer({ size: 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     // the engine's choice: weights decoded once per 1 (B = 1), 4 (B <= 4) or 8 rows (B > 4)
-    const tile1 = kernels.lanes > 1 && process.env.TILE1 !== '0';
-    const tile8 = kernels.lanes > 1 && process.env.TILE8 !== '0';
-    const pipes = { 1: await kernels.matmul(wtype, MODE.store, false, tile1 ? 1 : 4),
-      4: await kernels.matmul(wtype, MODE.store, false, 4), 8: await kernels.matmul(wtype, MODE.store, false, tile8 ? 8 : 4) };
-    const bgs = ws.map((w) => device.createBindGroup({ layout: kernels.layouts.matmul, entries: [
-      { binding: 0, resource: { buffer: pb } }, { binding: 1, resource: { buffer: sb, offset: 0, size: 32 } },
-      { binding: 2, resource: { buffer: w } }, { binding: 3, resource: { buffer: x } },
-      { binding: 4, resource: { buffer: dummy } }, { binding: 5, resource: { buffer: dummy } },
-      { binding: 6, resource: { buffer: o } }, { binding: 7, resource: { buffer: dummyW } }] }));
-    const wg = Math.ceil(N / 2 / (kernels.matmulWg / (kernels.lanes * kernels.ksplit)));
+    const tile1 = engine.plan.tile1;
+    const tile8 = engine.plan.tile8;
+    const pipe = (tile) => mm.pipeline({ WG_SIZE: matmulWg, WTYPE: wtype, MODE: MODE.store, NORM: 0, LANES: lanes, TILE: tile, KSPLIT: ksplit });
+    const pipes = { 1: await pipe(tile1 ? 1 : 4), 4: await pipe(4), 8: await pipe(tile8 ? 8 : 4) };
+    const bgs = ws.map((w) => mm.bind('matmul', { params: pb, step: sb, w, x, gamma: null, rope: null, out: o, kv: null }));
+    const wg = Math.ceil(N / 2 / (matmulWg / (lanes * ksplit)));
     const res = {};
     for (const B of [1, 2, 4, 5, 8, 9]) {
       device.queue.writeBuffer(sb, 0, new Uint32Array([B, 0, 0, 0, 0, 0, 0, 0]));
@@ -177,7 +163,7 @@ async function main() {
     out.matmul[type] = res;
     log(`matmul ${type} ${N}x${K} (${(wBytes / 1e6).toFixed(1)} MB, ${copies} copies rotated): ` +
       Object.entries(res).map(([B, r]) => `B=${B} ${r.us.toFixed(1)}us ${r.GBps.toFixed(0)}GB/s (x${(r.us / res[1].us).toFixed(2)})`).join(' | '));
-    for (const b of [...ws, x, o, dummy, dummyW, pb, sb]) b.destroy();
+    for (const b of [...ws, x, o, pb, sb]) b.destroy();
   }
   // ---- copy bandwidth
   {
@@ -244,10 +230,9 @@ async function main() {
   let readSlice;
   if (modelPath) {
     desc = JSON.parse(readFileSync(arg('--desc'), 'utf8'));
-    const fd = openSync(modelPath, 'r');
-    readSlice = async (offset, nbytes) => { const b = Buffer.alloc(nbytes); readSync(fd, b, 0, nbytes, offset); return b.buffer.slice(b.byteOffset, b.byteOffset + nbytes); };
+    readSlice = fileReader(modelPath);
   } else {
-    desc = smolDescription();
+    desc = smolDescription(Number(process.env.SYNTH_LAYERS ?? 30));
     readSlice = async (offset, nbytes) => synthBytes(desc, offset, nbytes);
   }
   const t0 = performance.now();
@@ -309,9 +294,73 @@ async function main() {
   const decMs = performance.now() - td;
   out.decode_tok_s = nDec / (decMs / 1e3);
   log(`decode alone: ${nDec} tokens from pos ${P} in ${decMs.toFixed(1)} ms = ${out.decode_tok_s.toFixed(0)} tok/s`);
+  await benchAhead(model, P, out, quick);
+  if (!modelPath) await benchSpecRound(engine, model, P, single, out, quick);
   console.log('JSON ' + JSON.stringify(out));
   model.destroy();
   engine.destroy();
+}
+
+/** decodeAhead: greedy ids only (what the decode loop reads back for greedy), and with rows (coupled), per n. */
+async function benchAhead(model, P, out, quick) {
+  const V = model.config.vocab_size;
+  const ns = (process.env.AHEAD_NS ?? '4,8,16,32').split(',').map(Number);
+  const total = quick ? 8 : 256;
+  out.ahead = {};
+  for (const rows of [false, true]) {
+    for (const n of ns) {
+      const reps = Math.max(2, Math.ceil(total / n));
+      const pick = rows ? { temperature: 0.7, seed: 1 } : { temperature: 0, seed: 0 };
+      model.truncate(P);
+      await model.decodeAhead(7, P, n, pick, rows);   // warm (encodes; pre-encodes the next)
+      const gpu = [];
+      const enc = [];
+      model.truncate(P);
+      const t0 = performance.now();
+      for (let r = 0; r < reps; r++) {
+        await model.decodeAhead((r * 31) % V, P + r * n, n, pick, rows);
+        if (model.stats.gpu_ms != null) gpu.push(model.stats.gpu_ms / n);
+        enc.push(model.stats.encode_ms);
+      }
+      const ms = performance.now() - t0;
+      const r = { tok_s: (reps * n) / (ms / 1e3), wall_ms_per_token: ms / (reps * n), gpu_ms_per_pass: gpu.length ? median(gpu) : null,
+        encode_submit_ms: median(enc), command_buffers: model.stats.command_buffers, pre_encoded: model.stats.pre_encoded };
+      out.ahead[`${n}${rows ? '_rows' : ''}`] = r;
+      log(`decodeAhead n=${n} ${rows ? 'coupled, rows read back' : 'greedy, ids only'}: ${r.tok_s.toFixed(0)} tok/s ` +
+        `(${r.wall_ms_per_token.toFixed(3)} ms/token wall, GPU ${r.gpu_ms_per_pass?.toFixed(3)} ms/pass, encode+submit ` +
+        `${r.encode_submit_ms.toFixed(3)} ms, ${r.command_buffers} command buffers, pre-encoded ${r.pre_encoded})`);
+    }
+  }
+}
+
+/** specRound(k) with a SmolLM2-shaped draft of DRAFT_LAYERS layers: one submission, greedy ids only. */
+async function benchSpecRound(engine, model, P, single, out, quick) {
+  const nl = Number(process.env.DRAFT_LAYERS ?? 2);
+  const desc = smolDescription(nl);
+  const draft = await engine.loadModel(desc, async (o, n) => synthBytes(desc, o, n), { seq_len: 1024 });
+  const pick = { temperature: 0, seed: 0 };
+  const feed = Array.from({ length: P }, (_, i) => (i * 7919 + 13) % desc.config.vocab_size);
+  out.spec_round = {};
+  for (let k = 1; k <= 8; k++) {
+    const wall = [];
+    const gpu = [];
+    for (let it = 0; it < (quick ? 2 : 30); it++) {
+      model.truncate(P - 1);
+      draft.truncate(0);
+      await draft.forward(feed.slice(0, P - 2), 0, 1);
+      const t = performance.now();
+      await model.specRound(draft, feed.slice(P - 2), P - 2, k, feed[P - 1], P - 1, pick, false);
+      wall.push(performance.now() - t);
+      if (model.stats.gpu_ms != null) gpu.push(model.stats.gpu_ms);
+    }
+    const r = { wall: median(wall), gpu: gpu.length ? median(gpu) : null };
+    r.ratio_wall = r.wall / single.wall;
+    r.ratio_gpu = r.gpu && single.gpu ? r.gpu / single.gpu : null;
+    out.spec_round[k] = r;
+    log(`specRound(k=${k}, ${nl}-layer draft) / T_single: wall ${r.ratio_wall.toFixed(3)} (${r.wall.toFixed(3)} ms)` +
+      (r.gpu ? `, GPU ${r.ratio_gpu.toFixed(3)} (${r.gpu.toFixed(3)} ms)` : ''));
+  }
+  draft.destroy();
 }
 
 main().then(() => process.exit(0), (e) => { console.error(e.stack ?? String(e)); process.exit(1); });

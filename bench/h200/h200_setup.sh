@@ -1,4 +1,4 @@
-# Sourced by bench/h200/h200_run.sh and h200_spec_run.sh on the device machine: unpack node, Dawn's webgpu package
+# Sourced by bench/h200/h200_run.sh and h200_final.sh on the device machine: unpack node, Dawn's webgpu package
 # and the Vulkan loader debs that bench/h200/h200_prep.sh put in .devcarry/gpu (carried), point Vulkan at NVIDIA's ICD.
 D=.devcarry/gpu
 mkdir -p /tmp/nb node_modules

@@ -1,7 +1,9 @@
 """Benchmark the numpy reference on SmolLM2-135M: greedy decode tokens/s (one token per forward after a short
 prompt), prefill tokens/s, and a verify block of k+1 = 5. Prints one JSON object.
 
-    python build.py bench reference        (or: python py/bench/reference.py [--model PATH] [--tokens N])
+    python build.py bench reference        (or: python py/bench/reference.py [--model PATH] [--tokens N] [--kernel K])
+
+For verify ratios k = 1..8, the row-at-a-time reference beside this one, and Pyodide: py/bench/verify_cpu.py.
 
 Runs with OPENBLAS_NUM_THREADS=1 unless set (see below); `OPENBLAS_NUM_THREADS=2 python py/bench/reference.py`
 measures two threads.
@@ -23,7 +25,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "py"))
 
-from exactspec.reference import ReferenceModel  # noqa: E402
+from exactspec.reference import KERNELS, ReferenceModel  # noqa: E402
 
 # "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 PROMPT = [1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
@@ -34,9 +36,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=str(ROOT / "static/models/smollm2-135m-instruct-q4_1.gguf"))
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prefill", type=int, default=128)
+    ap.add_argument("--kernel", choices=KERNELS, default="auto")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    m = ReferenceModel.from_file(args.model, max_len=1024)
+    m = ReferenceModel.from_file(args.model, max_len=1024, kernel=args.kernel)
     load_s = time.perf_counter() - t0
 
     # greedy decode after a short prompt
@@ -66,7 +69,7 @@ def main(argv=None) -> int:
     prefill_tps = len(toks) / (time.perf_counter() - t)
 
     print(json.dumps({
-        "bench": "reference", "model": os.path.basename(args.model), "load_s": round(load_s, 2),
+        "bench": "reference", "model": os.path.basename(args.model), "kernel": m.kernel, "load_s": round(load_s, 2),
         "decode_tokens_per_s": round(decode_tps, 1), "decode_median_ms": round(med * 1e3, 2),
         "verify_k4_ms": round(verify_ms, 1), "prefill_tokens": len(toks), "prefill_tokens_per_s": round(prefill_tps, 1),
         "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"), "cpus": os.cpu_count(),

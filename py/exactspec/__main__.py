@@ -10,11 +10,11 @@ import json
 import sys
 
 
-def _load(path: str, max_len: int | None):
+def _load(path: str, max_len: int | None, keep_features: bool = False):
     from .reference import ReferenceModel
     from .tokenizer import Tokenizer
 
-    model = ReferenceModel.from_file(path, max_len=max_len)
+    model = ReferenceModel.from_file(path, max_len=max_len, keep_features=keep_features)
     tok = Tokenizer.from_gguf(path) if str(path).endswith(".gguf") else Tokenizer.from_tokenizer_json(
         f"{path}/tokenizer.json")
     return model, tok
@@ -34,15 +34,22 @@ def cmd_generate(a) -> int:
     from .settings import normalise
 
     s = normalise({n: getattr(a, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k",
-                                              "drafter", "adaptive", "bridge")})
+                                              "k_schedule", "draft_stop", "drafter", "adaptive", "bridge")})
     s.pop("speculation")
     cfg = GenerateConfig(**s, stop=tuple(a.stop or ()))
     cfg.validate()
-    if a.drafter == "model" and not a.draft:
-        raise ValueError("--drafter model needs --draft PATH")
-    champion, tok = _load(a.model, a.max_len)
+    if a.drafter in ("model", "head") and not a.draft:
+        raise ValueError(f"--drafter {a.drafter} needs --draft PATH")
+    champion, tok = _load(a.model, a.max_len, keep_features=a.drafter == "head")
     ids = prompt_ids(tok, a.prompt, a.chat, a.system)
     draft = dtok = None
+    if a.drafter == "head":
+        import os
+        from .drafters.head import HeadModel
+        from .formats import FormatError, sha256_file
+        if not os.path.isfile(a.model):
+            raise FormatError("--drafter head needs the champion as one GGUF file (a head names its sha256)")
+        draft = HeadModel.from_file(a.draft, champion, sha256_file(a.model))
     if a.drafter == "model":
         draft, dtok = _load(a.draft, a.max_len)     # another tokenizer: a bridge (--bridge, exactspec.vocab)
     stream = None
@@ -73,12 +80,12 @@ def cmd_generate(a) -> int:
 
 
 def main(argv=None) -> int:
-    from .settings import BRIDGES, DEFAULTS as D, DRAFTERS, MODES, SettingsError
+    from .settings import BRIDGES, DEFAULTS as D, DRAFTERS, K_SCHEDULES, MODES, SettingsError
     ap = argparse.ArgumentParser(prog="python -m exactspec")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="generate text on the numpy reference backend")
     g.add_argument("--model", required=True, help="champion: a GGUF file or an HF folder (config.json + safetensors)")
-    g.add_argument("--draft", help="draft model path (for --drafter model)")
+    g.add_argument("--draft", help="draft model path (--drafter model) or draft head path (--drafter head)")
     g.add_argument("--drafter", choices=DRAFTERS, default=D["drafter"])
     g.add_argument("--prompt", required=True)
     g.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
@@ -90,6 +97,10 @@ def main(argv=None) -> int:
     g.add_argument("--seed", type=int, default=D["seed"])
     g.add_argument("--mode", choices=MODES, default=D["mode"])
     g.add_argument("--k", type=int, default=D["k"])
+    g.add_argument("--k-schedule", choices=K_SCHEDULES, default=D["k_schedule"],
+                   help="fixed k, or additive: +1 after a fully accepted round, -1 after a first rejection")
+    g.add_argument("--draft-stop", type=float, default=D["draft_stop"],
+                   help="confidence stop: the draft halts when its top probability falls below this (0 = off)")
     g.add_argument("--bridge", choices=BRIDGES, default=D["bridge"],
                    help="a draft with another tokenizer: auto (from the two tokenizers and the mode), remap, tli, slem")
     g.add_argument("--stop", action="append", help="stop string (repeatable)")

@@ -25,7 +25,7 @@ from .kv import track
 from .drafters.model import call_backend
 from .sampling import STREAM_DRAFT, STREAM_SAMPLE, Rng, SamplingParams, probs_from_scaled, sample_index, scaled_logits
 from .schedule import SpecScheduler
-from .settings import DEFAULTS, SettingsError, check
+from .settings import DEFAULTS, K_LIMIT_DEFAULT, LIMITS, SettingsError, check
 from . import verify
 
 
@@ -44,6 +44,8 @@ class GenerateConfig:
     seed: int = DEFAULTS["seed"]
     mode: str = DEFAULTS["mode"]
     k: int = DEFAULTS["k"]
+    k_schedule: str = DEFAULTS["k_schedule"]     # 'fixed' | 'additive' (exactspec.settings.K_SCHEDULES)
+    draft_stop: float = DEFAULTS["draft_stop"]   # confidence stop of a model/head draft (0 = off)
     drafter: str = DEFAULTS["drafter"]
     bridge: str = DEFAULTS["bridge"]       # a draft model with another tokenizer (exactspec.vocab)
     stop: Sequence[str] = ()
@@ -53,7 +55,8 @@ class GenerateConfig:
     def validate(self) -> None:
         try:
             check({n: getattr(self, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode",
-                                                 "k", "drafter", "adaptive", "bridge")}, defaults={**DEFAULTS, "speculation": True})
+                                                 "k", "k_schedule", "draft_stop", "drafter", "adaptive", "bridge")},
+                  defaults={**DEFAULTS, "speculation": True})
         except SettingsError as e:
             raise ValueError(str(e)) from None
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
@@ -155,7 +158,7 @@ async def generate_async(
     t_start = clock()
     # Pass TrackedCache objects (exactspec.kv) to reuse the common prefix of the previous turn's caches.
     champion = track(champion)
-    draft = track(draft) if cfg.drafter == "model" else draft
+    draft = track(draft) if cfg.drafter in ("model", "head") else draft
     C = champion.config
     V = C.vocab_size
     prompt = [int(x) for x in prompt_ids]
@@ -174,7 +177,7 @@ async def generate_async(
     eos = set(int(e) for e in eos_ids)
     params = cfg.sampling
     rng = Rng(cfg.seed)
-    drafter = make_drafter(cfg.drafter, draft, V, bridge=cfg.bridge, tokenizer=tokenizer,
+    drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop, bridge=cfg.bridge, tokenizer=tokenizer,
                            draft_tokenizer=draft_tokenizer, mode="greedy" if params.greedy else cfg.mode)
     picker = _Picker(cfg.mode, params, rng, V)
     # the batched step (exactspec.backend): greedy and coupled only; rejection mode needs the exact q each proposal
@@ -193,8 +196,11 @@ async def generate_async(
         if params.greedy:
             return int(np.argmax(z))
         return int(np.argmax(z + picker.gumbel(t)))
-    sched = SpecScheduler(cfg.k if cfg.drafter != "none" else 0, adaptive=cfg.adaptive)
-    n = _Counters(proposed_at=[0] * cfg.k, accepted_at=[0] * cfg.k)
+    # the most proposals a round may make: k, or under the additive schedule the device's limit
+    k_hi = 0 if cfg.drafter == "none" or not cfg.k else \
+        cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
+    sched = SpecScheduler(k_hi, adaptive=cfg.adaptive, schedule=cfg.k_schedule, k_start=cfg.k)
+    n = _Counters(proposed_at=[0] * k_hi, accepted_at=[0] * k_hi)
 
     seq = list(prompt)
     generated: list[int] = []
@@ -214,7 +220,7 @@ async def generate_async(
         # prefill: everything but the last prompt token, reusing what the cache already holds
         keep = min(champion.common_prefix(prompt), len(prompt) - 1)
         champion.truncate(keep)
-        if isinstance(drafter, ModelDrafter):       # a bridged drafter rolls its draft back itself
+        if isinstance(drafter, ModelDrafter):       # (a head too) a bridged drafter rolls its draft back itself
             draft.truncate(min(draft.common_prefix(prompt), len(prompt) - 1))
         if keep < len(prompt) - 1:
             await champion_pass(prompt[keep:-1], keep, 1, "prefill")
@@ -231,12 +237,13 @@ async def generate_async(
             if len(seq) >= C.seq_len:
                 finish = "length"  # context full
                 break
-            k_cap = min(cfg.k, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
+            k_cap = min(k_hi, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
             k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
             t0 = len(seq)  # absolute position of the first token this round emits
             t_a = clock()
             passes_before = getattr(drafter, "passes", 0)
-            on_device = k > 0 and batched and isinstance(drafter, ModelDrafter) and champion.offers("spec_round")
+            on_device = k > 0 and batched and isinstance(drafter, ModelDrafter) and not drafter.stop \
+                and champion.offers("spec_round")       # (the confidence stop needs the draft's rows in Python)
             proposals, q_rows = [], None
             if k > 0 and not on_device:
                 try:
@@ -373,7 +380,7 @@ async def generate_async(
         "draft_passes": n.draft_passes,
         "tau": (n.emitted / n.target_passes) if n.target_passes else 0.0,
         "acceptance_by_position": [
-            (n.accepted_at[i] / n.proposed_at[i]) if n.proposed_at[i] else 0.0 for i in range(cfg.k)
+            (n.accepted_at[i] / n.proposed_at[i]) if n.proposed_at[i] else 0.0 for i in range(k_hi)
         ],
         "ttft_ms": ((t_first - t_start) * 1000.0) if t_first is not None else None,
         "tokens_per_s": len(generated) / elapsed,

@@ -53,6 +53,11 @@ class TrackedCache:
     def ahead_max(self) -> int:
         return int(getattr(self.backend, "ahead_max", 0) or 0)
 
+    @property
+    def k_limit(self) -> int:
+        """The most proposals a round should make on this device (0: unknown; the additive k schedule's limit)."""
+        return int(getattr(self.backend, "k_limit", 0) or 0)
+
     def offers(self, method: str) -> bool:
         from .backend import offers
         return offers(self.backend, method)

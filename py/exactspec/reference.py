@@ -7,14 +7,34 @@ grouped-query attention with n_heads // n_kv_heads query heads per KV head; tied
 output.weight.
 
 BATCH INVARIANCE (coupled-mode exactness depends on it): the logits row of a position is bitwise identical whether
-the tokens arrive one at a time, in a verify block of k+1 or in a prefill of any chunk size. OpenBLAS's sgemm gives
-different bits for the same row depending on how many rows are multiplied (measured here: n = 1 vs 2 vs >= 7 all
-differ), so:
-  - every matrix product is a matrix-VECTOR product of one row, copied into a fixed per-model input buffer (same
-    kernel, same shapes, same alignment whatever the batch);
-  - attention runs one query position at a time over exactly its own prefix 0..pos (shapes depend only on pos);
-  - element-wise work and row reductions (RMSNorm) run on the whole block; they are per-row by construction, and
-    tests/test_reference.py proves the result bitwise for many chunkings.
+the tokens arrive one at a time, in a verify block of k+1 or in a prefill of any chunk size. A BLAS matrix-matrix
+product (OpenBLAS sgemm) gives different bits for the same row depending on how many rows are multiplied (measured
+here, OpenBLAS 0.3.31: n = 1 vs 2..18 vs 19+ differ, with thresholds that move with the matrix's size), so no
+product here ever multiplies a varying number of rows at once:
+  - every weight matrix is cut ONCE, at load, into fixed blocks of output rows (`_RowBlocks`; the cut depends only on
+    the matrix's shape, never on the batch). A block is read from memory once per forward and then, while it is in
+    cache, each input row is multiplied by it: k+1 rows cost one pass over the weights plus k cheap passes over
+    cached blocks, instead of k+1 passes over the weights. Each (row, block) product is one call of the same kernel
+    with the same shapes whatever the batch, so its bits cannot depend on the batch:
+      "gemv" (numpy with a BLAS, i.e. CPython): a BLAS matrix-vector product per (row, block) (np.matmul over a
+        stack of vectors runs one sgemv per vector), after a max-reduction over the block that streams it into
+        cache (sgemv itself streams a cold block ~1.4x slower than a plain reduction does);
+      "dot" (numpy without a BLAS, i.e. Pyodide): np.einsum's per-output dot product (one call of numpy's
+        sum_of_products_contig_contig_outstride0 per output element, over the whole input row in a fixed order),
+        ~2x faster in WebAssembly than numpy's BLAS-less matmul;
+    "auto" picks "gemv" when numpy has a BLAS, else "dot". Different kernels give different bits (and CPython and
+    Pyodide differ from each other): a model's kernel is fixed at construction.
+  - attention: a query at position p attends over _bucket_end(p) keys (its prefix rounded up to whole buckets of
+    ATT_BUCKET), the keys past p masked to -inf; all rows of a forward that share a bucket go through numpy at once,
+    but every reduction is per output over exactly that fixed width (see _attend), so a row's bits depend on p and
+    its prefix only;
+  - element-wise work and row reductions (RMSNorm) run on the whole block; they are per-row by construction.
+tests/test_reference.py proves all of it bitwise for many chunkings, row counts 1..9, 17, 64, block cuts and bucket
+edges, for both kernels, in CPython and in Pyodide.
+Cost (py/bench/verify_cpu.py, SmolLM2-135M after 96 tokens, 2-core machine): a verify block still costs more than
+one row, because each extra row is a real pass over cached weights: in CPython an L2-resident sgemv (~80 GB/s)
+against the single row's DRAM stream (~20 GB/s), in Pyodide's scalar WebAssembly numpy (no SIMD, no BLAS) every
+row is compute-bound (~1 cycle per multiply-add), so there k+1 rows cost about k+1 times one.
 Weights are dequantised once to float32 at load and kept (out_features, in_features) C-contiguous; q/k/v and
 gate/up are stacked into one matrix each so a position needs 4 matrix-vector products per layer plus the head.
 """
@@ -45,6 +65,44 @@ def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
 
 
+KERNELS = ("auto", "gemv", "dot")
+# bytes of weights per row block: "gemv" wants a block that stays in the L2 cache while every row is multiplied by it;
+# "dot" is compute-bound in WebAssembly, so bigger blocks only save Python calls (measured: 4 MiB best in Pyodide)
+BLOCK_BYTES = {"gemv": 512 << 10, "dot": 4 << 20}
+
+
+def numpy_has_blas() -> bool:
+    """True when numpy was built against a BLAS (CPython wheels: OpenBLAS); False in Pyodide, whose numpy has none."""
+    try:
+        return bool(np.__config__.CONFIG["Build Dependencies"]["blas"].get("found", False))
+    except Exception:            # an older or unusual numpy without the config dict: take the path that needs no BLAS
+        return False
+
+
+class _RowBlocks:
+    """A weight matrix (rows, d) and its fixed cut into blocks of output rows (see BATCH INVARIANCE).
+
+    The cut depends only on the matrix's shape and the block size; `blocks` holds (r0, r1, w[r0:r1]) views."""
+
+    __slots__ = ("w", "blocks")
+
+    def __init__(self, w: np.ndarray, block_bytes: int):
+        rows, d = w.shape
+        step = max(1, block_bytes // (4 * d))
+        if step >= 4:
+            step -= step % 4        # whole groups of 4 rows (OpenBLAS's sgemv works on 4 output rows at a time)
+        self.w = w                                                                  # (rows, d)
+        self.blocks = [(r0, min(rows, r0 + step), w[r0: r0 + step]) for r0 in range(0, rows, step)]
+
+
+ATT_BUCKET = 64   # keys per attention bucket: a query at position p attends over _bucket_end(p) keys, masked
+
+
+def _bucket_end(p: int) -> int:
+    """Number of keys a query at position p attends over: its prefix 0..p rounded up to whole buckets."""
+    return (p // ATT_BUCKET + 1) * ATT_BUCKET
+
+
 def rope_tables(config: ModelConfig, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin (n_pos, rope_dim // 2) float32, computed in float64 then rounded once."""
     r = config.rope_dim or config.head_dim
@@ -56,9 +114,20 @@ def rope_tables(config: ModelConfig, n_pos: int) -> tuple[np.ndarray, np.ndarray
 class ReferenceModel:
     """Backend protocol implementation (see exactspec.backend) on numpy float32."""
 
-    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None):
+    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None,
+                 keep_features: bool = False, window: int = 0, kernel: str = "auto", block_bytes: int | None = None):
+        """keep_features: also keep the final hidden state of every row computed, by absolute position (see
+        `feature_rows`; a draft head reads them). window > 0: each position attends to its last `window` positions
+        only (itself included); 0: to its whole prefix. kernel, block_bytes: the matrix products (see KERNELS)."""
         c = config
         self.config = c
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+        self.kernel = ("gemv" if numpy_has_blas() else "dot") if kernel == "auto" else kernel
+        if block_bytes is None:
+            block_bytes = BLOCK_BYTES[self.kernel]
+        elif not isinstance(block_bytes, int) or block_bytes <= 0:
+            raise ValueError(f"block_bytes must be a positive integer, got {block_bytes!r}")
         if c.n_heads % c.n_kv_heads:
             raise ValueError(f"n_heads {c.n_heads} is not a multiple of n_kv_heads {c.n_kv_heads}")
         rope_dim = c.rope_dim or c.head_dim
@@ -98,28 +167,38 @@ class ReferenceModel:
                     get(p + "ffn_up.weight", (c.hidden_dim, c.dim))], axis=0)),
                 "w2": get(p + "ffn_down.weight", (c.dim, c.hidden_dim)),              # (dim, hidden)
             })
+        # every matrix cut once into its fixed row blocks
+        self.block_bytes = block_bytes
+        self._head = _RowBlocks(self.out, block_bytes)
+        for L in self.layers:
+            for k in ("wqkv", "wo", "w13", "w2"):
+                L[k] = _RowBlocks(L[k], block_bytes)
         self.max_len = c.seq_len if max_len is None else min(int(max_len), c.seq_len)
         if self.max_len <= 0:
             raise ValueError("max_len must be positive")
-        # fixed matrix-vector input buffers (see BATCH INVARIANCE)
-        self._xbuf = {d: np.zeros(d, dtype=np.float32) for d in {c.dim, qd, c.hidden_dim}}  # (d,)
         self._cap = 0
         self._k: list[np.ndarray] = []     # per layer (n_kv_heads, cap, head_dim)
-        self._v: list[np.ndarray] = []     # per layer (n_kv_heads, cap, head_dim)
+        self._vt: list[np.ndarray] = []    # per layer (n_kv_heads, head_dim, cap): values, transposed
         self._cos = self._sin = np.zeros((0, rope_dim // 2), np.float32)   # (cap, rope_dim/2)
+        self._feat = np.zeros((0, c.dim), np.float32) if keep_features else None   # (cap, dim) or None
+        if window < 0:
+            raise ValueError(f"window must be >= 0, got {window}")
+        self.window = int(window)
         self._length = 0
         self._grow(min(self.max_len, 256))
 
     # -- construction ---------------------------------------------------------------------------------------------
     @classmethod
-    def from_weights(cls, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None):
-        return cls(config, weights, max_len=max_len)
+    def from_weights(cls, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None,
+                     **options):
+        return cls(config, weights, max_len=max_len, **options)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, max_len: int | None = None) -> "ReferenceModel":
+    def from_file(cls, path: str | os.PathLike, max_len: int | None = None, **options) -> "ReferenceModel":
+        """options: keep_features, window, kernel, block_bytes (see the constructor)."""
         from .formats import load_model_file
         config, weights = load_model_file(path)
-        return cls(config, weights, max_len=max_len)
+        return cls(config, weights, max_len=max_len, **options)
 
     # -- KV cache -------------------------------------------------------------------------------------------------
     @property
@@ -137,50 +216,69 @@ class ReferenceModel:
         self._length = 0
 
     def _grow(self, need: int) -> None:
-        if need <= self._cap:
-            return
         if need > self.max_len:
             raise ValueError(f"context overflow: {need} positions > max_len {self.max_len}")
+        if need <= self._cap:
+            return
         c = self.config
-        cap = min(self.max_len, max(need, 2 * self._cap))
-        for lst in (self._k, self._v):
-            for i in range(c.n_layers):
-                new = np.zeros((c.n_kv_heads, cap, c.head_dim), np.float32)    # (n_kv_heads, cap, head_dim)
-                if i < len(lst):
-                    new[:, : self._cap] = lst[i][:, : self._cap]
-                    lst[i] = new
-                else:
-                    lst.append(new)
+        cap = _bucket_end(min(self.max_len, max(need, 2 * self._cap)) - 1)      # whole attention buckets
+        old = self._cap
+        for i in range(c.n_layers):
+            k = np.zeros((c.n_kv_heads, cap, c.head_dim), np.float32)           # (n_kv_heads, cap, head_dim)
+            vt = np.zeros((c.n_kv_heads, c.head_dim, cap), np.float32)          # (n_kv_heads, head_dim, cap)
+            if i < len(self._k):
+                k[:, :old] = self._k[i][:, :old]
+                vt[:, :, :old] = self._vt[i][:, :, :old]
+                self._k[i], self._vt[i] = k, vt
+            else:
+                self._k.append(k)
+                self._vt.append(vt)
         self._cos, self._sin = rope_tables(c, cap)                              # (cap, rope_dim/2)
+        if self._feat is not None:
+            feat = np.zeros((cap, c.dim), np.float32)                           # (cap, dim)
+            feat[: self._cap] = self._feat[: self._cap]
+            self._feat = feat
         self._cap = cap
 
     # -- forward --------------------------------------------------------------------------------------------------
-    def _matvec(self, w: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-        """out (n, rows) = rows of w (rows, d) @ x (n, d), one fixed-buffer matrix-vector product per row."""
-        buf = self._xbuf[x.shape[1]]                                            # (d,)
-        for i in range(x.shape[0]):
-            buf[...] = x[i]
-            out[i] = w @ buf
+    def blocked(self, w: np.ndarray) -> _RowBlocks:
+        """w (rows, d) float32 cut into this model's fixed row blocks: what _matvec multiplies (a draft head's own
+        matrices go through its layer's _matvec this way)."""
+        return _RowBlocks(np.ascontiguousarray(w, dtype=np.float32), self.block_bytes)
+
+    def _matvec(self, m: _RowBlocks, x: np.ndarray, out: np.ndarray) -> None:
+        """out (n, rows) = x (n, d) @ m.w (rows, d).T, C-contiguous float32, each row by itself (BATCH INVARIANCE)."""
+        if self.kernel == "dot":
+            for r0, r1, wb in m.blocks:                                         # wb (r1 - r0, d)
+                np.einsum("nj,ij->ni", x, wb, out=out[:, r0:r1])
+            return
+        xs = x[:, :, None]                                                      # (n, d, 1): a stack of vectors
+        for r0, r1, wb in m.blocks:
+            np.maximum.reduce(wb, axis=None)                                    # streams the block into cache
+            np.matmul(wb, xs, out=out[:, r0:r1, None])                          # one sgemv per row
 
     def _rmsnorm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        ms = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)          # (n, 1)
+        # np.mean(x * x, axis=-1, dtype=float32) bit for bit, without np.mean's Python-level overhead (~25 us a call in
+        # Pyodide): a float32 pairwise sum per row, then one correctly rounded division
+        ms = np.add.reduce(x * x, axis=-1, keepdims=True) / np.float32(x.shape[-1])   # (n, 1)
         return (x * (np.float32(1.0) / np.sqrt(ms + np.float32(self.config.norm_eps)))) * w
 
-    def _rope(self, x: np.ndarray, pos: np.ndarray) -> None:
-        """In place on x (n, heads, head_dim); HF rotate-half over the first rope_dim dims."""
+    def _rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
+        """In place on x (n, heads, head_dim); HF rotate-half over the first rope_dim dims; cos, sin (n, 1, r/2)."""
         h = self.rope_dim // 2
-        cos = self._cos[pos][:, None, :]                                        # (n, 1, r/2)
-        sin = self._sin[pos][:, None, :]                                        # (n, 1, r/2)
         x1 = x[:, :, :h].copy()                                                 # (n, heads, r/2)
         x2 = x[:, :, h: 2 * h].copy()                                           # (n, heads, r/2)
         x[:, :, :h] = x1 * cos - x2 * sin
         x[:, :, h: 2 * h] = x2 * cos + x1 * sin
 
-    def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None, features: bool = False):
+    def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None, features: bool = False,
+                embeds: np.ndarray | None = None):
         """tokens (n,) at positions start_pos.. -> logits float32 (n_out, vocab) of the last n_out positions.
 
         features=True: returns (logits, feats) with feats float32 (n_out, dim) the final hidden state of those rows
-        (the residual stream after the last layer, before the output norm): what a draft head reads."""
+        (the residual stream after the last layer, before the output norm): what a draft head reads.
+        embeds (n, dim): the layers' input rows instead of the tokens' embeddings (a draft head makes its own);
+        the tokens then only count the rows."""
         c = self.config
         toks = np.asarray(tokens, dtype=np.int64).reshape(-1)                   # (n,)
         n = toks.shape[0]
@@ -191,16 +289,36 @@ class ReferenceModel:
         n_out = n if n_out is None else int(n_out)
         if not 0 <= n_out <= n:
             raise ValueError(f"n_out {n_out} outside 0..{n}")
-        if toks.min() < 0 or toks.max() >= c.vocab_size:
+        if embeds is None and (toks.min() < 0 or toks.max() >= c.vocab_size):
             raise ValueError(f"token id outside 0..{c.vocab_size - 1}")
         self._grow(start_pos + n)
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         rep = nh // nkv
         qd, kd = nh * hd, nkv * hd
         scale = np.float32(1.0 / np.sqrt(hd))
-        pos = np.arange(start_pos, start_pos + n)                                # (n,)
+        end = start_pos + n
+        pos = np.arange(start_pos, end)                                          # (n,)
+        cos = self._cos[pos][:, None, :]                                        # (n, 1, r/2)
+        sin = self._sin[pos][:, None, :]                                        # (n, 1, r/2)
+        # attention groups: rows whose bucket (see _bucket_end) is the same, each with its causal mask
+        groups = []
+        i0 = 0
+        while i0 < n:
+            width = _bucket_end(start_pos + i0)                                 # keys 0..width-1
+            i1 = min(n, width - start_pos)
+            keys = np.arange(width)[None, :]
+            seen = keys <= pos[i0:i1, None]                                     # causal
+            if self.window:                                                     # and the last `window` keys only
+                seen &= keys > pos[i0:i1, None] - self.window
+            mask = np.where(seen, np.float32(0), np.float32(-np.inf))
+            groups.append((i0, i1, width, mask.astype(np.float32)[:, None, None, :]))   # (rows, 1, 1, width)
+            i0 = i1
+        width_max = groups[-1][2]
 
-        x = self.embed[toks].astype(np.float32)                                 # (n, dim)
+        if embeds is None:
+            x = self.embed[toks].astype(np.float32)                             # (n, dim)
+        else:
+            x = np.array(embeds, dtype=np.float32).reshape(n, c.dim)            # (n, dim)
         qkv = np.empty((n, qd + 2 * kd), np.float32)                            # (n, qd + 2 kd)
         att = np.empty((n, qd), np.float32)                                     # (n, qd)
         proj = np.empty((n, c.dim), np.float32)                                 # (n, dim)
@@ -208,22 +326,16 @@ class ReferenceModel:
         for li, L in enumerate(self.layers):
             xn = self._rmsnorm(x, L["attn_norm"])                               # (n, dim)
             self._matvec(L["wqkv"], xn, qkv)
-            q = qkv[:, :qd].reshape(n, nh, hd).copy()                           # (n, n_heads, head_dim)
-            k = qkv[:, qd: qd + kd].reshape(n, nkv, hd).copy()                  # (n, n_kv_heads, head_dim)
-            v = qkv[:, qd + kd:].reshape(n, nkv, hd)                            # (n, n_kv_heads, head_dim)
-            self._rope(q, pos)
-            self._rope(k, pos)
-            kc, vc = self._k[li], self._v[li]                                   # (n_kv_heads, cap, head_dim)
-            kc[:, start_pos: start_pos + n] = k.transpose(1, 0, 2)
-            vc[:, start_pos: start_pos + n] = v.transpose(1, 0, 2)
-            qg = (q * scale).reshape(n, nkv, rep, hd)                           # (n, n_kv, rep, head_dim)
-            for i in range(n):
-                t = start_pos + i + 1
-                s = np.matmul(qg[i], kc[:, :t].transpose(0, 2, 1))              # (n_kv, rep, t)
-                s = s - s.max(axis=-1, keepdims=True)
-                e = np.exp(s)
-                p = e / e.sum(axis=-1, keepdims=True)                           # (n_kv, rep, t)
-                att[i] = np.matmul(p, vc[:, :t]).reshape(qd)                    # (n_kv, rep, head_dim)
+            qk = qkv[:, : qd + kd].reshape(n, nh + nkv, hd)                     # (n, n_heads + n_kv_heads, head_dim)
+            self._rope(qk, cos, sin)                                            # q and k heads at once, in place
+            kc, vt = self._k[li], self._vt[li]                  # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
+            kc[:, start_pos: end] = qk[:, nh:].transpose(1, 0, 2)
+            vt[:, :, start_pos: end] = qkv[:, qd + kd:].reshape(n, nkv, hd).transpose(1, 2, 0)
+            vt[:, :, end: width_max] = 0                        # stale values past the end: exact zeros (see _attend)
+            qg = (qk[:, :nh] * scale).reshape(n, nkv, rep, hd)                  # (n, n_kv, rep, head_dim)
+            for i0, i1, width, mask in groups:
+                self._attend(qg[i0:i1], kc[:, :width], vt[:, :, :width], mask,
+                             att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
             self._matvec(L["wo"], att, proj)
             x = x + proj
             xn = self._rmsnorm(x, L["ffn_norm"])                                # (n, dim)
@@ -233,13 +345,42 @@ class ReferenceModel:
             hact = np.ascontiguousarray((g / (np.float32(1.0) + np.exp(-g))) * u)   # (n, hidden)
             self._matvec(L["w2"], hact, proj)
             x = x + proj
-        self._length = start_pos + n
+        self._length = end
+        if self._feat is not None:
+            self._feat[start_pos: end] = x
         xn = self._rmsnorm(x[n - n_out:], self.out_norm)                        # (n_out, dim)
         logits = np.empty((n_out, c.vocab_size), np.float32)                    # (n_out, vocab)
-        self._matvec(self.out, xn, logits)
+        self._matvec(self._head, xn, logits)
         if features:
             return logits, np.ascontiguousarray(x[n - n_out:])                   # (n_out, dim)
         return logits
+
+    def feature_rows(self, start: int, stop: int) -> np.ndarray:
+        """(stop - start, dim) float32: the final hidden states kept (keep_features) for positions start..stop-1,
+        all below `length`."""
+        if self._feat is None:
+            raise ValueError("this model does not keep its features (keep_features=False)")
+        if not 0 <= start <= stop <= self._length:
+            raise ValueError(f"feature rows {start}..{stop} outside the {self._length} positions held")
+        return self._feat[start:stop]
+
+    @staticmethod
+    def _attend(q: np.ndarray, k: np.ndarray, vt: np.ndarray, mask: np.ndarray, out: np.ndarray) -> None:
+        """Causal softmax attention of g query rows whose positions share one bucket of `width` keys.
+
+        q (g, n_kv, rep, head_dim) scaled queries; k (n_kv, width, head_dim); vt (n_kv, head_dim, width);
+        mask (g, 1, 1, width): 0 for the row's own prefix, -inf after it; out (g, n_kv, rep, head_dim).
+        Every reduction runs over exactly `width` values in an order fixed by width alone: per-output einsum dot
+        products (numpy's contiguous sum_of_products kernel) and per-row reductions over the last axis. A masked key
+        adds exp(-inf) = 0 to the softmax sum and 0 * v = 0 to the output (vt past the cache's end is zeroed, so
+        stale values cannot even change the sign of a zero), so a row's bits depend on its position and its prefix
+        only, never on the other rows."""
+        s = np.einsum("gkrd,ktd->gkrt", q, k)                                  # (g, n_kv, rep, width)
+        s += mask
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+        np.einsum("gkrt,kdt->gkrd", s, vt, out=out)
 
     # -- the batched step (exactspec.backend): the same passes one after another, with the same meaning ----------
     ahead_max = 0   # decode_ahead gains nothing on a CPU (no round trips to save): the decode loop leaves it unused

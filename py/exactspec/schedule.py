@@ -42,10 +42,19 @@ class SpecScheduler:
     interpolated linearly between T(0) and the nearest measured k.
     """
 
-    def __init__(self, k_max: int, adaptive: bool = False, probe_every: int = 16):
+    def __init__(self, k_max: int, adaptive: bool = False, probe_every: int = 16, schedule: str = "fixed",
+                 k_start: int | None = None):
+        """schedule (exactspec.settings.K_SCHEDULES): 'fixed' offers k_max every round; 'additive' offers k_cur,
+        starting at k_start (within 1..k_max), +1 after a round whose proposals were all accepted, -1 after a
+        round whose first proposal was rejected (the seed's heuristic schedule; k_max is the device's limit)."""
+        from .settings import K_SCHEDULES
+        if schedule not in K_SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(K_SCHEDULES)}, not {schedule!r}")
         self.k_max = k_max
         self.adaptive = adaptive
         self.probe_every = probe_every
+        self.schedule = schedule
+        self.k_cur = max(1, min(k_max, k_max if k_start is None else k_start))
         self.t_round: dict[int, Ewma] = {}   # k -> seconds per round with k proposals (k = 0: per plain token)
         self.accept = Ewma(0.2)              # per-proposal acceptance rate
         self.rounds_off = 0
@@ -53,6 +62,11 @@ class SpecScheduler:
 
     def observe(self, k: int, t_round: float, n_accepted: int = 0) -> None:
         self.t_round.setdefault(k, Ewma()).add(t_round)
+        if k > 0 and self.schedule == "additive":
+            if n_accepted >= k and k >= self.k_cur:
+                self.k_cur = min(self.k_max, self.k_cur + 1)
+            elif n_accepted == 0:
+                self.k_cur = max(1, self.k_cur - 1)
         if k > 0:
             # acceptance of each proposal up to and including the first rejection
             tried = min(k, n_accepted + 1)
@@ -69,7 +83,7 @@ class SpecScheduler:
         return t0 + (tk - t0) * k / kk
 
     def choose(self, k_cap: int) -> int:
-        k_cap = min(k_cap, self.k_max)
+        k_cap = min(k_cap, self.k_max, self.k_cur if self.schedule == "additive" else self.k_max)
         if not self.adaptive or k_cap <= 0:
             return max(0, k_cap)
         if 0 not in self.t_round:

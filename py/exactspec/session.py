@@ -71,6 +71,10 @@ class YieldingBackend:
     def ahead_max(self) -> int:
         return int(getattr(self.inner, "ahead_max", 0) or 0)
 
+    @property
+    def k_limit(self) -> int:
+        return int(getattr(self.inner, "k_limit", 0) or 0)
+
     def offers(self, method: str) -> bool:
         from .backend import offers
         return offers(self.inner, method)
@@ -95,11 +99,17 @@ def inspect_model(path: str) -> dict:
         return _inspect_hf(path)
     from .formats.gguf import GGUFFile
     g = GGUFFile(path)                                          # raises FormatError on a truncated/corrupt file
-    cfg = g.config()
     md = g.metadata
+    from .drafters.head import HEAD_ARCH, head_config_of
+    if md.get("general.architecture") == HEAD_ARCH:             # a draft head: it runs on a champion's features
+        hc = head_config_of(g)
+        return {"format": "gguf", "kind": "head", "arch": HEAD_ARCH, "model_name": md.get("general.name"),
+                "config": hc.to_json(), "champion_sha256": hc.champion_sha256, "n_tensors": len(g.tensors),
+                "has_tokenizer": False, "has_chat_template": False, "file_size": g.file_size}
+    cfg = g.config()
     has_tok = "tokenizer.ggml.tokens" in md
     return {
-        "format": "gguf", "arch": md.get("general.architecture"), "model_name": md.get("general.name"),
+        "format": "gguf", "kind": "model", "arch": md.get("general.architecture"), "model_name": md.get("general.name"),
         "config": cfg.to_json(), "n_tensors": len(g.tensors), "has_tokenizer": has_tok,
         "has_chat_template": isinstance(md.get("tokenizer.chat_template"), str),
         "file_size": g.file_size,
@@ -137,14 +147,15 @@ def _inspect_hf(folder: str) -> dict:
                 template = json.load(f).get("chat_template")
         except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
             raise FormatError(f"tokenizer_config.json is not a valid JSON object: {e}") from None
-    return {"format": "hf", "arch": cfg.arch, "model_name": os.path.basename(folder.rstrip("/")),
+    return {"format": "hf", "kind": "model", "arch": cfg.arch, "model_name": os.path.basename(folder.rstrip("/")),
             "config": cfg.to_json(), "n_tensors": len(names), "has_tokenizer": has_tok,
             "has_chat_template": isinstance(template, str), "file_size": size}
 
 
-def load_model_files(path: str, backend=None):
+def load_model_files(path: str, backend=None, keep_features: bool = False):
     """(backend, tokenizer, chat_template, config, summary) for a GGUF file or a Hugging Face folder; backend
-    defaults to the numpy ReferenceModel (the CPU fallback)."""
+    defaults to the numpy ReferenceModel (the CPU fallback; keep_features: it keeps the features a draft head
+    reads)."""
     from .tokenizer import Tokenizer
     summary = inspect_model(path)
     if summary["format"] == "hf":
@@ -156,7 +167,7 @@ def load_model_files(path: str, backend=None):
         tok = Tokenizer.from_gguf(path) if summary["has_tokenizer"] else None
     if backend is None:
         from .reference import ReferenceModel
-        backend = ReferenceModel.from_file(path)
+        backend = ReferenceModel.from_file(path, keep_features=keep_features)
     if tok is not None and tok.vocab_size > backend.config.vocab_size:
         raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model only {backend.config.vocab_size}")
     return backend, tok, template if isinstance(template, str) else None, backend.config, summary
@@ -180,16 +191,23 @@ class Session:
         return json.dumps(inspect_model(path))
 
     def describe(self, path: str) -> str:
-        """GGUF describe() JSON (tensor offsets, config) for the WebGPU engine."""
-        from .formats.gguf import GGUFFile
-        return json.dumps(GGUFFile(path).describe())
+        """formats.describe() JSON (tensor offsets, config; a GGUF file or a Hugging Face folder) for the WebGPU engine."""
+        from .formats import describe
+        return json.dumps(describe(path))
 
     def load(self, name: str, path: str, role: str = "champion", backend=None, backend_name: str | None = None) -> str:
         if role not in ("champion", "draft"):
             raise SessionError(f"role must be 'champion' or 'draft', not {role!r}")
         if self._busy:
             raise SessionError("cannot load a model while an answer is being generated: stop it first")
-        be, tok, template, cfg, summary = load_model_files(path, backend)
+        from .drafters.head import is_head_gguf
+        if os.path.isfile(path) and is_head_gguf(path):
+            if role != "draft":
+                raise SessionError(f"{name} is a draft head: it can only be loaded as the draft")
+            be, tok, template, cfg, summary = self._load_head(path, backend)
+        else:
+            # a CPU champion keeps its features: a draft head may read them
+            be, tok, template, cfg, summary = load_model_files(path, backend, keep_features=role == "champion")
         if role == "champion" and tok is None:
             raise SessionError(f"{name}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json): "
                                "it can only be a draft")
@@ -218,6 +236,57 @@ class Session:
         else:
             self.draft = name
         return json.dumps({"name": name, "role": role, "config": cfg.to_json(), "summary": summary})
+
+    def champion_sha256(self) -> str:
+        """sha256 of the champion's file (hashed once per load; a head names the champion it was made for)."""
+        m = self._champion()
+        if "sha256" not in m.summary:
+            from .formats.quant import FormatError
+            if not os.path.isfile(m.path):
+                raise FormatError(f"{m.name} is a folder, not one file: it has no sha256 a draft head can name")
+            from .formats import sha256_file
+            m.summary["sha256"] = sha256_file(m.path)
+        return m.summary["sha256"]
+
+    def _load_head(self, path: str, backend=None):
+        """A draft head for the loaded champion: the numpy HeadModel on the champion's features, or `backend`
+        (a device's head). Refuses a head made for another champion, naming both sha256s."""
+        from .drafters.head import HeadError, HeadModel, check_champion, read_head_gguf
+        if not self.champion or self.champion not in self.models:
+            raise SessionError("a draft head reads the champion's features: load the champion first")
+        champ = self.models[self.champion]
+        summary = inspect_model(path)
+        try:
+            hc, w, ids = read_head_gguf(path)
+            check_champion(hc, champ.config, self.champion_sha256())
+            be = backend if backend is not None else HeadModel(champ.backend, hc, w, ids)
+        except (HeadError, ValueError) as e:
+            raise SessionError(f"draft head: {e}") from None
+        summary["bound_to"] = champ.path
+        return be, None, None, be.config, summary
+
+    def _draft_for(self, drafter: str):
+        """The loaded draft's cache for `drafter` ('model' or 'head'), a head re-bound to the current champion."""
+        what = "draft head" if drafter == "head" else "draft model"
+        lm = self.models.get(self.draft) if self.draft else None
+        if lm is None:
+            raise SessionError(f"drafter {drafter!r} needs a {what}: load one or pick n-gram / none")
+        kind = lm.summary.get("kind", "model")
+        if kind != drafter:
+            raise SessionError(f"drafter {drafter!r} needs a {what}, but the loaded draft {lm.name} is a "
+                               f"{'draft head' if kind == 'head' else 'draft model'}: pick drafter {kind!r}")
+        if kind == "head":
+            champ = self._champion()
+            if getattr(lm.backend, "source", champ.backend) is not champ.backend:   # the champion was reloaded
+                from .drafters.head import HeadError, check_champion
+                try:
+                    check_champion(lm.backend.head_config, champ.config, self.champion_sha256())
+                    lm.backend.bind(champ.backend)
+                except (HeadError, ValueError) as e:
+                    raise SessionError(f"draft head: {e}") from None
+                lm.cache.invalidate()
+                lm.summary["bound_to"] = champ.path
+        return lm.cache
 
     def unload(self, name: str) -> None:
         self.models.pop(name, None)
@@ -324,11 +393,8 @@ class Session:
         if len(ids) + cfg.max_new_tokens > m.config.seq_len:
             raise SessionError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
                                f"context length {m.config.seq_len}")
-        draft = dtok = None
-        if cfg.drafter == "model":
-            if not self.draft or self.draft not in self.models:
-                raise SessionError("drafter 'model' needs a draft model: load one or pick n-gram / none")
-            draft, dtok = self.models[self.draft].cache, self.models[self.draft].tokenizer
+        draft = self._draft_for(cfg.drafter) if cfg.drafter in ("model", "head") else None
+        dtok = self.models[self.draft].tokenizer if cfg.drafter == "model" else None
         stream = self._cont["stream"] if (req.get("continue") and self._cont) else \
             m.tokenizer.stream(skip_special=True)
         parts: list[str] = []

@@ -12,7 +12,12 @@ from __future__ import annotations
 import math
 
 MODES = ("coupled", "rejection")
-DRAFTERS = ("none", "model", "ngram")
+DRAFTERS = ("none", "model", "ngram", "head")
+# How k moves from round to round: 'fixed' keeps the k setting; 'additive' starts at it, adds 1 after a round whose
+# proposals were all accepted and takes 1 away after a round whose first proposal was rejected, within
+# 1..the champion backend's k_limit (a device-dependent limit; K_LIMIT_DEFAULT where the backend names none).
+K_SCHEDULES = ("fixed", "additive")
+K_LIMIT_DEFAULT = 8
 # How a draft model with another tokenizer proposes (exactspec.vocab): auto picks from the two tokenizers (and the
 # mode); remap = same token strings under other ids, tli = token-level intersection, slem = string-level exact match.
 BRIDGES = ("auto", "remap", "tli", "slem")
@@ -24,6 +29,8 @@ DEFAULTS = {
     "drafter": "ngram",
     "bridge": "auto",        # a draft model with another tokenizer: which bridge (exactspec.vocab)
     "k": 4,
+    "k_schedule": "fixed",
+    "draft_stop": 0.0,       # confidence stop: a model/head draft halts once its top probability is below this (0 = off)
     "mode": "coupled",
     "temperature": 0.0,      # 0 = greedy
     "top_k": 0,              # 0 = off
@@ -35,13 +42,14 @@ DEFAULTS = {
 # name -> (kind, low, high, low_exclusive): integer or float ranges, inclusive unless low_exclusive
 LIMITS = {
     "k": ("int", 0, 16, False),
+    "draft_stop": ("float", 0.0, 1.0, False),
     "temperature": ("float", 0.0, 10.0, False),
     "top_k": ("int", 0, 1_000_000, False),
     "top_p": ("float", 0.0, 1.0, True),
     "seed": ("int", 0, 2 ** 53 - 1, False),          # exact in a JS number and in Python
     "max_new_tokens": ("int", 1, 8192, False),
 }
-CHOICES = {"drafter": DRAFTERS, "mode": MODES, "bridge": BRIDGES}
+CHOICES = {"drafter": DRAFTERS, "mode": MODES, "k_schedule": K_SCHEDULES, "bridge": BRIDGES}
 FLAGS = ("speculation", "adaptive")
 
 

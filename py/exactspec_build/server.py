@@ -108,8 +108,11 @@ def make_server(port: int = 0, models: list[dict] | None = None, host: str = "12
             if base is None:
                 return None
             f = base.joinpath(*parts[1:])
+            # no symlink may lead out of the folder it sits in, except the build's runtime folder itself (a git
+            # worktree links static/pyodide to the main checkout's)
+            anchor = STATIC / "pyodide" if parts[:2] == ["static", "pyodide"] else base
             try:
-                f.resolve().relative_to(base.resolve())
+                f.resolve().relative_to(anchor.resolve())
             except ValueError:
                 return None
             if not f.is_file():

@@ -8,6 +8,10 @@ Modules:
 - `distill`: the seeded training loop (KL to the teacher's full next-token distribution, or plain next-token loss).
 - `teacher`: batched KV-cached generation of the champion's answers.
 - `export`: draft -> GGUF (F16/Q8_0) + provenance manifest.
+- `head`, `head_run`, `make_head_manifest`: the draft head on the champion's features (exactspec.drafters.head):
+  training (EAGLE-3 training-time test, FR-Spec vocabulary subset, AdaSPEC-style token filtering), the one-call GPU
+  job (answers -> variants in parallel -> eval + GGUF export; bench/h200/train_head.sh) and its manifest.
+- `accept`: the decode loop's rounds replayed over simulated acceptance (standalone drafts and head chains).
 
 torch is optional for the package as a whole (extra `train`); only `model`, `distill` and `teacher` import it.
 """

@@ -13,12 +13,13 @@ Contamination: `WorkloadIndex` holds every message of `tests/data/workload.jsonl
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import random
 import re
 from pathlib import Path
+
+from exactspec.formats import sha256_file  # noqa: F401  (the one file hash; used by prep, run_device, manifests)
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 MIN_PROMPT_CHARS = 12          # shorter workload messages are too generic to be evidence of contamination
@@ -60,14 +61,6 @@ def run_log(out_dir, t_start: float):
 
 def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
-
-
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def load_workload(path) -> list[dict]:

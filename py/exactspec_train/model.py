@@ -122,8 +122,10 @@ class TorchLlama(nn.Module):
         return (y * w.float()).to(x.dtype)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, cache: dict | None = None,
-                key_mask: torch.Tensor | None = None, return_hidden: bool = False) -> torch.Tensor:
-        """tokens (B, T) int64 -> logits (B, T, vocab) (or final hidden (B, T, dim) with return_hidden).
+                key_mask: torch.Tensor | None = None, return_hidden: bool = False,
+                return_features: bool = False) -> torch.Tensor:
+        """tokens (B, T) int64 -> logits (B, T, vocab) (or final hidden (B, T, dim) with return_hidden, or the
+        features a draft head reads with return_features: the residual after the last layer, before the norm).
 
         Without `cache`: plain causal attention over the T tokens (training; pos defaults to 0..T-1).
         With `cache` (from `new_cache`): keys/values are written at cache['len'] .. +T and attention covers
@@ -171,6 +173,8 @@ class TorchLlama(nn.Module):
             h = h + F.linear(F.silu(g) * u, self.w(p + "ffn_down.weight").to(dt))
         if cache is not None:
             cache["len"] = L0 + T
+        if return_features:
+            return h                                                                 # (B, T, dim)
         h = self._norm(h, self.w("output_norm.weight"))                              # (B, T, dim)
         if return_hidden:
             return h

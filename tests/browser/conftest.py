@@ -50,7 +50,8 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def test_models(tmp_path_factory):
-    """GGUF files: micro chat champion (seed 1), micro draft (seed 7, same tokenizer), user model (seed 2, Q8_0),
+    """GGUF files: micro chat champion (seed 1), micro draft (seed 7, same tokenizer), a draft head for micro-chat,
+    user model (seed 2, Q8_0),
     a truncated copy of the user model, SmolLM2 (when build.py setup placed it)."""
     from exactspec.micro import micro_config, write_micro_gguf
     d = tmp_path_factory.mktemp("models")
@@ -60,6 +61,10 @@ def test_models(tmp_path_factory):
     write_micro_gguf(out["micro-chat"], cfg, seed=1)
     out["micro-draft"] = d / "micro-draft.gguf"
     write_micro_gguf(out["micro-draft"], micro_config(n_layers=1), seed=7)
+    from exactspec.drafters.head import HeadConfig, random_head_weights, write_head_gguf
+    hc = HeadConfig.for_champion(cfg, champion_sha256=sha256(out["micro-chat"]))
+    out["micro-head"] = d / "micro-head.gguf"                 # a draft head made for micro-chat (random weights)
+    write_head_gguf(out["micro-head"], hc, random_head_weights(hc, 5), tensor_type="F32")
     out["micro-spm-draft"] = d / "micro-spm-draft.gguf"          # another vocabulary: SentencePiece-style, 420
     write_micro_gguf(out["micro-spm-draft"], micro_config(n_layers=1, vocab_size=420), seed=8, with_tokenizer="spm")
     out["user-model"] = d / "user-model.gguf"
@@ -85,6 +90,8 @@ def server(test_models):
          # a provenance manifest naming micro-chat as its champion (as build.py lists the shipped draft's)
          "provenance": {"draft_sha256": sha256(test_models["micro-draft"]),
                         "champion_sha256": sha256(test_models["micro-chat"])}},
+        {"name": "micro-head", "path": test_models["micro-head"], "size": test_models["micro-head"].stat().st_size,
+         "sha256": sha256(test_models["micro-head"]), "role": "draft", "default": False},
         {"name": "micro-spm-draft", "path": test_models["micro-spm-draft"], "role": "draft", "default": False,
          "size": test_models["micro-spm-draft"].stat().st_size, "sha256": sha256(test_models["micro-spm-draft"])},
     ]

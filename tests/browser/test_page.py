@@ -157,6 +157,12 @@ def test_speculation_toggle_keeps_answer(session, sampled):
     assert model["token_ids"] == none["token_ids"]
     assert model["stats"]["draft_passes"] > 0
     assert len(model["stats"]["acceptance_by_position"]) == 4
+    # the draft head drafter (on the CPU fallback: the numpy head reads the champion's features)
+    session.js("exactspec.importModel({url: '/models/micro-head.gguf', name: 'micro-head', role: 'draft'})")
+    session.js("exactspec.loadModel('micro-head', 'draft')")
+    head = session.generate(**p, drafter="head", k=3)
+    assert head["token_ids"] == none["token_ids"]
+    assert head["stats"]["drafter"] == "head" and head["stats"]["draft_passes"] > 0
 
 
 def test_speculation_invariance_default_backend(session):
@@ -347,7 +353,10 @@ def test_settings_validation_and_persistence(session):
     session.open()
     page = session.page
     assert page.locator("#adaptive").is_checked()                  # default: speculate only while it pays
-    _set_settings(page, k=2, temperature=0.5, seed=42, adaptive=False)
+    _set_settings(page, k=2, temperature=0.5, seed=42, adaptive=False, k_schedule="additive", draft_stop=0.4)
+    page.locator("#draft_stop").fill("1.5")
+    assert page.locator("#settings-error").is_visible() and "draft_stop" in page.locator("#settings-error").inner_text()
+    page.locator("#draft_stop").fill("0.4")
     page.locator("#k").fill("99")
     err = page.locator("#settings-error")
     assert err.is_visible() and "k" in err.inner_text()
@@ -361,6 +370,8 @@ def test_settings_validation_and_persistence(session):
     assert page.locator("#seed").input_value() == "42"
     assert page.locator("#top_p").input_value() == "0.9"
     assert not page.locator("#adaptive").is_checked()
+    assert page.locator("#k_schedule").input_value() == "additive"
+    assert page.locator("#draft_stop").input_value() == "0.4"
     # the API refuses invalid values with a message naming the field
     with pytest.raises(Exception, match="top_p|temperature"):
         session.generate(prompt="x", temperature=-1, max_new_tokens=2)

@@ -32,7 +32,7 @@ def probe() -> str | None:
     return None
 
 
-def _handler(model: Path, description: dict):
+def _handler(model: Path, description: dict, extra: dict):
     desc = json.dumps(description).encode()
 
     class H(http.server.BaseHTTPRequestHandler):
@@ -55,6 +55,11 @@ def _handler(model: Path, description: dict):
                 return self._send(desc, "application/json")
             if path == "/model.bin":
                 return self._send(model.read_bytes(), "application/octet-stream")
+            if path in extra:   # more files: a Path (bytes) or a JSON-able value
+                v = extra[path]
+                if isinstance(v, Path):
+                    return self._send(v.read_bytes(), "application/octet-stream")
+                return self._send(json.dumps(v).encode(), "application/json")
             rel = path.lstrip("/")
             f = (ROOT / rel).resolve()
             if (rel.startswith("app/gpu/") or rel.startswith("shaders/")) and f.is_file() and ROOT in f.parents:
@@ -66,12 +71,12 @@ def _handler(model: Path, description: dict):
 
 
 @contextlib.contextmanager
-def engine_page(model: Path, description: dict):
+def engine_page(model: Path, description: dict, extra: dict | None = None):
     """Yields a Playwright page at http://127.0.0.1:PORT/ where `/app/gpu/engine.js`, `/desc.json` and
-    `/model.bin` are served."""
+    `/model.bin` are served (and `extra`: {url path: Path of a file | JSON-able value})."""
     from playwright.sync_api import sync_playwright
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(Path(model), description))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(Path(model), description, extra or {}))
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     try:

@@ -75,15 +75,20 @@ def probe() -> str | None:
 def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, seq_len: int | None = None,
                max_rows: int | None = None, max_binding_bytes: int | None = None, lanes: int | None = None,
                emulate_sg: bool = False, ksplit: int | None = None, engine_opts: dict | None = None,
-               break_shader: str | None = None, timeout: int = 600):
+               break_shader: str | None = None, draft: tuple | None = None, features: bool = False,
+               timeout: int = 600):
     """Run ops on a fresh engine; returns (results, outputs) with outputs a list of (rows, vocab) float32 arrays,
-    one per forward that succeeded (results[i]['error'] holds the message of one that failed)."""
+    one per op that returned logits rows (forwards; batched steps asked for rows) and succeeded (results[i]['error']
+    holds the message of one that failed). draft: (path, description) of a second model (ops with on='draft',
+    spec_round). features: the champion keeps its final hidden states (ops read_features)."""
     vocab = description["config"]["vocab_size"]
     with tempfile.TemporaryDirectory() as td:
         spec = {"model": str(model), "description": description, "ops": ops, "seq_len": seq_len,
                 "max_rows": max_rows, "max_binding_bytes": max_binding_bytes, "lanes": lanes, "backend": BACKEND,
                 "emulate_sg": emulate_sg, "ksplit": ksplit, "engine_opts": engine_opts or {},
-                "break_shader": break_shader}
+                "break_shader": break_shader, "features": features}
+        if draft is not None:
+            spec["draft"] = {"model": str(draft[0]), "description": draft[1]}
         sp = Path(td) / "spec.json"
         op = Path(td) / "out.bin"
         sp.write_text(json.dumps(spec))
@@ -97,7 +102,7 @@ def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, 
     outs = []
     off = 0
     for res in info["results"]:
-        if res["op"] == "forward" and "error" not in res:
+        if "error" not in res and res.get("rows"):
             n = res["rows"] * vocab
             outs.append(flat[off:off + n].reshape(res["rows"], vocab))
             off += n

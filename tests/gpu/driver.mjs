@@ -2,42 +2,52 @@
 //
 //   node tests/gpu/driver.mjs SPEC.json OUT.bin
 // Env EXACTSPEC_ENGINE_OPTS: JSON of extra createEngine options (variants: {"splits": 1, "tile8": false}).
-// SPEC: {model: PATH (GGUF), description: describe() dict, seq_len?, backend?: 'opengl'|'vulkan'|..., max_rows?, lanes?,
-//        engine_opts?: {extra createEngine options, e.g. fuse}, emulate_sg?, ksplit?,
-//        ops may also hold {op: 'lose_device'} (destroys the device),
-//        max_binding_bytes?, ops: [{op: 'forward', tokens, start_pos, n_out?} | {op: 'truncate', n}]}
-// Writes every forward's logits (float32, row-major) back to back into OUT.bin and prints one JSON line:
-// {adapter, results: [{op, rows, dispatches}], load_ms}. If no adapter: prints {"no_adapter": reason}, exit 3.
-import { readFileSync, writeFileSync, openSync, readSync, closeSync } from 'node:fs';
-import { create, globals } from 'webgpu';
+// SPEC: {model: PATH (GGUF file or Hugging Face folder), description: describe() dict, seq_len?, backend?:
+//        'opengl'|'vulkan'|..., max_rows?, lanes?, engine_opts?: {extra createEngine options, e.g. fuse}, emulate_sg?,
+//        ksplit?, max_binding_bytes?, break_shader?, draft?: {model, description, seq_len?} (a second model),
+//        ops: [{op: 'forward', tokens, start_pos, n_out?, on?: 'draft'} | {op: 'truncate', n, on?} |
+//              {op: 'decode_ahead', token, start_pos, n, pick: {temperature, seed}, rows, on?} |
+//              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows} (champion + draft) |
+//              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
+//              {op: 'lose_device'} (destroys the device)]}
+// Writes every op's logits rows (float32, row-major: forwards, and batched steps asked for rows) back to back into
+// OUT.bin and prints one JSON line: {adapter, results: [{op, rows, ...}], load_ms}. If no adapter: prints
+// {"no_adapter": reason}, exit 3.
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createEngine } from '../../app/gpu/engine.js';
-import { defaultShaderSource } from '../../app/gpu/kernels.js';
-import { emulateSubgroups } from './engine_env.mjs';
+import { dawnGpu, fileReader, specEngineOptions } from './engine_env.mjs';
 
-Object.assign(globalThis, globals);
 const [specPath, outPath] = process.argv.slice(2);
 const spec = JSON.parse(readFileSync(specPath, 'utf8'));
-const backend = spec.backend ?? 'opengl';
-const flags = [`backend=${backend}`];
-if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
-const gpu = create(flags);
-globalThis.__dawnGPU = gpu;   // keep the reference alive (GC of it crashes Node)
+const gpu = dawnGpu(spec.backend ?? 'opengl');
+
+/** One op on the models; returns [result, Float32Array of rows or null]. */
+async function runOp(op, models, engine) {
+  const m = models[op.on ?? 'champion'];
+  const list = (a) => Array.from(a);
+  if (op.op === 'forward') {
+    const y = await m.forward(op.tokens, op.start_pos, op.n_out);
+    return [{ rows: y.length / m.config.vocab_size, dispatches: m.stats.dispatches, fused: m.fused, chunks: m.stats.chunks }, y];
+  }
+  if (op.op === 'truncate') { m.truncate(op.n); return [{ length: m.length }, null]; }
+  if (op.op === 'decode_ahead') {
+    const r = await m.decodeAhead(op.token, op.start_pos, op.n, op.pick, op.rows);
+    return [{ ids: list(r.ids), rows: r.rows ? op.n : 0, length: m.length, ...m.stats }, r.rows];
+  }
+  if (op.op === 'spec_round') {
+    const r = await m.specRound(models.draft, op.feed, op.draft_start, op.k, op.token, op.start_pos, op.pick, op.rows);
+    return [{ proposals: list(r.proposals), ids: list(r.ids), rows: r.rows ? op.k + 1 : 0, length: m.length,
+      draft_length: models.draft.length, ...m.stats }, r.rows];
+  }
+  if (op.op === 'read_features') return [{ features: list(await m.readFeatures(op.start_pos, op.n)) }, null];
+  if (op.op === 'lose_device') { engine.device.destroy(); return [{}, null]; }   // what a GPU reset looks like
+  throw new Error(`unknown op ${op.op}`);
+}
 
 async function main() {
   let engine;
   try {
-    engine = await createEngine(gpu, {
-      adapterOptions: backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' },
-      maxRows: spec.max_rows, maxBindingBytes: spec.max_binding_bytes, lanes: spec.lanes,
-      ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true,
-        emulatedSubgroups: true, ksplit: spec.ksplit ?? 1 } : {}),
-      ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
-      // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected)
-      ...(spec.break_shader ? { shaderSource: async (name) => (name === spec.break_shader ? 'fn main( {'
-        : (spec.emulate_sg ? emulateSubgroups : defaultShaderSource(new URL('../../shaders/', import.meta.url)))(name)) } : {}),
-      // extra engine options (variants on a GPU host, e.g. {"splits": 1, "tile8": false})
-      ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
-    });
+    engine = await createEngine(gpu, specEngineOptions(spec));
   } catch (e) {
     if (/no WebGPU adapter/.test(e.message)) {
       console.log(JSON.stringify({ no_adapter: e.message }));
@@ -45,39 +55,30 @@ async function main() {
     }
     throw e;
   }
-  const fd = openSync(spec.model, 'r');
-  const readSlice = async (offset, nbytes) => {
-    const b = Buffer.alloc(nbytes);
-    const got = readSync(fd, b, 0, nbytes, offset);
-    return b.buffer.slice(b.byteOffset, b.byteOffset + got);
+  const readers = [];
+  const load = (m) => {
+    const r = fileReader(m.model);
+    readers.push(r);
+    return engine.loadModel(m.description, r, { seq_len: m.seq_len ?? spec.seq_len, features: !!m.features });
   };
   const t0 = performance.now();
-  const model = await engine.loadModel(spec.description, readSlice, { seq_len: spec.seq_len });
+  const models = { champion: await load(spec) };
   const loadMs = performance.now() - t0;
+  if (spec.draft) models.draft = await load(spec.draft);
   const outs = [];
   const results = [];
   for (const op of spec.ops) {
-    if (op.op === 'forward') {
-      try {
-        const y = await model.forward(op.tokens, op.start_pos, op.n_out);
-        outs.push(Buffer.from(y.buffer));
-        results.push({ op: 'forward', rows: y.length / model.config.vocab_size, dispatches: model.stats.dispatches, fused: model.fused,
-          chunks: model.stats.chunks });
-      } catch (e) {
-        results.push({ op: 'forward', error: e.message });
-      }
-    } else if (op.op === 'truncate') {
-      try { model.truncate(op.n); results.push({ op: 'truncate', length: model.length }); }
-      catch (e) { results.push({ op: 'truncate', error: e.message }); }
-    } else if (op.op === 'lose_device') {
-      engine.device.destroy();   // what a GPU reset looks like to the engine
-      results.push({ op: 'lose_device' });
-    } else throw new Error(`unknown op ${op.op}`);
+    try {
+      const [res, rows] = await runOp(op, models, engine);
+      results.push({ op: op.op, ...res });
+      if (rows) outs.push(Buffer.from(rows.buffer, rows.byteOffset, rows.byteLength));
+    } catch (e) {
+      results.push({ op: op.op, error: e.message });
+    }
   }
-  closeSync(fd);
+  for (const r of readers) r.close();
   writeFileSync(outPath, Buffer.concat(outs));
   console.log(JSON.stringify({ adapter: engine.adapterInfo, results, load_ms: loadMs }));
-  model.destroy();
   engine.destroy();
 }
 

@@ -1,6 +1,60 @@
-// engine_env.mjs — createEngine options from environment variables (bench.mjs, spec_bench.mjs) and the one-lane
-// subgroup emulation (driver.mjs, bench.mjs EMULATE_SG=1).
-import { readFileSync } from 'node:fs';
+// engine_env.mjs — what the Node + Dawn scripts share (tests/gpu/driver.mjs, engine_server.mjs, bench/gpu/*.mjs, bench/product/node_host.mjs):
+// Dawn's GPU object, a file/folder reader for loadModel, createEngine options from a test spec or from environment
+// variables, and the one-lane subgroup emulation.
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
+import { join } from 'node:path';
+import { create, globals } from 'webgpu';
+import { defaultShaderSource } from '../../app/gpu/kernels.js';
+
+/** Dawn for a backend ('opengl': llvmpipe here; 'vulkan' on a GPU host). The reference is kept: a garbage-collected
+ * `create()` result crashes Node. */
+export function dawnGpu(backend = 'opengl') {
+  Object.assign(globalThis, globals);
+  const flags = [`backend=${backend}`];
+  if (backend === 'vulkan') flags.push('disable-dawn-features=timestamp_quantization');
+  const gpu = create(flags);
+  globalThis.__dawnGPU = gpu;
+  return gpu;
+}
+
+/** createEngine's adapterOptions for a Dawn backend. */
+export function adapterOptions(backend = 'opengl') {
+  return backend === 'opengl' ? { featureLevel: 'compatibility' } : { powerPreference: 'high-performance' };
+}
+
+/** loadModel's readSlice(offset, nbytes, file) over a GGUF file, or a Hugging Face folder (file: a shard in it);
+ * close() closes the files. */
+export function fileReader(path) {
+  const fds = new Map();
+  const fdOf = (file) => {
+    const p = file ? join(path, file) : path;
+    if (!fds.has(p)) fds.set(p, openSync(p, 'r'));
+    return fds.get(p);
+  };
+  const readSlice = async (offset, nbytes, file) => {
+    const b = Buffer.alloc(nbytes);
+    const got = readSync(fdOf(file), b, 0, nbytes, offset);
+    return b.buffer.slice(b.byteOffset, b.byteOffset + got);
+  };
+  readSlice.close = () => { for (const fd of fds.values()) closeSync(fd); fds.clear(); };
+  return readSlice;
+}
+
+/** createEngine options of a test spec (tests/gpu/dawn_harness.py): {backend, max_rows, max_binding_bytes, lanes,
+ * emulate_sg, ksplit, engine_opts, break_shader}, then env EXACTSPEC_ENGINE_OPTS (variants on a GPU host). */
+export function specEngineOptions(spec) {
+  const base = spec.emulate_sg ? emulateSubgroups : defaultShaderSource(new URL('../../shaders/', import.meta.url));
+  return {
+    adapterOptions: adapterOptions(spec.backend ?? 'opengl'),
+    maxRows: spec.max_rows ?? undefined, maxBindingBytes: spec.max_binding_bytes ?? undefined, lanes: spec.lanes ?? undefined,
+    ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true,
+      emulatedSubgroups: true, ksplit: spec.ksplit ?? 1 } : {}),
+    ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
+    // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected)
+    ...(spec.break_shader ? { shaderSource: async (name) => (name === spec.break_shader ? 'fn main( {' : base(name)) } : {}),
+    ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
+  };
+}
 
 /** The fused engine from the environment: FUSE=0 (unfused: 5 dispatches per layer) | FUSE=1 (3) | FUSE=attn (4), FUSE_SLICE (hidden units
  * per FFN workgroup), FUSE_WG (its workgroup size), FUSE_HEAD_WG / FUSE_HEAD_PAIRS (the head's prologue matmul),
@@ -28,6 +82,18 @@ export async function emulateSubgroups(name) {
   src = src.replace(/subgroupAdd\(/g, 'sg_add1(');
   src = src.replace(/,\s*@builtin\(subgroup_invocation_id\) sid: u32\) \{/, ') {\n  let sid = 0u;   // emulated: one lane');
   return src + '\nfn sg_add1(v: vec4<f32>) -> vec4<f32> { return v; }\n';
+}
+
+/** createEngine options of the bench variants (bench/gpu/*.mjs, bench/h200/*.sh), from environment variables. */
+export function envEngineOptions(env) {
+  const num = (k) => (env[k] ? Number(env[k]) : undefined);
+  const flag = (k) => (env[k] ? env[k] === '1' : undefined);
+  const rows = env.ROW_TILES ? (env.ROW_TILES === 'all' ? 'all' : env.ROW_TILES.split(',')) : undefined;
+  return { lanes: num('LANES'), subgroups: flag('SUBGROUPS'), matmulWg: num('MATMUL_WG'), splits: num('SPLITS'),
+    passSplits: num('PASS_SPLITS'), attnWg: num('ATTN_WG'), ksplit: num('KSPLIT'), tile8: flag('TILE8'), tile1: flag('TILE1'),
+    rowTiles: rows, rowTilesMax: num('ROW_TILES_MAX'), attnSplit: num('ATTN_SPLIT'), headSum: flag('HEAD_SUM'),
+    aheadMax: num('AHEAD_MAX'),
+    ...fuseOpts(env), ...emulationOpts(env), ...JSON.parse(env.EXACTSPEC_ENGINE_OPTS || '{}') };
 }
 
 /** EMULATE_SG=1 (bench here, on llvmpipe): matmul_sg.wgsl and the fused kernels with one-lane subgroups. */

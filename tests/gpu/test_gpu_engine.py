@@ -337,3 +337,118 @@ def test_fuse_auto_survives_a_rejected_fused_kernel(micro_paths):
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     with pytest.raises(RuntimeError, match="WGSL ffn"):
         run_engine(path, d, ops, emulate_sg=True, break_shader="ffn_sg", engine_opts={"fuse": True})
+
+
+# ---- Hugging Face folders (safetensors) on the engine, through Python's one tensor-name map (formats.describe)
+
+def write_hf_folder(folder, cfg, seed, dtype, shards):
+    """A Hugging Face folder: config.json + the micro weights in `shards` safetensors files of `dtype` (BF16 weights
+    are bfloat16 values already, so every dtype holds the reference's weights exactly or as rounded by the file)."""
+    import json
+
+    from exactspec.formats.safetensors import config_to_hf, gguf_to_hf_name, write_safetensors
+    from exactspec.micro import micro_weights
+
+    folder.mkdir()
+    w = micro_weights(cfg, seed)
+    if dtype == "BF16":
+        w = {k: (v.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32) for k, v in w.items()}
+    names = sorted(w)
+    for s in range(shards):
+        write_safetensors(folder / f"model-{s + 1:05d}-of-{shards:05d}.safetensors",
+                          {gguf_to_hf_name(n): w[n] for n in names[s::shards]}, dtype)
+    (folder / "config.json").write_text(json.dumps(config_to_hf(cfg)))
+    return folder
+
+
+@pytest.mark.parametrize("dtype,shards,kw", [("F32", 1, {}), ("F16", 2, {}), ("BF16", 3, {"n_kv_heads": 1, "rope_dim": 8,
+                                                                                    "tied_embeddings": False})])
+def test_hf_folder_invariance_parity(tmp_path, dtype, shards, kw):
+    """A Hugging Face folder (F32 / F16 / BF16 safetensors, 1-3 shards; Q/K rows in HF order, gathered into the
+    engine's RoPE-pair order) runs on the engine: batch invariant, within 1e-3 of the reference read from the same
+    folder. The description's tensor names are Python's GGUF names; each names its shard."""
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config
+
+    folder = write_hf_folder(tmp_path / "hf", micro_config(**kw), seed=9, dtype=dtype, shards=shards)
+    d = describe(folder)
+    assert d["format"] == "hf" and all(t["name"].startswith(("blk.", "token_embd", "output")) for t in d["tensors"])
+    assert len({t["file"] for t in d["tensors"]}) == shards
+    check_engine(folder, n=14, description=d)
+
+
+# ---- tile policies (engine options rowTiles / rowTilesMax / attnSplit): the same arithmetic per row, so the same bits
+
+ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
+
+
+@pytest.mark.parametrize("fuse,more", [(False, {"rowTiles": ROW_ALL, "rowTilesMax": 5}),
+                                       (True, {"rowTiles": ROW_ALL, "rowTilesMax": 5, "attnSplit": 3}),
+                                       (True, {"rowTiles": "all", "attnSplit": 2}),
+                                       ("attn", {"rowTiles": ["qkv", "ffn_gate_up"], "attnSplit": 4}),
+                                       (True, {"headSum": True}), (True, {"headSum": True, "rowTiles": "all"})])
+def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
+    """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
+    attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
+    residual.wgsl (headSum: then the head is a plain matmul_sg) compute each row with the same code in the same
+    order: every forward's logits equal the default policy's bit for bit (and so stay batch invariant)."""
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = describe(path)
+    vocab = d["config"]["vocab_size"]
+    toks = [int(t) for t in np.random.default_rng(6).integers(0, vocab, 16)]
+    ops, _ = invariance_ops(toks, toks[:4])
+    base = {"fuse": fuse, "fuseSlice": 32} if fuse else {"fuse": False}
+    info_a, a = run_engine(path, d, ops, emulate_sg=True, engine_opts=base)
+    info_b, b = run_engine(path, d, ops, emulate_sg=True, engine_opts={**base, **more})
+    k = info_b["adapter"]["kernels"]
+    assert bool(k["row_tiles"]) == ("rowTiles" in more)
+    assert k["attn_split"] == more.get("attnSplit", 1) and k["head_sum"] == more.get("headSum", False)
+    assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
+
+
+def test_tile_policy_refusals(micro_paths):
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = describe(path)
+    for kw, msg in [({"engine_opts": {"rowTiles": ["qkv"], "subgroups": False}}, "rowTiles needs the subgroup matmul"),
+                    ({"emulate_sg": True, "engine_opts": {"rowTiles": ["attention"]}}, "rowTiles .* must be 'all' or"),
+                    ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be")]:
+        with pytest.raises(RuntimeError, match=msg):
+            run_engine(path, d, [], **kw)
+
+
+@pytest.mark.parametrize("kw", [{}, {"emulate_sg": True, "engine_opts": {"fuse": True}},
+                                {"emulate_sg": True, "engine_opts": {"fuse": True, "headSum": True}},
+                                {"emulate_sg": True, "engine_opts": {"fuse": "attn"}, "max_rows": 3}],
+                         ids=["plain", "fused", "fused_head_sum", "fused_attn_chunks3"])
+def test_features_kept_by_position(micro_paths, kw):
+    """loadModel(..., {features: true}): the final hidden state (residual after the last layer, before the output
+    norm) of every position the model computes, kept by absolute position: within 1e-3 of the reference's, the same
+    bits whether positions came in one prefill or one at a time, and truncate + a new branch overwrite them."""
+    from exactspec.formats import describe
+    from exactspec.reference import ReferenceModel
+
+    path = micro_paths["Q8_0"]
+    d = describe(path)
+    dim = d["config"]["dim"]
+    toks = [int(t) for t in np.random.default_rng(8).integers(0, d["config"]["vocab_size"], 11)]
+    ops = [{"op": "forward", "tokens": toks, "start_pos": 0, "n_out": 1},
+           {"op": "read_features", "start_pos": 0, "n": 11}, {"op": "truncate", "n": 0}]
+    ops += [{"op": "forward", "tokens": [t], "start_pos": i} for i, t in enumerate(toks)]
+    ops += [{"op": "read_features", "start_pos": 0, "n": 11}, {"op": "truncate", "n": 4},
+            {"op": "forward", "tokens": toks[:2], "start_pos": 4}, {"op": "read_features", "start_pos": 3, "n": 3},
+            {"op": "read_features", "start_pos": 5, "n": 2}]
+    info, _ = run_engine(path, d, ops, features=True, **kw)
+    res = [r for r in info["results"] if r["op"] == "read_features"]
+    assert all("error" not in r for r in res[:3]) and "not all in 0..5" in res[3].get("error", ""), res   # 6 >= length
+    prefill, single = (np.asarray(r["features"], np.float32).reshape(-1, dim) for r in res[:2])
+    assert np.array_equal(prefill.view(np.uint32), single.view(np.uint32))
+    _, feats = ReferenceModel.from_file(path).forward(toks, 0, features=True)    # (11, dim)
+    assert float(np.abs(feats - prefill).max()) <= 1e-3 * max(1.0, float(np.abs(feats).max()))
+    branch = np.asarray(res[2]["features"], np.float32).reshape(-1, dim)          # positions 3, 4, 5
+    _, fb = ReferenceModel.from_file(path).forward(toks[:4] + toks[:2], 0, features=True)
+    assert np.array_equal(branch[0].view(np.uint32), prefill[3].view(np.uint32))
+    assert float(np.abs(fb[4:] - branch[1:]).max()) <= 1e-3 * max(1.0, float(np.abs(fb).max()))

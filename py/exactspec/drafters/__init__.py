@@ -16,6 +16,7 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
 
+from .head import HeadDrafter
 from .model import ModelDrafter
 from .ngram import NgramDrafter
 
@@ -47,32 +48,34 @@ class NoDrafter:
         return 0
 
 
-def make_drafter(kind: str, draft=None, vocab_size: int | None = None, *, bridge: str = "auto", tokenizer=None,
-                 draft_tokenizer=None, mode: str = "coupled", **opts) -> "Drafter":
-    """The drafter for `kind`. A draft model with its own tokenizer (draft_tokenizer and the champion's tokenizer
-    given) that differs from the champion's gets a bridged drafter (exactspec.vocab: remap, tli or slem, `bridge`
-    'auto' choosing from the two tokenizers and the mode: greedy, coupled or rejection)."""
+def make_drafter(kind: str, draft=None, vocab_size: int | None = None, stop: float = 0.0, *, bridge: str = "auto",
+                 tokenizer=None, draft_tokenizer=None, mode: str = "coupled", **opts) -> "Drafter":
+    """The drafter for `kind`. stop: the confidence stop of a model or head draft (0 = off; see ModelDrafter).
+    A draft model with its own tokenizer (draft_tokenizer and the champion's tokenizer given) that differs from the
+    champion's gets a bridged drafter (exactspec.vocab: remap, tli or slem, `bridge` 'auto' choosing from the two
+    tokenizers and the mode: greedy, coupled or rejection)."""
     if kind == "none":
         return NoDrafter()
     if kind == "ngram":
         return NgramDrafter(**opts)
-    if kind == "model":
+    if kind in ("model", "head"):
         if draft is None:
-            raise ValueError("drafter 'model' needs a draft model (none was given)")
-        if tokenizer is not None and draft_tokenizer is not None and vocab_size is not None:
+            raise ValueError(f"drafter {kind!r} needs a draft {'head' if kind == 'head' else 'model'} (none was given)")
+        if kind == "model" and tokenizer is not None and draft_tokenizer is not None and vocab_size is not None:
             from ..vocab import make_bridged_drafter
             bridged = make_bridged_drafter(bridge, draft, vocab_size, tokenizer, draft_tokenizer, mode)
             if bridged is not None:
                 return bridged
-        elif bridge != "auto":
+        elif kind == "model" and bridge != "auto":
             raise ValueError(f"bridge {bridge!r} needs both tokenizers (the draft's file carries none?)")
         if vocab_size is not None and draft.config.vocab_size != vocab_size:
             raise ValueError(
                 f"draft vocab_size {draft.config.vocab_size} != champion vocab_size {vocab_size}: "
                 "the draft must share the champion's tokenizer"
             )
-        return ModelDrafter(draft)
-    raise ValueError(f"unknown drafter {kind!r}: expected 'none', 'model' or 'ngram'")
+        return (HeadDrafter if kind == "head" else ModelDrafter)(draft, stop=stop)
+    from ..settings import DRAFTERS
+    raise ValueError(f"unknown drafter {kind!r}: expected one of {', '.join(DRAFTERS)}")
 
 
-__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "NgramDrafter", "make_drafter", "Pick"]
+__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "HeadDrafter", "NgramDrafter", "make_drafter", "Pick"]

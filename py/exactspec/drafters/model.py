@@ -16,11 +16,21 @@ async def call_backend(result, n_rows: int, vocab: int) -> np.ndarray:
     return arr.reshape(n_rows, vocab)
 
 
+def top_probability(row: np.ndarray) -> float:
+    """The draft's own top probability at this row: max softmax(row) (temperature 1)."""
+    z = np.asarray(row, dtype=np.float64)                                       # (vocab,)
+    return float(1.0 / np.sum(np.exp(z - np.max(z))))
+
+
 class ModelDrafter:
+    """stop > 0 (the confidence stop, SpecDec++/DISCO style): after the first proposal the draft halts as soon as
+    its own top probability at a row falls below `stop`; that row's token is not proposed."""
+
     name = "model"
 
-    def __init__(self, draft):
+    def __init__(self, draft, stop: float = 0.0):
         self.draft = draft  # Backend
+        self.stop = float(stop)
         self.passes = 0
 
     def max_proposals(self, seq_len_now: int) -> int:
@@ -47,6 +57,8 @@ class ModelDrafter:
             row = (await call_backend(self.draft.forward(feed, pos, 1), 1, V))[0]  # (vocab,)
             self.passes += 1
             pos += len(feed)
+            if i > 0 and self.stop > 0 and top_probability(row) < self.stop:
+                break
             tok, q = pick(row, len(seq) + i)
             proposals.append(int(tok))
             if q is not None:

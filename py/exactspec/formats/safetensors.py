@@ -47,6 +47,19 @@ def hf_to_gguf_name(name: str) -> str | None:
     return None
 
 
+def gguf_to_hf_name(name: str) -> str | None:
+    """The inverse of hf_to_gguf_name (the same table)."""
+    for hf, g in _HF_GLOBAL.items():
+        if g == name:
+            return hf
+    parts = name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit():
+        for hf, g in _HF_TO_GGUF.items():
+            if g == parts[2]:
+                return f"model.layers.{int(parts[1])}.{hf}"
+    return None
+
+
 class SafetensorsFile:
     """Parsed header; `.tensors` name -> (dtype, shape, absolute offset, nbytes); data read on demand."""
 
@@ -144,8 +157,18 @@ def config_from_hf(cfg: Mapping[str, Any]) -> ModelConfig:
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), arch="llama")
 
 
-def load_safetensors_model(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    """A folder with config.json + *.safetensors (or a path to one of them) -> (config, GGUF-named weights)."""
+def config_to_hf(cfg: ModelConfig) -> dict:
+    """ModelConfig -> a Hugging Face LlamaConfig-style dict (the inverse of config_from_hf; for tests and tools)."""
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.dim,
+            "intermediate_size": cfg.hidden_dim, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "vocab_size": cfg.vocab_size,
+            "max_position_embeddings": cfg.seq_len, "rope_theta": cfg.rope_theta, "rms_norm_eps": cfg.norm_eps,
+            "partial_rotary_factor": (cfg.rope_dim or cfg.head_dim) / cfg.head_dim,
+            "tie_word_embeddings": cfg.tied_embeddings}
+
+
+def _hf_folder(path: str | os.PathLike) -> tuple[ModelConfig, list[str]]:
+    """(config from config.json, the .safetensors files) of a Hugging Face folder (or a path to one of its files)."""
     path = os.fspath(path)
     folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
     cfg_path = os.path.join(folder, "config.json")
@@ -161,6 +184,21 @@ def load_safetensors_model(path: str | os.PathLike) -> tuple[ModelConfig, dict[s
         files = [path]
     if not files:
         raise FormatError(f"no .safetensors files in {folder!r}")
+    return cfg, files
+
+
+def _tie(cfg: ModelConfig, names) -> tuple[ModelConfig, bool]:
+    """(config, keep output.weight): a tied config ignores lm_head; an untied one without lm_head is tied."""
+    if cfg.tied_embeddings:
+        return cfg, False
+    if "output.weight" not in names:
+        return ModelConfig(**{**cfg.to_json(), "tied_embeddings": True}), False
+    return cfg, True
+
+
+def load_safetensors_model(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """A folder with config.json + *.safetensors (or a path to one of them) -> (config, GGUF-named weights)."""
+    cfg, files = _hf_folder(path)
     weights: dict[str, np.ndarray] = {}
     for fp in files:
         st = SafetensorsFile(fp)
@@ -168,8 +206,48 @@ def load_safetensors_model(path: str | os.PathLike) -> tuple[ModelConfig, dict[s
             g = hf_to_gguf_name(name)
             if g is not None:
                 weights[g] = np.ascontiguousarray(st.tensor(name))
-    if cfg.tied_embeddings:
+    cfg, keep_out = _tie(cfg, weights)
+    if not keep_out:
         weights.pop("output.weight", None)
-    elif "output.weight" not in weights:
-        cfg = ModelConfig(**{**cfg.to_json(), "tied_embeddings": True})
     return cfg, weights
+
+
+def describe_safetensors_model(path: str | os.PathLike) -> dict:
+    """JSON-able {format: "hf", config, tensors: [{name (GGUF), ggml_type, shape, offset, nbytes, qk_permuted, file}]}
+    of a Hugging Face folder, for a JS engine that streams raw tensor bytes: names mapped by `hf_to_gguf_name` (the
+    one map), offsets absolute within `file` (the shard's file name in the folder), rows in HF order (qk_permuted
+    False). Tensors the map does not know are left out."""
+    cfg, files = _hf_folder(path)
+    tensors = {}
+    for fp in files:
+        st = SafetensorsFile(fp)
+        for name, (dtype, shape, off, nbytes) in st.tensors.items():
+            g = hf_to_gguf_name(name)
+            if g is not None:
+                tensors[g] = {"name": g, "ggml_type": dtype, "shape": list(shape), "offset": off, "nbytes": nbytes,
+                              "qk_permuted": False, "file": os.path.basename(fp)}
+    cfg, keep_out = _tie(cfg, tensors)
+    if not keep_out:
+        tensors.pop("output.weight", None)
+    return {"format": "hf", "config": cfg.to_json(), "files": [os.path.basename(f) for f in files],
+            "tensors": list(tensors.values())}
+
+
+def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], dtype: str = "F32") -> None:
+    """Write float arrays as one safetensors file of dtype F32, F16 or BF16 (BF16 truncates: exact for values that
+    are already bfloat16). For tests and tools; the runtime only reads."""
+    if dtype not in _DTYPES:
+        raise FormatError(f"cannot write dtype {dtype} (F32, F16, BF16)")
+    header, blobs, off = {}, [], 0
+    for name, arr in tensors.items():
+        a = np.ascontiguousarray(arr, dtype=np.float32)
+        if dtype == "BF16":
+            b = (a.view("<u4") >> np.uint32(16)).astype("<u2").tobytes()
+        else:
+            b = a.astype(_DTYPES[dtype][0]).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))

@@ -1,0 +1,97 @@
+// encode.js — a submission's work as command buffers: chunks of passes, their step slots, dispatches, copies, and
+// the readback copy; split into several command buffers submitted one after another (a small first one, so the GPU
+// starts while the rest is still being translated: Dawn records its Vulkan/Metal/D3D commands at submit time).
+
+/**
+ * The chunks of one pass: n tokens at absolute positions startPos.., read from the token list at tokBase.., whose
+ * last nOut rows produce logits rows outBase.. . Chunks hold at most maxRows rows.
+ * Returns [{rows, outRows, step: the fields of the kernels' struct Step}].
+ */
+export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0 }, maxRows) {
+  const firstOut = n - nOut;
+  const chunks = [];
+  for (let c0 = 0; c0 < n; c0 += maxRows) {
+    const rows = Math.min(maxRows, n - c0);
+    const lo = Math.max(0, firstOut - c0);   // first chunk row with logits (>= rows: none)
+    chunks.push({ rows, outRows: Math.max(0, rows - lo),
+      step: { n: rows, start_pos: startPos + c0, out_lo: Math.min(lo, rows), out_base: outBase + c0 + lo - firstOut,
+        tok0: tokBase + c0 } });
+  }
+  return chunks;
+}
+
+/**
+ * Encode a submission. items: in order,
+ *   {ops, rows, offset}            dispatch each op for `rows` chunk rows with the step slot at dynamic `offset`
+ *   {copy: [src, srcOffset, dst, dstOffset, size]}   a buffer copy (between compute passes)
+ * reads: [[src, srcOffset, size], ...] copied back to back into `staging` after the last dispatch.
+ * opts {splits: command buffers (cut by dispatch count), ts: timestamps {set, buf, read} | null}.
+ * Returns {cbs, dispatches}.
+ */
+export function encodeSubmission(device, items, reads, staging, { splits, ts }) {
+  let total = 0;
+  for (const it of items) if (it.ops) total += it.ops.length;
+  const cuts = cutPoints(total, splits);
+  const cbs = [];
+  let enc = null;
+  let pass = null;
+  let last = null;
+  let started = false;
+  const begin = () => {
+    pass = enc.beginComputePass(ts && !started ? { timestampWrites: { querySet: ts.set, beginningOfPassWriteIndex: 0 } } : {});
+    started = true;
+    last = null;
+  };
+  const finish = () => {
+    if (pass) pass.end();
+    pass = null;
+    cbs.push(enc.finish());
+  };
+  enc = device.createCommandEncoder();
+  begin();
+  let dispatches = 0;
+  const offs = [0];
+  for (const it of items) {
+    if (it.copy) {
+      pass.end();
+      enc.copyBufferToBuffer(...it.copy);
+      begin();
+      continue;
+    }
+    offs[0] = it.offset;
+    for (const op of it.ops) {
+      if (cuts.has(dispatches)) { finish(); enc = device.createCommandEncoder(); begin(); }
+      const { pipeline, grid } = op.select(it.rows);
+      if (pipeline !== last) { pass.setPipeline(pipeline); last = pipeline; }
+      pass.setBindGroup(0, op.bindGroup, offs);
+      pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);
+      dispatches++;
+    }
+  }
+  pass.end();
+  pass = null;
+  // an empty pass carries the end timestamp (after every dispatch of this submission)
+  if (ts) enc.beginComputePass({ timestampWrites: { querySet: ts.set, endOfPassWriteIndex: 1 } }).end();
+  let at = 0;
+  for (const [src, off, size] of reads) {
+    enc.copyBufferToBuffer(src, off, staging, at, size);
+    at += size;
+  }
+  if (ts) {
+    enc.resolveQuerySet(ts.set, 0, 2, ts.buf, 0);
+    enc.copyBufferToBuffer(ts.buf, 0, ts.read, 0, 16);
+  }
+  finish();
+  return { cbs, dispatches };
+}
+
+/** Dispatch indices where a new command buffer starts: a small first one (the GPU starts early), then equal parts. */
+function cutPoints(total, splits) {
+  const S = Math.max(1, Math.min(splits, Math.floor(total / 4)));
+  const cuts = new Set();
+  if (S > 1) {
+    const first = Math.max(1, Math.round(total * 0.06));
+    for (let j = 1; j < S; j++) cuts.add(first + Math.round(((total - first) * (j - 1)) / (S - 1)));
+  }
+  return cuts;
+}

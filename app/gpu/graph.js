@@ -1,0 +1,270 @@
+// graph.js — the forward pass as a list of ops (one compute dispatch each) run per chunk of rows, in the order of
+// py/exactspec/reference.py's forward. Three variants (engine option fuse): plain (5 dispatches per layer), fused
+// 'attn' (4) and fused true (3); then the head (logits of the rows asked for) and the batched step's picks.
+//
+// An op is {label, kind, bindGroup, select(rows) -> {pipeline, grid: [x, y, z]}}: the pipeline (weight tile of 1, 4
+// or 8 chunk rows) and the workgroup grid for a chunk of `rows` rows. Buffers are named ('resid', 'q', ...: the
+// model's activations, see model.js) or given (weights, a layer's KV cache). Kernel parameters and bindings are
+// passed by the names the WGSL declares (kernels.js).
+
+import { MODE } from './kernels.js';
+
+// ---- the three forwards --------------------------------------------------------------------------------------
+
+/** fuse false: reference.py's forward, one kernel per step. */
+async function plainForward(g, W) {
+  await g.embed(W.emb, { out: 'resid' });                                                 // x = token_embd[tokens]
+  for (const [i, L] of W.layers.entries()) {
+    await g.matmul(`blk.${i}.qkv`, L.qkv, { x: 'resid', gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' }); // q|k|v = rmsnorm(x) @ W_qkv, RoPE; k, v -> KV
+    await g.attention(`blk.${i}.attention`, { kv: L.kv, out: 'att' });                  // att = softmax(q K^T / sqrt(head_dim)) V
+    await g.matmul(`blk.${i}.attn_output`, [L.o], { x: 'att', out: 'resid', mode: 'add' });                   // x += att @ W_o
+    await g.matmul(`blk.${i}.ffn_gate_up`, [L.gateUp], { x: 'resid', gamma: L.ffnNorm, out: 'hidden', mode: 'swiglu' }); // h = silu(g) * u
+    await g.matmul(`blk.${i}.ffn_down`, [L.down], { x: 'hidden', out: 'resid', mode: 'add' });                 // x += h @ W_down
+  }
+  return { x: 'resid', parts: null };                                                    // logits = rmsnorm(x) @ W_out
+}
+
+const other = (r) => (r === 'resid' ? 'resid2' : 'resid');   // the residual ping-pong pair
+
+/** fuse 'attn': attention + its O projection in one kernel, leaving per-head partials P_attn (split-K over heads)
+ * that the gate/up matmul's prologue adds to the residual (and writes to the other residual buffer). */
+async function fusedAttnForward(g, W) {
+  await g.embed(W.emb, { out: 'resid' });                                                 // x = token_embd[tokens]
+  let r = 'resid';
+  for (const [i, L] of W.layers.entries()) {
+    await g.matmul(`blk.${i}.qkv`, L.qkv, { x: r, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });     // q|k|v, RoPE, KV
+    await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                                 // P_attn[h] = att_h @ W_o[:, h]
+    await g.matmulPro(`blk.${i}.ffn_gate_up`, [L.gateUp], { r_in: r, parts: 'p_attn', r_out: other(r), gamma: L.ffnNorm,
+      out: 'hidden', mode: 'swiglu' });                                                   // x = r + sum_h P_attn[h]; h = silu(g) * u
+    r = other(r);
+    await g.matmul(`blk.${i}.ffn_down`, [L.down], { x: 'hidden', out: r, mode: 'add' });  // x += h @ W_down
+  }
+  return { x: r, parts: null };
+}
+
+/** fuse true: 3 dispatches per layer; each kernel's prologue adds the split-K partials the previous one left. */
+async function fusedForward(g, W) {
+  await g.embed(W.emb, { out: 'resid' });                                                 // x = token_embd[tokens]
+  let r = 'resid';
+  for (const [i, L] of W.layers.entries()) {
+    if (i === 0) await g.matmul('blk.0.qkv', L.qkv, { x: r, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
+    else {                                                                                // x = r + sum_s P_ffn[s]; q|k|v
+      await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
+      r = other(r);
+    }
+    await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                                 // P_attn[h] = att_h @ W_o[:, h]
+    await g.ffn(`blk.${i}.ffn`, L, { r_in: r, r_out: other(r) });                        // x = r + sum_h P_attn[h];
+    r = other(r);                                                                         // P_ffn[s] = swiglu slice s @ W_down[:, s]
+  }
+  return { x: r, parts: 'p_ffn' };                                                        // the head's prologue adds P_ffn
+}
+
+export const FORWARDS = { false: plainForward, attn: fusedAttnForward, true: fusedForward };
+
+// ---- the op builder ------------------------------------------------------------------------------------------
+
+/** An op's kind: its label without the layer ('qkv', 'ffn', 'logits', ...). */
+const kindOf = (label) => label.replace(/^blk\.\d+\./, '');
+
+/** The weight tile (chunk rows per weight decode) a dispatch of `rows` rows runs: 1, 4 or 8, as the op has them. */
+const tileFor = (tiles, rows) => (rows > 4 ? tiles.t8 : rows === 1 ? tiles.t1 : tiles.t4);
+
+export class GraphBuilder {
+  /** ctx: {kernels, plan (engine options, see options.js), cfg, buffer(name) -> GPUBuffer, uniform(label, words) ->
+   * GPUBuffer, step: the step buffer, wgMem, nSlices (fused FFN slices), pickGroups}; ops are appended to `list`
+   * (default this.ops). */
+  constructor(ctx) {
+    Object.assign(this, ctx);
+    this.ops = [];
+    const { cfg } = ctx;
+    this.dims = { qDim: cfg.n_heads * cfg.head_dim, kvDim: cfg.n_kv_heads * cfg.head_dim, ropeDim: cfg.rope_dim || cfg.head_dim };
+  }
+
+  buf(b) { return typeof b === 'string' ? this.buffer(b) : b; }
+
+  /** The tiles a kernel staging `extraPerRow` more floats per row than x in workgroup memory can run (fused). */
+  stagedTiles(extraPerRow) {
+    const fits = (t) => t * (this.cfg.dim + extraPerRow) * 4 <= this.wgMem;
+    const t4 = fits(4) ? 4 : 1;
+    return { t4, t8: this.plan.tile8 && fits(8) ? 8 : t4, t1: this.plan.tile1 ? 1 : t4 };
+  }
+
+  /** An op whose pipeline depends on the tile its row count picks (tiles: {t1, t4, t8}; make(tile) -> pipeline;
+   * grid(rows, tile) -> [x, y, z] with z = 1: one workgroup loops over the tiles). Kinds in plan.rowTiles run
+   * dispatches of up to rowTilesMax rows row-parallel instead: 1-row tiles, every row its own workgroup, rowGrid(rows). */
+  async tiled(label, bindGroup, tiles, make, grid, rowGrid) {
+    const row = this.plan.rowTiles.has(kindOf(label));
+    const pipes = {};
+    for (const t of new Set([tiles.t1, tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipes[t] = await make(t);
+    const max = row ? this.plan.rowTilesMax : 0;
+    return this.push({ label, bindGroup, select: (rows) => {
+      if (rows <= max) return { pipeline: pipes[1], grid: rowGrid(rows) };
+      const t = tileFor(tiles, rows);
+      return { pipeline: pipes[t], grid: grid(rows, t) };
+    } });
+  }
+
+  push(op) {
+    op.kind = kindOf(op.label);
+    (this.list ?? this.ops).push(op);
+    return op;
+  }
+
+  /** Matmul params (matmul.wgsl / matmul_sg.wgsl / matmul_sg_pro.wgsl) of one part of a linear. */
+  mmParams(lin, part, outStride, window) {
+    const { cfg, dims } = this;
+    return { K: lin.K, N: part.N, row0: part.row0, out_stride: outStride, window, q_dim: dims.qDim, kv_dim: dims.kvDim,
+      head_dim: cfg.head_dim, rope_dim: dims.ropeDim, seq_len: cfg.seq_len, n_groups: Math.ceil(part.N / 2), eps: cfg.norm_eps ?? 1e-5 };
+  }
+
+  /** out (n, N) = [rmsnorm_gamma](x) @ W^T with the mode's epilogue (store / add / swiglu / qkv: RoPE + KV write). */
+  async matmul(label, lins, { x, gamma = null, out, kv = null, mode, window = 0 }) {
+    const K = this.kernels.matmul;
+    const { lanes, matmulWg, ksplit, tile1, tile8 } = this.plan;
+    const outStride = { qkv: this.dims.qDim, add: this.cfg.dim, swiglu: this.cfg.hidden_dim, store: this.cfg.vocab_size }[mode];
+    const tiles = { t4: 4, t8: tile8 ? 8 : 4, t1: tile1 ? 1 : 4 };
+    const perWg = matmulWg / (lanes * ksplit);   // row pairs per workgroup
+    for (const lin of lins) {
+      for (const part of lin.parts) {
+        const bg = K.bind(label, { params: this.uniform(label, K.pack('params', this.mmParams(lin, part, outStride, window))),
+          step: this.step, w: part.buffer, x: this.buf(x), gamma: this.buf(gamma), rope: mode === 'qkv' ? this.buf('rope') : null,
+          out: this.buf(out), kv: this.buf(kv) });
+        const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / perWg));
+        await this.tiled(label, bg, tiles, (t) => K.pipeline({ WG_SIZE: matmulWg, WTYPE: lin.wtype, MODE: MODE[mode],
+          NORM: gamma ? 1 : 0, LANES: lanes, TILE: t, KSPLIT: ksplit }), () => grid, (rows) => [grid[0], grid[1], rows]);
+      }
+    }
+  }
+
+  /** matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg_pro.wgsl); part 0 of the first linear writes
+   * that sum to r_out. pairs / wg: row pairs per subgroup and workgroup size (the head's are larger). */
+  async matmulPro(label, lins, { r_in, parts, r_out = null, gamma = null, out, kv = null, mode, window = 0,
+    pairs = 1, wg = this.plan.fuseMatmulWg }) {
+    const K = this.kernels.matmul_pro;
+    const { lanes, maxRows } = this.plan;
+    const npart = parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads;
+    const outStride = { qkv: this.dims.qDim, swiglu: this.cfg.hidden_dim, store: this.cfg.vocab_size }[mode];
+    const tiles = this.stagedTiles(0);
+    for (const [j, lin] of lins.entries()) {
+      for (const [pi, part] of lin.parts.entries()) {
+        const writeR = r_out && j === 0 && pi === 0;
+        const params = { ...this.mmParams(lin, part, outStride, window), npart, pstride: (maxRows * this.cfg.dim) / 4, write_r: writeR ? 1 : 0 };
+        const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: part.buffer,
+          r_in: this.buf(r_in), gamma: this.buf(gamma), rope: mode === 'qkv' ? this.buf('rope') : null, out: this.buf(out),
+          kv: this.buf(kv), parts: this.buf(parts), r_out: writeR ? this.buf(r_out) : null });
+        const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / ((wg / lanes) * pairs)));
+        await this.tiled(label, bg, tiles, (t) => K.pipeline({ WG_SIZE: wg, WTYPE: lin.wtype, MODE: MODE[mode],
+          NORM: gamma ? 1 : 0, LANES: lanes, TILE: t, KX: lin.K, PAIRS: pairs, NPART: npart }), () => grid,
+        (rows) => [grid[0], grid[1], rows]);
+      }
+    }
+  }
+
+  /** resid rows = token_embd[tokens[tok0 + t]] (one dispatch per part of the embedding). */
+  async embed(emb, { out }) {
+    const K = this.kernels.embed;
+    for (const part of emb.parts) {
+      const bg = K.bind('embed', { params: this.uniform('embed', K.pack('params', { K: this.cfg.dim, N: part.N, row0: part.row0 })),
+        step: this.step, w: part.buffer, tokens: this.buf('tokens'), out: this.buf(out) });
+      const pipeline = await K.pipeline({ WTYPE: emb.wtype });
+      this.push({ label: 'embed', bindGroup: bg, select: (rows) => ({ pipeline, grid: [rows, 1, 1] }) });
+    }
+  }
+
+  attnParams(extra = {}) {
+    const { cfg, dims } = this;
+    return { n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, seq_len: cfg.seq_len,
+      q_dim: dims.qDim, kv_dim: dims.kvDim, scale: 1 / Math.sqrt(cfg.head_dim), ...extra };
+  }
+
+  /** out = causal GQA attention of the chunk's queries (buffer q) over the KV cache: one workgroup per (head, row). */
+  async attention(label, { kv, out }) {
+    const K = this.kernels.attention;
+    const bg = K.bind(label, { params: this.uniform(label, K.pack('params', this.attnParams())), step: this.step,
+      q: this.buf('q'), kv: this.buf(kv), scores: this.buf('scores'), out: this.buf(out) });
+    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg });
+    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [this.cfg.n_heads, rows, 1] }) });
+  }
+
+  /** P_attn[h] = attention of head h @ W_o[:, head h's columns] (attn_o.wgsl). */
+  async attnO(label, o, { kv }) {
+    const K = this.kernels.attn_o;
+    const { cfg } = this;
+    const params = this.attnParams({ dim: cfg.dim, K: this.dims.qDim, pstride: this.plan.maxRows * cfg.dim });
+    const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, q: this.buf('q'),
+      kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn') });
+    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype) });
+    const z = this.plan.attnSplit;   // workgroups sharing a head's O projection (each its own scores row)
+    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, z] }) });
+  }
+
+  /** x = r_in + sum_h P_attn[h] (-> r_out); P_ffn[s] = (silu(gate) * up over hidden slice s of rmsnorm(x)) @ W_down[:, s]. */
+  async ffn(label, L, { r_in, r_out }) {
+    const K = this.kernels.ffn;
+    const { cfg, plan } = this;
+    const params = { K: cfg.dim, KD: cfg.hidden_dim, dim: cfg.dim, npart: cfg.n_heads, pstride: (plan.maxRows * cfg.dim) / 4,
+      write_r: 1, eps: cfg.norm_eps ?? 1e-5 };
+    const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: L.gateUp.parts[0].buffer,
+      r_in: this.buf(r_in), gamma: L.ffnNorm, parts: this.buf('p_attn'), r_out: this.buf(r_out), wd: L.down.parts[0].buffer,
+      pffn: this.buf('p_ffn') });
+    // one workgroup row per tile of chunk rows
+    await this.tiled(label, bg, this.stagedTiles(plan.fuseSlice), (t) => K.pipeline({ WG_SIZE: plan.fuseWg, WTYPE: L.gateUp.wtype,
+      WTYPE_D: L.down.wtype, LANES: plan.lanes, TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads }),
+    (rows, t) => [this.nSlices, Math.ceil(rows / t), 1], (rows) => [this.nSlices, rows, 1]);
+  }
+
+  /** After the layers, per chunk: the final residual summed once (x = r + sum_s P_ffn[s] -> 'x_final', when the fused
+   * head takes a plain input: plan.headSum) and/or kept by position ('features'). Returns the head's input. */
+  async final({ x, parts }, features) {
+    const sum = parts && this.plan.headSum;
+    if (!sum && !features) return { x, parts };
+    const K = this.kernels.residual;
+    const { dim } = this.cfg;
+    const bg = K.bind('residual', { params: this.uniform('residual', K.pack('params', { dim, pstride: (this.plan.maxRows * dim) / 4 })),
+      step: this.step, r_in: this.buf(x), parts: parts ? this.buf(parts) : null, out: sum ? this.buf('x_final') : null,
+      features: features ? this.buf('features') : null });
+    const pipeline = await K.pipeline({ NPART: parts ? (parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads) : 0, OUT: sum ? 1 : 0,
+      FEATURES: features ? 1 : 0 });
+    const x4 = Math.ceil(dim / 4 / 64);
+    this.push({ label: 'residual', bindGroup: bg, select: (rows) => ({ pipeline, grid: [x4, rows, 1] }) });
+    return sum ? { x: 'x_final', parts: null } : { x, parts };
+  }
+
+  /** logits rows (step.out_base..) = rmsnorm(x) @ W_out^T for the chunk rows from step.out_lo (window). */
+  async head(W, { x, parts }) {
+    const o = { gamma: W.outNorm, out: 'logits', mode: 'store', window: 1 };
+    if (parts) await this.matmulPro('logits', [W.head], { r_in: x, parts, ...o, pairs: this.plan.fuseHeadPairs, wg: this.plan.fuseHeadWg });
+    else await this.matmul('logits', [W.head], { x, ...o });
+  }
+
+  /** The two dispatches of the pick kernel for the rows a chunk's head produced; dest 'tokens' | 'ids'. */
+  async pick(dest) {
+    const K = this.kernels.pick;
+    const bg = K.bind(`pick_${dest}`, { params: this.buf('pick_params'), step: this.step, logits: this.buf('logits'),
+      part: this.buf('pick_part'), picks: this.buf(dest) });
+    const DEST = dest === 'tokens' ? 0 : 1;
+    for (const STAGE of [0, 1]) {
+      const pipeline = await K.pipeline({ WG_SIZE: this.plan.pickWg, STAGE, DEST });
+      const x = STAGE === 0 ? this.pickGroups : 1;
+      this.push({ label: 'pick', bindGroup: bg, select: (rows) => ({ pipeline, grid: [x, rows, 1] }) });
+    }
+  }
+}
+
+/** n workgroups as a grid within the 65535-per-dimension limit (the kernels flatten (x, y)). */
+function wideGrid(n) {
+  const x = Math.min(n, 32768);
+  return [x, Math.ceil(n / x), 1];
+}
+
+/** attn_o.wgsl's OU: the most 8-column units of W_o any head's slice takes (whole 32-column blocks when quantised). */
+function headUnits(cfg, wtype) {
+  const q = [2, 3, 8].includes(wtype);
+  let most = 0;
+  for (let h = 0; h < cfg.n_heads; h++) {
+    const c0 = h * cfg.head_dim;
+    const c1 = c0 + cfg.head_dim;
+    most = Math.max(most, (q ? Math.ceil(c1 / 32) * 4 : c1 / 8) - (q ? Math.floor(c0 / 32) * 4 : c0 / 8));
+  }
+  return most;
+}

@@ -1,0 +1,448 @@
+// model.js — a loaded model on the engine's device: weights, KV cache, activations, the forward graph, and the model
+// object the decode loop drives through py/exactspec/bridge.py (forward, the batched step, truncate, destroy).
+// API: see engine.js.
+
+import { encodeSubmission, passChunks } from './encode.js';
+import { FORWARDS, GraphBuilder } from './graph.js';
+import { MAX_PASSES } from './options.js';
+import { checkPick, pickParams } from './pick.js';
+import { profileOps } from './profile.js';
+import { loadWeights } from './weights.js';
+
+const CONFIG_KEYS = ['dim', 'hidden_dim', 'n_layers', 'n_heads', 'n_kv_heads', 'head_dim', 'vocab_size', 'seq_len'];
+
+function checkConfig(cfg) {
+  if (!cfg || typeof cfg !== 'object') throw new Error('model description has no config');
+  for (const k of CONFIG_KEYS) {
+    if (!Number.isInteger(cfg[k]) || cfg[k] <= 0) throw new Error(`model config: ${k} must be a positive integer, got ${cfg[k]}`);
+  }
+  if (cfg.n_heads % cfg.n_kv_heads) throw new Error('model config: n_heads must be a multiple of n_kv_heads');
+  if (cfg.head_dim % 16 || cfg.head_dim > 256) throw new Error(`model config: head_dim ${cfg.head_dim} must be a multiple of 16 and <= 256`);
+  const rd = cfg.rope_dim || cfg.head_dim;
+  if (rd % 2 || rd > cfg.head_dim) throw new Error(`model config: bad rope_dim ${cfg.rope_dim}`);
+  if ((cfg.arch ?? 'llama') !== 'llama') throw new Error(`model config: arch ${cfg.arch} is not supported (llama only)`);
+}
+
+/** The GPU buffers a model owns (destroyed with it). */
+class Memory {
+  constructor(device, maxBinding) {
+    this.device = device;
+    this.maxBinding = maxBinding;
+    this.buffers = [];
+  }
+
+  own(b) { this.buffers.push(b); return b; }
+
+  create(label, size, usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC) {
+    if (size > this.maxBinding && usage & GPUBufferUsage.STORAGE) throw new Error(`${label}: ${size} bytes exceed the storage binding limit ${this.maxBinding}; use a smaller seq_len`);
+    return this.own(this.device.createBuffer({ label, size: Math.max(16, Math.ceil(size / 16) * 16), usage }));
+  }
+
+  uniform(label, words) {
+    const b = this.create(label, words.byteLength, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    this.device.queue.writeBuffer(b, 0, words);
+    return b;
+  }
+
+  free(b) {
+    if (!b) return;
+    this.buffers = this.buffers.filter((x) => x !== b);
+    b.destroy();
+  }
+
+  destroy() { for (const b of this.buffers) b.destroy(); this.buffers = []; }
+}
+
+/** The fused kernels this model runs (plan.fuse, unless the model cannot take them): false | 'attn' | true. They need
+ * W_o (and, fuse true, the FFN weights) in one storage binding each and one row of x (plus an FFN slice) in workgroup
+ * memory. Fused by default ('auto'): a model without that runs unfused; fused on request: refused, naming why. */
+function modelFuse(plan, W, dim, wgMem, weightBinding) {
+  if (!plan.fuse) return false;
+  const full = plan.fuse === true;
+  const split = W.layers.flatMap((L, i) => [['attn_output', L.o], ...(full ? [['ffn_gate_up', L.gateUp], ['ffn_down', L.down]] : [])]
+    .map(([what, lin]) => ({ what: `blk.${i}.${what}`, lin }))).find(({ lin }) => lin.parts.length !== 1);
+  const why = split
+    ? `${split.what} is split over ${split.lin.parts.length} storage bindings (binding limit ${weightBinding} bytes); fused kernels need it in one`
+    : (dim + (full ? plan.fuseSlice : 0)) * 4 > wgMem ? `one row of dim ${dim} does not fit the device's ${wgMem} bytes of workgroup memory` : null;
+  if (why && plan.fuseAuto) return false;
+  if (why) throw new Error(`fuse: ${why}`);
+  return plan.fuse;
+}
+
+/** The activations (named buffers the graph reads and writes). */
+function activations(mem, cfg, plan, nSlices) {
+  const { dim, hidden_dim: hidden, n_heads: nH, head_dim: hd, seq_len: seqLen } = cfg;
+  const R = plan.maxRows;
+  const ropeDim = cfg.rope_dim || hd;
+  const b = {
+    resid: mem.create('resid', R * dim * 4),                 // (max_rows, dim)
+    q: mem.create('q', R * nH * hd * 4),                     // (max_rows, q_dim)
+    att: mem.create('attn_out', R * nH * hd * 4),            // (max_rows, q_dim)
+    hidden: mem.create('hidden', R * hidden * 4),            // (max_rows, hidden_dim)
+    scores: mem.create('scores', R * nH * plan.attnSplit * seqLen * 4),   // (max_rows, n_heads, attn split, seq_len)
+    tokens: mem.create('tokens', (seqLen + 1) * 4),          // (seq_len + 1) token ids of one submission
+    ids: mem.create('ids', (seqLen + 1) * 4),                // (seq_len + 1) picks on verify rows
+    rope: mem.create('rope', seqLen * (ropeDim / 2) * 8),    // (seq_len, rope_dim/2) (cos, sin)
+    pick_params: mem.create('pick_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST),
+  };
+  if (plan.fuse) {
+    b.resid2 = mem.create('resid2', R * dim * 4);            // (max_rows, dim) the residual's ping-pong partner
+    b.p_attn = mem.create('p_attn', nH * R * dim * 4);       // (n_heads, max_rows, dim) attention partials
+  }
+  if (plan.fuse === true) b.p_ffn = mem.create('p_ffn', nSlices * R * dim * 4);   // (n_slices, max_rows, dim)
+  if (plan.fuse === true && plan.headSum) b.x_final = mem.create('x_final', R * dim * 4);   // (max_rows, dim) the head's input
+  const tab = new Float32Array(seqLen * ropeDim);
+  const theta = cfg.rope_theta ?? 10000;
+  for (let pos = 0; pos < seqLen; pos++) {
+    for (let i = 0; i < ropeDim / 2; i++) {
+      const a = pos * Math.pow(theta, (-2 * i) / ropeDim);
+      tab[(pos * (ropeDim / 2) + i) * 2] = Math.cos(a);
+      tab[(pos * (ropeDim / 2) + i) * 2 + 1] = Math.sin(a);
+    }
+  }
+  mem.device.queue.writeBuffer(b.rope, 0, tab);
+  return b;
+}
+
+/** Load a model (engine.loadModel). eng: the engine's shared state (engine.js). */
+export async function loadModel(eng, description, readSlice, lopts) {
+  const cfg0 = description?.config;
+  checkConfig(cfg0);
+  const seqLen = lopts.seq_len ?? cfg0.seq_len;
+  if (!Number.isInteger(seqLen) || seqLen <= 0 || seqLen > cfg0.seq_len) throw new Error(`seq_len ${seqLen} must be an integer in 1..${cfg0.seq_len}`);
+  const cfg = { ...cfg0, seq_len: seqLen };
+  const { device } = eng;
+  const mem = new Memory(device, eng.maxBinding);
+  try {
+    const W = await loadWeights(device, description, readSlice, cfg, { maxBinding: eng.weightBinding,
+      alloc: (label, n) => mem.create(label, n * 4), own: (b) => mem.own(b) });
+    for (const [i, L] of W.layers.entries()) L.kv = mem.create(`blk.${i}.kv`, 2 * seqLen * cfg.n_kv_heads * cfg.head_dim * 4);   // (2, seq_len, kv_dim)
+    const wgMem = device.limits.maxComputeWorkgroupStorageSize;
+    const plan = { ...eng.plan, fuse: modelFuse(eng.plan, W, cfg.dim, wgMem, eng.weightBinding),
+      maxRows: Math.max(1, Math.min(eng.plan.maxRows, seqLen)) };
+    const model = new EngineModel(eng, cfg, W, plan, mem, wgMem, !!lopts.features);
+    await model.build();
+    return model;
+  } catch (e) {
+    mem.destroy();
+    throw e;
+  }
+}
+
+let nextId = 0;
+
+export class EngineModel {
+  constructor(eng, cfg, W, plan, mem, wgMem, keepFeatures) {
+    Object.assign(this, { eng, device: eng.device, config: cfg, W, plan, mem, wgMem, keepFeatures });
+    this.id = nextId++;
+    this.nSlices = plan.fuse === true ? Math.ceil(cfg.hidden_dim / plan.fuseSlice) : 0;
+    this.bufs = activations(mem, cfg, plan, this.nSlices);
+    if (keepFeatures) this.bufs.features = mem.create('features', cfg.seq_len * cfg.dim * 4);   // (seq_len, dim)
+    this.pickGroups = Math.max(1, Math.min(256, Math.ceil(cfg.vocab_size / (plan.pickWg * 16))));
+    this.stepKernel = eng.kernels.embed;   // every kernel declares the same struct Step: pack slots with one
+    this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
+    this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
+    this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    this.length = 0;
+    this.destroyed = false;
+    this.outCap = 0;         // rows the logits buffer holds
+    this.gen = 0;            // bumps when the logits buffer (and so the commands reading it) changes
+    this.pre = null;         // command buffers pre-encoded for the next submission of the same shape
+    this.stats = { dispatches: 0, chunks: 0, encode_ms: 0, gpu_ms: null };
+    this.weightBytes = W.bytes;
+    this.fused = plan.fuse;
+    this.maxRows = plan.maxRows;
+    this.aheadMax = plan.aheadMax;
+    if (plan.timestamps) {
+      this.ts = { set: this.device.createQuerySet({ type: 'timestamp', count: 2 }),
+        buf: mem.create('ts', 16, GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC),
+        read: mem.create('ts_read', 16, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST) };
+    }
+  }
+
+  builder(list) {
+    return new GraphBuilder({ kernels: this.eng.kernels, plan: this.plan, cfg: this.config, wgMem: this.wgMem,
+      nSlices: this.nSlices, pickGroups: this.pickGroups, list,
+      buffer: (name) => { if (name === null) return null; const b = this.bufs[name]; if (!b) throw new Error(`no buffer ${name}`); return b; },
+      uniform: (label, words) => this.mem.uniform(label, words), step: this.stepBuf });
+  }
+
+  async build() {
+    const g = this.builder();
+    this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
+    this.ops = g.ops;
+    await this.ensureOut(1);
+  }
+
+  /** Room for `rows` logits rows (and their readback and picks); rebuilds the head and pick ops when it grows. */
+  async ensureOut(rows) {
+    if (rows <= this.outCap) return;
+    const { vocab_size: vocab } = this.config;
+    const cap = Math.max(rows, Math.min(this.plan.maxRows, 16));
+    if (cap * vocab * 4 > this.eng.maxBinding) throw new Error(`n_out ${rows}: logits exceed the binding limit`);
+    for (const k of ['logits', 'staging', 'pick_part']) this.mem.free(this.bufs[k]);
+    this.bufs.logits = this.mem.create('logits', cap * vocab * 4);                                     // (cap, vocab)
+    this.bufs.staging = this.mem.create('staging', cap * vocab * 4 + 8 * (cap + 1), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+    this.bufs.pick_part = this.mem.create('pick_part', cap * this.pickGroups * 8);                     // (cap, groups) (value, id)
+    const head = [];
+    await this.builder(head).head(this.W, this.headIn);
+    const picks = { tokens: [], ids: [] };
+    for (const dest of ['tokens', 'ids']) await this.builder(picks[dest]).pick(dest);
+    Object.assign(this, { headOps: head, pickOps: picks, outCap: cap });
+    this.gen++;
+  }
+
+  // ---- the public API (engine.js): every call holds the engine's lock, so submissions never interleave
+
+  forward(tokens, startPos, nOut) { return this.eng.locked(() => this.forwardNow(tokens, startPos, nOut)); }
+
+  decodeAhead(token, startPos, n, pick, rows = true) { return this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows)); }
+
+  specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
+    return this.eng.locked(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
+  }
+
+  /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
+   * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
+  readFeatures(startPos, n) {
+    return this.eng.locked(async () => {
+      this.usable();
+      if (!this.keepFeatures) throw new Error('readFeatures: load the model with {features: true}');
+      if (!Number.isInteger(startPos) || !Number.isInteger(n) || startPos < 0 || n < 1 || startPos + n > this.length) {
+        throw new Error(`readFeatures: positions ${startPos}..${startPos + n - 1} are not all in 0..${this.length - 1}`);
+      }
+      const bytes = n * this.config.dim * 4;
+      const buf = this.device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      try {
+        const enc = this.device.createCommandEncoder();
+        enc.copyBufferToBuffer(this.bufs.features, startPos * this.config.dim * 4, buf, 0, bytes);
+        this.device.queue.submit([enc.finish()]);
+        await this.mapped(buf, bytes);
+        return new Float32Array(buf.getMappedRange().slice(0));
+      } finally {
+        buf.destroy();
+      }
+    });
+  }
+
+  truncate(n) {
+    if (!Number.isInteger(n) || n < 0 || n > this.length) throw new Error(`truncate: ${n} must be in 0..${this.length}`);
+    this.length = n;
+  }
+
+  /** Bench only (needs opts.timestamps): GPU microseconds per kind of dispatch for one forward of n rows at the
+   * current length, each dispatch in its own timed pass. The length does not change. */
+  profile(n = 1) { return this.eng.locked(() => profileOps(this, n)); }
+
+  destroy() {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    this.mem.destroy();
+    this.ts?.set.destroy();
+    this.eng.models.delete(this);
+  }
+
+  // ---- checks
+
+  usable() {
+    if (this.destroyed) throw new Error('model destroyed');
+    if (this.eng.state.lost) throw new Error(`device lost: ${this.eng.state.lost}`);
+  }
+
+  checkStart(what, startPos, n) {
+    if (startPos !== this.length) throw new Error(`${what}: start_pos ${startPos} must equal length ${this.length}`);
+    if (startPos + n > this.config.seq_len) throw new Error(`${what}: ${startPos} + ${n} tokens exceed seq_len ${this.config.seq_len}`);
+  }
+
+  tokenIds(what, tokens) {
+    const n = tokens?.length;
+    if (!Number.isInteger(n) || n < 1) throw new Error(`${what}: tokens must be a non-empty sequence`);
+    const tok = new Uint32Array(n);
+    const vocab = this.config.vocab_size;
+    for (let i = 0; i < n; i++) {
+      const t = Number(tokens[i]);
+      if (!Number.isInteger(t) || t < 0 || t >= vocab) throw new Error(`${what}: token ${tokens[i]} at ${i} is outside 0..${vocab - 1}`);
+      tok[i] = t;
+    }
+    return tok;
+  }
+
+  // ---- the three kinds of submission
+
+  async forwardNow(tokens, startPos, nOut) {
+    this.usable();
+    const tok = this.tokenIds('forward', tokens);
+    const n = tok.length;
+    this.checkStart('forward', startPos, n);
+    nOut = nOut ?? n;
+    if (!Number.isInteger(nOut) || nOut < 1 || nOut > n) throw new Error(`forward: n_out ${nOut} must be in 1..${n}`);
+    await this.ensureOut(nOut);
+    this.device.queue.writeBuffer(this.bufs.tokens, 0, tok);
+    const sub = new Submission(this);
+    sub.pass(this, { n, startPos, nOut });
+    sub.read(this.bufs.logits, 0, nOut * this.config.vocab_size * 4);
+    const out = await this.submit(sub, n <= this.plan.maxRows);
+    this.length = startPos + n;
+    return new Float32Array(out);
+  }
+
+  async aheadNow(token, startPos, n, pick, rows) {
+    this.usable();
+    const [tok] = this.tokenIds('decodeAhead', [token]);
+    if (!Number.isInteger(n) || n < 1 || n > MAX_PASSES) throw new Error(`decodeAhead: n ${n} must be in 1..${MAX_PASSES}`);
+    this.checkStart('decodeAhead', startPos, n);
+    const p = checkPick(pick);
+    await this.ensureOut(n);
+    const q = this.device.queue;
+    q.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
+    this.setPick(p);
+    const sub = new Submission(this);
+    for (let i = 0; i < n; i++) sub.pass(this, { n: 1, startPos: startPos + i, nOut: 1, tokBase: i, outBase: i }, 'tokens');
+    sub.read(this.bufs.tokens, 4, 4 * n);                                        // ids (n,): tokens[1..n]
+    if (rows) sub.read(this.bufs.logits, 0, n * this.config.vocab_size * 4);   // rows (n, vocab)
+    const out = await this.submit(sub, true);
+    this.length = startPos + n;
+    return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * this.config.vocab_size) : null };
+  }
+
+  async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {
+    this.usable();
+    if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specRound: the draft must be another model of the same engine');
+    draft.usable();
+    if (draft.config.vocab_size !== this.config.vocab_size) throw new Error(`specRound: draft vocabulary ${draft.config.vocab_size} differs from ${this.config.vocab_size}`);
+    const fed = draft.tokenIds('specRound feed', feed);
+    const f = fed.length;
+    const [tok] = this.tokenIds('specRound', [token]);
+    if (!Number.isInteger(k) || k < 1 || k > MAX_PASSES) throw new Error(`specRound: k ${k} must be in 1..${MAX_PASSES}`);
+    if (draftStart + f - 1 !== startPos) throw new Error(`specRound: the feed ends at ${draftStart + f - 1}, not at start_pos ${startPos}`);
+    draft.checkStart('specRound draft', draftStart, f + k - 1);
+    this.checkStart('specRound', startPos, k + 1);
+    const p = checkPick(pick);
+    await draft.ensureOut(k);
+    await this.ensureOut(k + 1);
+    const q = this.device.queue;
+    q.writeBuffer(draft.bufs.tokens, 0, fed);
+    q.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
+    draft.setPick(p);
+    this.setPick(p);
+    const sub = new Submission(this);
+    sub.pass(draft, { n: f, startPos: draftStart, nOut: 1 }, 'tokens');          // proposal 0 -> draft tokens[f]
+    for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: draftStart + f + i - 1, nOut: 1, tokBase: f + i - 1, outBase: i }, 'tokens');
+    sub.copy(draft.bufs.tokens, 4 * f, this.bufs.tokens, 4, 4 * k);                // [token, proposals...]
+    sub.pass(this, { n: k + 1, startPos, nOut: k + 1 }, 'ids');
+    const V = this.config.vocab_size;
+    sub.read(draft.bufs.tokens, 4 * f, 4 * k);                                  // proposals (k,)
+    sub.read(this.bufs.ids, 0, 4 * (k + 1));                                    // ids (k + 1,)
+    if (rows) sub.read(this.bufs.logits, 0, (k + 1) * V * 4);                   // rows (k + 1, vocab)
+    const out = await this.submit(sub, true);
+    draft.length = draftStart + f + k - 1;
+    this.length = startPos + k + 1;
+    return { proposals: new Int32Array(out, 0, k), ids: new Int32Array(out, 4 * k, k + 1),
+      rows: rows ? new Float32Array(out, 4 * (2 * k + 1), (k + 1) * V) : null };
+  }
+
+  setPick(p) {
+    const words = this.eng.kernels.pick.pack('params', pickParams(p, this.config.vocab_size, this.pickGroups));
+    this.device.queue.writeBuffer(this.bufs.pick_params, 0, words);
+  }
+
+  /** Write the step slots, submit (pre-encoded commands when the shape repeats), wait for the readback; returns a
+   * copy of the bytes read back. preEncode: encode the same shape again while the GPU runs. */
+  async submit(sub, preEncode) {
+    const q = this.device.queue;
+    const tEnc = performance.now();
+    for (const [m, steps] of sub.steps) {   // step slots are slotBytes apart (the dynamic offset alignment)
+      if (steps.length > m.maxSlots) throw new Error(`a submission of ${steps.length} chunks exceeds ${m.maxSlots}`);
+      const words = new Uint32Array((steps.length * m.slotBytes) / 4);
+      steps.forEach((st, i) => words.set(m.stepKernel.pack('step', st), (i * m.slotBytes) / 4));
+      q.writeBuffer(m.stepBuf, 0, words);
+    }
+    const key = sub.key();
+    const encode = () => encodeSubmission(this.device, sub.items, sub.reads, this.bufs.staging,
+      { splits: this.plan.splits + (sub.passes - 1) * this.plan.passSplits, ts: this.ts });
+    const cmd = this.pre && this.pre.key === key ? this.pre : { ...encode(), key };
+    this.pre = null;
+    const tSub = performance.now();
+    for (const cb of cmd.cbs) q.submit([cb]);
+    const st = this.stats;
+    st.submit_ms = performance.now() - tSub;
+    st.encode_ms = performance.now() - tEnc;
+    Object.assign(st, { dispatches: cmd.dispatches, command_buffers: cmd.cbs.length, chunks: sub.chunks, passes: sub.passes,
+      pre_encoded: cmd.pre === true });
+    // While the GPU runs, encode the next submission of the same shape (the decode loop repeats shapes; positions
+    // and tokens travel in buffers written at submit time, not in the commands).
+    if (preEncode) this.pre = { ...encode(), key, pre: true };
+    const bytes = sub.readBytes;
+    if (bytes > this.bufs.staging.size) throw new Error(`readback of ${bytes} bytes exceeds the staging buffer`);
+    await this.mapped(this.bufs.staging, bytes);
+    st.wait_ms = performance.now() - tEnc - st.encode_ms;
+    const out = this.bufs.staging.getMappedRange(0, bytes).slice(0);
+    this.bufs.staging.unmap();
+    if (this.ts) {
+      await this.ts.read.mapAsync(GPUMapMode.READ);
+      const t = new BigUint64Array(this.ts.read.getMappedRange());
+      st.gpu_ms = Number(t[1] - t[0]) / 1e6;
+      this.ts.read.unmap();
+    }
+    if (this.eng.state.error) throw new Error(`gpu error: ${this.eng.state.error}`);
+    return out;
+  }
+
+  /** Map a buffer for reading; a lost device rejects with "device lost: ..." (never hangs). */
+  async mapped(buf, bytes) {
+    const { state, lostPromise } = this.eng;
+    try {
+      await Promise.race([buf.mapAsync(GPUMapMode.READ, 0, bytes), lostPromise.then((m) => { throw new Error(`device lost: ${m}`); })]);
+    } catch (e) {
+      // a destroyed/lost device rejects the map before `device.lost` may have settled: give it a moment
+      const m = state.lost ?? await Promise.race([lostPromise, new Promise((r) => setTimeout(() => r(null), 500))]);
+      if (m) throw new Error(`device lost: ${m}`);
+      throw e;
+    }
+  }
+}
+
+/** One submission's work: passes of one or two models (their chunks, step slots and ops), copies, readbacks. */
+class Submission {
+  constructor(owner) {
+    this.owner = owner;
+    this.items = [];
+    this.reads = [];
+    this.readBytes = 0;
+    this.steps = new Map();   // model -> the Step of each of its slots, in slot order
+    this.shape = [];
+    this.passes = 0;
+    this.chunks = 0;
+  }
+
+  /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head. */
+  pass(model, p, pick = null) {
+    if (!this.steps.has(model)) this.steps.set(model, []);
+    const steps = this.steps.get(model);
+    for (const c of passChunks(p, model.plan.maxRows)) {
+      const offset = steps.length * model.slotBytes;
+      steps.push(c.step);
+      this.items.push({ ops: model.ops, rows: c.rows, offset });
+      if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset });
+      if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset });
+      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}`);
+      this.chunks++;
+    }
+    this.passes++;
+  }
+
+  copy(src, srcOffset, dst, dstOffset, size) {
+    this.items.push({ copy: [src, srcOffset, dst, dstOffset, size] });
+    this.shape.push(`copy ${src.label} ${srcOffset} ${dst.label} ${dstOffset} ${size}`);
+  }
+
+  read(src, offset, size) {
+    this.reads.push([src, offset, size]);
+    this.readBytes += size;
+  }
+
+  /** Commands depend only on this: the chunk shapes, copies, readbacks and the buffers they use. */
+  key() {
+    return `${this.shape.join('|')}|${this.reads.map(([s, o, n]) => `${s.label}@${o}+${n}`).join(',')}|${this.owner.gen}`;
+  }
+}

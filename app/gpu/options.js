@@ -1,0 +1,100 @@
+// options.js — createEngine's options (see engine.js) resolved against the adapter into the engine's plan: which
+// matmul kernel, lanes, workgroup sizes, tiles, fused kernels, command buffer splits, run-ahead limit. Every default
+// and every refusal lives here.
+
+import { WG_SIZE } from './kernels.js';
+
+/** SwiftShader / llvmpipe / WARP: workgroup barriers are very expensive there, so matmul runs barrier-free. */
+export function isCpuAdapter(info) {
+  return !!info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe|warp|software/i.test(
+    `${info.vendor} ${info.architecture} ${info.device} ${info.description}`);
+}
+
+/** The matmul kernel and its lanes: matmul_sg.wgsl where the adapter has subgroups of one fixed size S. */
+function matmulPlan(opts, info, device, cpu) {
+  const S = info.subgroupMinSize === info.subgroupMaxSize ? info.subgroupMinSize : 0;
+  const sgOk = device.features.has('subgroups') && S >= 4 && S <= WG_SIZE && WG_SIZE % S === 0;
+  const subgroups = sgOk && (opts.subgroups ?? !cpu);
+  if (opts.subgroups === true && !sgOk) throw new Error(`subgroups requested but the adapter has none of a fixed size (${info.subgroupMinSize}..${info.subgroupMaxSize})`);
+  const lanes = subgroups ? S : (opts.lanes ?? (cpu ? 1 : 32));
+  const matmulWg = opts.matmulWg ?? WG_SIZE;
+  const ksplit = opts.ksplit ?? 1;
+  if (![1, 2, 4].includes(ksplit)) throw new Error(`ksplit ${ksplit} must be 1, 2 or 4`);
+  if (ksplit > 1 && !subgroups && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
+  if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
+  return { subgroups, sgSize: S, lanes, matmulWg, ksplit, tile1: opts.tile1 ?? lanes > 1, tile8: opts.tile8 ?? lanes > 1 };
+}
+
+/** The fused engine: false | 'attn' | true, with its workgroup sizes; fuseAuto: fall back rather than refuse. */
+function fusePlan(opts, m, device, cpu) {
+  // default: the fused engine (3 dispatches per layer, FFN slices of 32) wherever matmul_sg.wgsl runs — measured
+  // on an H200 (bench/h200/h200_results.md): 7-10% less GPU time per token than unfused, same verify cost for
+  // k <= 3; a model it cannot take (split attention/FFN bindings, small workgroup memory) runs unfused
+  const req = opts.fuse ?? (opts.emulatedSubgroups ? false : 'auto');   // (tests emulate the unfused kernel)
+  if (![false, true, 'attn', 'auto'].includes(req)) throw new Error(`fuse ${JSON.stringify(req)} must be false, true, 'attn' or 'auto'`);
+  const fuseAuto = req === 'auto';
+  const fuse = fuseAuto ? (m.subgroups || !!opts.emulatedSubgroups) && m.ksplit === 1 : req;
+  if (fuse && !m.subgroups && !opts.emulatedSubgroups) throw new Error('fuse needs the subgroup matmul (matmul_sg.wgsl): a GPU with a fixed subgroup size');
+  if (fuse && m.ksplit > 1) throw new Error('fuse needs ksplit 1');
+  // default workgroup sizes within the device's limit (WebGPU guarantees 256 invocations; many GPUs give 1024)
+  const maxInv = device.limits.maxComputeInvocationsPerWorkgroup;
+  const fitWg = (want) => Math.max(m.lanes, Math.min(want, Math.floor(maxInv / m.lanes) * m.lanes));
+  const f = { fuse, fuseAuto, fuseWg: opts.fuseWg ?? (cpu ? 64 : fitWg(512)), fuseSlice: opts.fuseSlice ?? 32,
+    fuseHeadPairs: opts.fuseHeadPairs ?? 4, fuseHeadWg: opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256)),
+    fuseMatmulWg: opts.fuseMatmulWg ?? m.matmulWg };
+  if (!fuse) return f;
+  for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg']) {
+    const v = f[k];
+    if (!Number.isInteger(v) || v < m.lanes || v % m.lanes || v > maxInv) {
+      throw new Error(`${k} ${v} must be a multiple of the subgroup size ${m.lanes} within the device's workgroup limit`);
+    }
+  }
+  if (!Number.isInteger(f.fuseSlice) || f.fuseSlice < 32 || f.fuseSlice % 32) throw new Error(`fuseSlice ${f.fuseSlice} must be a positive multiple of 32`);
+  if (!Number.isInteger(f.fuseHeadPairs) || f.fuseHeadPairs < 1 || f.fuseHeadPairs > 64) throw new Error(`fuseHeadPairs ${f.fuseHeadPairs} must be in 1..64`);
+  return f;
+}
+
+/** Tile and split policies: the op kinds that run every chunk row in its own workgroup (1-row tiles) up to
+ * rowTilesMax rows; attention + O projection workgroups per head; the fused head's input summed once (headSum). */
+const ROW_KINDS = ['qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits'];
+function rowPlan(opts, m) {
+  const want = opts.rowTiles ?? [];
+  const kinds = want === 'all' ? ROW_KINDS.filter((k) => k !== 'logits') : want;
+  if (!Array.isArray(kinds) || kinds.some((k) => !ROW_KINDS.includes(k))) {
+    throw new Error(`rowTiles ${JSON.stringify(want)} must be 'all' or a list of ${ROW_KINDS.join(', ')}`);
+  }
+  if (kinds.length && !m.subgroups && !opts.emulatedSubgroups) throw new Error('rowTiles needs the subgroup matmul (matmul_sg.wgsl)');
+  const rowTilesMax = opts.rowTilesMax ?? 16;
+  if (!Number.isInteger(rowTilesMax) || rowTilesMax < 1) throw new Error(`rowTilesMax ${rowTilesMax} must be a positive integer`);
+  const headSum = opts.headSum ?? false;
+  if (typeof headSum !== 'boolean') throw new Error(`headSum ${JSON.stringify(headSum)} must be true or false`);
+  const attnSplit = opts.attnSplit ?? 1;
+  if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
+  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum };
+}
+
+/** The engine's plan from createEngine's options (see engine.js for each option). */
+export function resolvePlan(opts, info, device) {
+  const cpu = isCpuAdapter(info);
+  const m = matmulPlan(opts, info, device, cpu);
+  const f = fusePlan(opts, m, device, cpu);
+  const r = rowPlan(opts, m);
+  const pickWg = cpu ? 64 : 256;
+  const aheadMax = opts.aheadMax ?? (cpu ? 0 : 16);
+  if (!Number.isInteger(aheadMax) || aheadMax < 0 || aheadMax > MAX_PASSES) throw new Error(`aheadMax ${aheadMax} must be in 0..${MAX_PASSES}`);
+  return { cpu, ...m, ...f, ...r, attnWg: opts.attnWg ?? (cpu ? 64 : 256), maxRows: opts.maxRows ?? 64,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax,
+    timestamps: !!opts.timestamps && device.features.has('timestamp-query') };
+}
+
+/** The most passes one batched step (decodeAhead / specRound) may hold. */
+export const MAX_PASSES = 64;
+
+/** What adapterInfo.kernels reports: the kernels and variants the engine runs. */
+export function kernelsInfo(plan) {
+  const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
+    fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, auto: plan.fuseAuto } : false;
+  return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
+    attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
+    head_sum: plan.headSum };
+}

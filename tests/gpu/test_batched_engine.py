@@ -1,0 +1,193 @@
+"""The engine's batched step (model.decodeAhead, champion.specRound: py/exactspec/backend.py's decode_ahead /
+spec_round, one submission, one readback, picks made on the GPU by shaders/pick.wgsl) under Node + Dawn (llvmpipe):
+
+- a batched step equals the same passes made one by one, BITWISE: every returned row, and what the KV caches hold
+  afterwards (a forward after the step);
+- greedy ids are exactly numpy's argmax of the returned rows (ties -> lowest id); coupled picks equal numpy's
+  argmax(row / T + Rng(seed).gumbel(t)) wherever the top two differ by >= 1e-4 (seeds up to 2^53 - 1);
+- the draft's proposals are the picks on its own one-by-one rows, read by the champion on the GPU;
+- bad calls are refused with errors naming the problem.
+Engine variants: the CPU-adapter matmul, the GPU lanes path, the subgroup kernel and the fused engine (one-lane
+subgroups emulated), and row chunks smaller than the draft's feed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dawn_harness import probe, run_engine
+
+_why = probe()
+pytestmark = pytest.mark.skipif(_why is not None, reason=f"WebGPU engine cannot run here: {_why}")
+
+VARIANTS = {"cpu_path": {}, "gpu_lanes": {"lanes": 32}, "subgroup": {"emulate_sg": True},
+            "fused": {"emulate_sg": True, "engine_opts": {"fuse": True, "fuseSlice": 32}},
+            "fused_attn": {"emulate_sg": True, "engine_opts": {"fuse": "attn"}}, "chunks3": {"max_rows": 3}}
+PICKS = {"greedy": {"temperature": 0, "seed": 0}, "coupled": {"temperature": 0.8, "seed": 12345},
+         "coupled_big_seed": {"temperature": 1.7, "seed": 2 ** 53 - 1}}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    td = tmp_path_factory.mktemp("batched")
+    champ, draft = td / "champ.gguf", td / "draft.gguf"
+    write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
+    write_micro_gguf(draft, micro_config(n_layers=1), seed=7, tensor_type="Q8_0")
+    return (champ, describe(champ)), (draft, describe(draft))
+
+
+def numpy_pick(row, pick, t):
+    """(id, margin): the decode loop's pick in float64, and how far the best is from the second best."""
+    from exactspec.sampling import Rng
+
+    z = row.astype(np.float64)
+    if pick["temperature"] > 0:
+        z = z / pick["temperature"] + Rng(pick["seed"]).gumbel(t, z.size)
+    top = np.sort(z)[-2:]
+    return int(np.argmax(z)), float(top[1] - top[0])
+
+
+def check_picks(ids, rows, pick, t0):
+    """ids[i] picked from rows[i] for the token at absolute position t0 + i."""
+    assert len(ids) == len(rows)
+    for i, row in enumerate(rows):
+        if pick["temperature"] == 0:
+            assert ids[i] == int(np.argmax(row)), f"greedy id {ids[i]} at row {i} is not numpy's argmax"
+        else:
+            want, margin = numpy_pick(row, pick, t0 + i)
+            assert ids[i] == want or margin < 1e-4, f"coupled pick {ids[i]} at row {i} != {want} (margin {margin})"
+
+
+def bits(a):
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("pick_name", list(PICKS))
+def test_decode_ahead_equals_passes_one_by_one(models, variant, pick_name):
+    (path, d), _ = models
+    kw, pick = VARIANTS[variant], PICKS[pick_name]
+    V = d["config"]["vocab_size"]
+    prompt = [int(x) for x in np.random.default_rng(3).integers(0, V, 7)]
+    P, N, x, y = len(prompt), 9, prompt[-1], 17
+    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
+           {"op": "decode_ahead", "token": x, "start_pos": P, "n": N, "pick": pick, "rows": True},
+           {"op": "forward", "tokens": [y], "start_pos": P + N},
+           {"op": "truncate", "n": P},
+           {"op": "decode_ahead", "token": x, "start_pos": P, "n": N, "pick": pick, "rows": False}]
+    info, outs = run_engine(path, d, ops, **kw)
+    res = info["results"]
+    assert all("error" not in r for r in res), res
+    ahead, after = outs[1], outs[2]                           # (N, vocab), (1, vocab)
+    ids = res[1]["ids"]
+    assert res[1]["length"] == P + N and res[1]["passes"] == N and res[4]["ids"] == ids
+    check_picks(ids, ahead, pick, P + 1)
+    # the same passes one by one, fed what the GPU fed itself
+    fed = [x] + ids[:-1]
+    ops1 = [ops[0]] + [{"op": "forward", "tokens": [t], "start_pos": P + i} for i, t in enumerate(fed)] + [ops[2]]
+    _, outs1 = run_engine(path, d, ops1, **kw)
+    one = np.concatenate(outs1[1:N + 1])                      # (N, vocab)
+    assert np.array_equal(bits(ahead), bits(one)), "decodeAhead rows differ from one-by-one forwards"
+    assert np.array_equal(bits(after), bits(outs1[N + 1])), "the KV cache after decodeAhead differs"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("pick_name", ["greedy", "coupled"])
+def test_spec_round_equals_passes_one_by_one(models, variant, pick_name):
+    (cpath, cd), (dpath, dd) = models
+    kw, pick = VARIANTS[variant], PICKS[pick_name]
+    V = cd["config"]["vocab_size"]
+    prompt = [int(x) for x in np.random.default_rng(5).integers(0, V, 8)]
+    P, K, y = len(prompt), 4, 23
+    feed = prompt[2:]                                         # the draft holds prompt[:2]; its feed ends at P - 1
+    setup = [{"op": "forward", "tokens": prompt[:-1], "start_pos": 0, "n_out": 1},
+             {"op": "forward", "on": "draft", "tokens": prompt[:2], "start_pos": 0, "n_out": 1}]
+    after = [{"op": "forward", "tokens": [y], "start_pos": P + K},
+             {"op": "forward", "on": "draft", "tokens": [y], "start_pos": P + K - 1}]
+    ops = setup + [{"op": "spec_round", "feed": feed, "draft_start": 2, "k": K, "token": prompt[-1],
+                    "start_pos": P - 1, "pick": pick, "rows": True}] + after
+    info, outs = run_engine(cpath, cd, ops, draft=(dpath, dd), **kw)
+    res = info["results"]
+    assert all("error" not in r for r in res), res
+    r = res[2]
+    props, ids, rows = r["proposals"], r["ids"], outs[2]      # rows (K + 1, vocab)
+    assert r["length"] == P + K and r["draft_length"] == P + K - 1 and len(props) == K
+    check_picks(ids, rows, pick, P)
+    # one by one: the draft's passes (feed, then each proposal), the champion's verify of [token, proposals]
+    ops1 = setup + [{"op": "forward", "on": "draft", "tokens": feed, "start_pos": 2, "n_out": 1}]
+    ops1 += [{"op": "forward", "on": "draft", "tokens": [t], "start_pos": P + i} for i, t in enumerate(props[:-1])]
+    ops1 += [{"op": "forward", "tokens": [prompt[-1]] + props, "start_pos": P - 1}] + after
+    _, outs1 = run_engine(cpath, cd, ops1, draft=(dpath, dd), **kw)
+    check_picks(props, np.concatenate(outs1[2:2 + K]), pick, P)
+    assert np.array_equal(bits(rows), bits(outs1[2 + K])), "specRound's champion rows differ from one verify forward"
+    assert np.array_equal(bits(outs[3]), bits(outs1[3 + K])), "the champion's KV cache after specRound differs"
+    assert np.array_equal(bits(outs[4]), bits(outs1[4 + K])), "the draft's KV cache after specRound differs"
+
+
+def test_spec_round_ids_only(models):
+    """rows=False brings back the proposals and the champion's greedy ids only (the same as with rows)."""
+    (cpath, cd), (dpath, dd) = models
+    prompt = [5, 9, 2, 71, 33]
+    rnd = {"op": "spec_round", "feed": prompt, "draft_start": 0, "k": 3, "token": 44, "start_pos": 4,
+           "pick": PICKS["greedy"]}
+    ops = [{"op": "forward", "tokens": prompt[:-1], "start_pos": 0}, {**rnd, "rows": True},
+           {"op": "truncate", "n": 4}, {"op": "truncate", "on": "draft", "n": 0}, {**rnd, "rows": False}]
+    info, outs = run_engine(cpath, cd, ops, draft=(dpath, dd))
+    a, b = info["results"][1], info["results"][4]
+    assert a["proposals"] == b["proposals"] and a["ids"] == b["ids"] and b["rows"] == 0 and len(outs) == 2
+
+
+def test_batched_refusals(models):
+    """Bad batched calls are refused with an error naming the problem; the model stays usable."""
+    (cpath, cd), (dpath, dd) = models
+    g = PICKS["greedy"]
+    ops = [{"op": "forward", "tokens": [1, 2, 3], "start_pos": 0},
+           {"op": "decode_ahead", "token": 4, "start_pos": 2, "n": 2, "pick": g, "rows": True},
+           {"op": "decode_ahead", "token": 4, "start_pos": 3, "n": 65, "pick": g, "rows": True},
+           {"op": "decode_ahead", "token": 4, "start_pos": 3, "n": 2, "pick": {"temperature": 1, "seed": -1}, "rows": True},
+           {"op": "decode_ahead", "token": 4, "start_pos": 3, "n": 2, "pick": {"temperature": 1, "seed": 2 ** 53}, "rows": True},
+           {"op": "decode_ahead", "token": 10 ** 6, "start_pos": 3, "n": 2, "pick": g, "rows": True},
+           {"op": "spec_round", "feed": [1, 2], "draft_start": 0, "k": 2, "token": 3, "start_pos": 3, "pick": g, "rows": True},
+           {"op": "spec_round", "feed": [1, 2, 3, 4], "draft_start": 0, "k": 0, "token": 3, "start_pos": 3, "pick": g, "rows": True},
+           {"op": "decode_ahead", "token": 4, "start_pos": 3, "n": 2, "pick": g, "rows": True}]
+    info, _ = run_engine(cpath, cd, ops, draft=(dpath, dd))
+    errs = [r.get("error", "") for r in info["results"]]
+    assert "start_pos 2 must equal length 3" in errs[1]
+    assert "n 65 must be in 1..64" in errs[2]
+    assert "seed -1" in errs[3] and "seed 9007199254740992" in errs[4]
+    assert "outside" in errs[5]
+    assert "the feed ends at 1, not at start_pos 3" in errs[6]
+    assert "k 0 must be in" in errs[7]
+    assert errs[8] == "" and info["results"][8]["length"] == 5
+
+
+def test_decode_ahead_after_device_loss(models):
+    (path, d), _ = models
+    ops = [{"op": "forward", "tokens": [1, 2, 3], "start_pos": 0}, {"op": "lose_device"},
+           {"op": "decode_ahead", "token": 4, "start_pos": 3, "n": 4, "pick": PICKS["greedy"], "rows": True}]
+    info, _ = run_engine(path, d, ops, timeout=120)
+    assert info["results"][2].get("error", "").startswith("device lost"), info["results"][2]
+
+
+@pytest.mark.parametrize("vocab", [5000, 49152])
+def test_picks_over_many_vocab_groups(tmp_path, vocab):
+    """Vocabularies that the pick kernel splits over several workgroups per row (stage 0: 5 and 48 groups of ids on
+    a CPU adapter, 2 and 12 on a GPU): greedy ids are numpy's argmax, coupled picks numpy's."""
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    path = tmp_path / "m.gguf"
+    write_micro_gguf(path, micro_config(vocab_size=vocab, n_layers=1), seed=2, tensor_type="Q8_0", with_tokenizer=False)
+    d = describe(path)
+    prompt = [int(x) for x in np.random.default_rng(1).integers(0, vocab, 5)]
+    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1}]
+    for pick in PICKS.values():
+        ops += [{"op": "decode_ahead", "token": 3, "start_pos": 5, "n": 6, "pick": pick, "rows": True},
+                {"op": "truncate", "n": 5}]
+    info, outs = run_engine(path, d, ops, seq_len=64)
+    res = [r for r in info["results"] if r["op"] == "decode_ahead"]
+    for r, rows, pick in zip(res, outs[1:], PICKS.values()):
+        check_picks(r["ids"], rows, pick, 6)

@@ -1,0 +1,76 @@
+"""The decode loop (exactspec.decode) end to end on the WebGPU engine: champion and draft are engine models under
+Node + Dawn (tests/gpu/engine_server.mjs), wrapped by exactspec.bridge.JsBackend exactly as the worker wraps them in
+Pyodide. With the batched step (decodeAhead / specRound: one submission per round, picks on the GPU) the tokens and
+the champion's and draft's pass counts equal the per-forward path's, greedy and coupled, with and without a draft;
+only the submissions drop."""
+from __future__ import annotations
+
+import pytest
+
+from dawn_harness import probe
+
+_why = probe()
+pytestmark = pytest.mark.skipif(_why is not None, reason=f"WebGPU engine cannot run here: {_why}")
+
+COUNTS = ("target_passes", "draft_passes", "rounds", "proposed", "accepted", "acceptance_by_position")
+
+
+@pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}], ids=["plain", "fused"])
+def engine(request, tmp_path_factory):
+    from engine_rpc import EngineProcess
+    from exactspec.bridge import JsBackend
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    td = tmp_path_factory.mktemp("decode")
+    champ, draft = td / "champ.gguf", td / "draft.gguf"
+    write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
+    write_micro_gguf(draft, micro_config(n_layers=1), seed=1, tensor_type="Q8_0")   # shares the embedding: agrees often
+    opts = request.param
+    proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8}})
+    c = proc.load("champion", champ, describe(champ), seq_len=128)
+    d = proc.load("draft", draft, describe(draft), seq_len=128)
+    yield JsBackend(c), JsBackend(d), c, d
+    proc.close()
+
+
+def generate(champ, draft, prompt, **kw):
+    from exactspec.decode import GenerateConfig, generate as gen
+
+    return gen(champ, prompt, GenerateConfig(**{"adaptive": False, "max_new_tokens": 20, **kw}), draft=draft, eos_ids=[])
+
+
+@pytest.mark.parametrize("temperature,seed", [(0.0, 0), (0.9, 7), (1.3, 2 ** 53 - 1)])
+@pytest.mark.parametrize("k", [0, 3])
+def test_decode_loop_batched_equals_per_forward(engine, temperature, seed, k):
+    champ, draft, c, d = engine
+    prompt = [1, 20, 30, 40, 50, 60]
+    kw = dict(temperature=temperature, seed=seed, k=k, drafter="model" if k else "none", mode="coupled")
+    before = dict(c.calls)
+    plain = generate(champ, draft, prompt, batched=False, **kw)
+    mid = dict(c.calls)
+    batched = generate(champ, draft, prompt, batched=True, **kw)
+    assert batched.token_ids == plain.token_ids and len(plain.token_ids) == 20
+    for key in COUNTS:
+        assert batched.stats[key] == plain.stats[key], key
+    assert mid["decodeAhead"] == before["decodeAhead"] and mid["specRound"] == before["specRound"]
+    if k == 0:    # the champion alone runs ahead: 4, 8, 8 passes per submission (aheadMax 8), none wasted
+        assert c.calls["decodeAhead"] - mid["decodeAhead"] == batched.stats["submissions"] == 3
+        assert batched.stats["wasted_passes"] == 0
+    else:         # one submission per round: the draft's k passes and the champion's verify (a last round with no
+        # room for proposals runs ahead instead)
+        rounds = c.calls["specRound"] - mid["specRound"] + c.calls["decodeAhead"] - mid["decodeAhead"]
+        assert rounds == batched.stats["rounds"] == batched.stats["submissions"]
+        assert c.calls["specRound"] > mid["specRound"] and batched.stats["accepted"] > 0
+
+
+def test_no_run_ahead_where_the_engine_says_so(engine):
+    """aheadMax 0 (the default on CPU adapters): the decode loop makes one forward per token."""
+    champ, draft, c, d = engine
+    c.aheadMax = 0
+    try:
+        before = c.calls["decodeAhead"]
+        r = generate(champ, draft, [3, 4, 5], k=0, drafter="none", max_new_tokens=5)
+        assert c.calls["decodeAhead"] == before and r.stats["submissions"] == 5
+    finally:
+        c.aheadMax = 8
