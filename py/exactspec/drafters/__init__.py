@@ -66,7 +66,7 @@ def make_drafter(kind: str, draft=None, vocab_size: int | None = None, stop: flo
             bridged = make_bridged_drafter(bridge, draft, vocab_size, tokenizer, draft_tokenizer, mode)
             if bridged is not None:
                 return bridged
-        elif bridge != "auto":
+        elif kind == "model" and bridge != "auto":
             raise ValueError(f"bridge {bridge!r} needs both tokenizers (the draft's file carries none?)")
         if vocab_size is not None and draft.config.vocab_size != vocab_size:
             raise ValueError(
