@@ -205,11 +205,29 @@ class Constraint:
             data.append(nb)
             s = g.step(s, nb)
         ids = self._tokenize(bytes(data), state)
+        if ids and b"".join(self.vocab.token_bytes[i] for i in ids) == data:
+            ids = self._unmerge_tail(bytes(data), s, ids)
         if len(self._forced) > 16 * self.cache_size:
             self._forced.clear()
         self._forced[state] = ids
         self.seconds += time.perf_counter() - t0
         return ids
+
+    def _unmerge_tail(self, data: bytes, end: tuple, ids: list[int]) -> list[int]:
+        """Drop the run's last token when whatever the grammar allows after the run would merge with it: a
+        tokenizer writes ` [{` rather than ` [` + `{`, so ` [` alone would be rejected (the next free proposal
+        or the champion picks the merged token instead). Only punctuation merges (the pre-tokenizer splits letters,
+        digits and spaces off), so only runs followed by punctuation alone are checked."""
+        g, encode = self.grammar, self.vocab.encode
+        if encode is None or self._free_string(end) or g.accepting(end):
+            return ids
+        nxt = g.next_bytes(end)
+        if not nxt or len(nxt) > 16 or not all(0x21 <= b < 0x7F and not chr(b).isalnum() for b in nxt):
+            return ids
+        for b in nxt:
+            if [int(i) for i in encode((data + bytes((b,))).decode("utf-8"))][:len(ids)] == ids:
+                return ids                           # this continuation keeps the run's tokens
+        return ids[:-1]
 
     def _only_byte(self, state: tuple):
         """The one byte the grammar allows next, or None if there are none or several."""
