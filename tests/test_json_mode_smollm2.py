@@ -231,3 +231,66 @@ def test_coupled_sampling_and_own_schemas(session):
                              {"drafter": "none", "grammar_draft": True})]
         assert outs[0]["token_ids"] == outs[1]["token_ids"] == outs[2]["token_ids"], name
         validator(rf).validate(json.loads(outs[0]["text"]))
+
+
+# ---- the same masks in Pyodide ------------------------------------------------------------------------------------
+_PYODIDE_MASKS = r"""
+import { loadPyodide } from '%(rt)s/pyodide.mjs';
+const py = await loadPyodide({ indexURL: '%(rt)s/' });
+await py.loadPackage(['numpy']);
+py.FS.mkdir('/host'); py.FS.mount(py.FS.filesystems.NODEFS, { root: '/' }, '/host');
+const r = await py.runPythonAsync(`
+import sys, json, hashlib
+sys.path.insert(0, '/host' + %(py)s)
+from exactspec.tokenizer import Tokenizer
+from exactspec.constrain import Constraint, Grammar, TokenVocab, parse_response_format
+tok = Tokenizer.from_gguf('/host' + %(gguf)s)
+vocab = TokenVocab.from_tokenizer(tok, 49152)
+out = []
+for rf, docs in json.load(open('/host' + %(cases)s)):
+    c = Constraint(Grammar(parse_response_format(rf)), vocab)
+    for doc in docs:
+        st = c.start
+        for t in tok.encode(doc):
+            out.append(hashlib.sha256(c.mask(st, 20).tobytes()).hexdigest()[:16] + ' ' + str(c.forced(st)))
+            st = c.advance(st, t)
+json.dumps({'python': sys.version.split()[0], 'digests': out})
+`);
+console.log('RESULT ' + r);
+process.exit(0);
+"""
+
+
+def test_masks_and_forced_runs_are_the_same_in_pyodide(smollm, tmp_path):
+    import hashlib
+    import shutil
+    import subprocess
+    rt_src = ROOT / "static" / "pyodide" / "0.27.7"
+    node = shutil.which("node")
+    if node is None or not (rt_src / "pyodide.mjs").exists():
+        pytest.skip("Pyodide runtime not laid out (python build.py setup) or node missing")
+    tok, vocab = smollm
+    cases = [({"type": "json_schema", "schema": schemas()["workload"]["json-11"]},
+              ['{"people": [{"name": "Kofi", "role": "chair"}, {"name": "Mei", "role": "treasurer \\u00e9 é"}]}']),
+             ({"type": "json_object"}, ['{"a": [1, -2.5e3, true, null, {"b": "ü\\n"}], "c": {}}'])]
+    want = []
+    for rf, docs in cases:
+        c = Constraint(Grammar(parse_response_format(rf)), vocab)
+        for doc in docs:
+            st = c.start
+            for t in tok.encode(doc):
+                want.append(hashlib.sha256(c.mask(st, 20).tobytes()).hexdigest()[:16] + " " + str(c.forced(st)))
+                st = c.advance(st, t)
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    rt = tmp_path / "rt"   # outside the repo: its package.json would make node load pyodide.asm.js as ESM
+    shutil.copytree(rt_src, rt)
+    script = tmp_path / "run.mjs"
+    script.write_text(_PYODIDE_MASKS % {"rt": rt, "py": json.dumps(str(ROOT / "py")),
+                                        "gguf": json.dumps(str(GGUF.resolve())),
+                                        "cases": json.dumps(str(tmp_path / "cases.json"))})
+    proc = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    res = json.loads(line[len("RESULT "):])
+    assert res["python"].startswith("3.12")
+    assert res["digests"] == want

@@ -278,7 +278,6 @@ async def generate_async(
             k_cap = min(cfg.k, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
             k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
             t0 = len(seq)  # absolute position of the first token this round emits
-            masks = None
             if gram is not None:     # forced proposals may go past k, up to what the context and the budget allow
                 drafter.begin_round(gstate, min(remaining, C.seq_len - t0),
                                     min(remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0)))

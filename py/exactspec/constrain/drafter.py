@@ -2,7 +2,9 @@
 
 Where the grammar admits exactly one continuation (`{"name": "`, `", "age": `, a closing bracket) its tokens are
 proposed by the grammar itself, any number of them, with no draft pass; at the other ("free") positions the base
-drafter (draft model or n-gram) proposes under the grammar's mask. The champion verifies all of them in one pass,
+drafter (draft model or n-gram) proposes under the grammar's mask, at most k of them per round. With a draft model,
+a free position first looks the text so far up for a continuation (a match of 2+ tokens; extraction copies values
+from the prompt) and proposes it without a draft pass; the draft model fills the rest. The champion verifies all of them in one pass,
 each row under the grammar's mask at that position, so greedy / coupled / rejection stay exact: a forced proposal is
 a point mass (q(x) = 1) like an n-gram proposal, and a draft-model proposal was drawn from its masked distribution,
 which is what its q row holds.
@@ -14,6 +16,8 @@ is emitted instead: speed is lost, never exactness.
 from __future__ import annotations
 
 import numpy as np
+
+from ..drafters.ngram import NgramDrafter
 
 MAX_ROUND = 32           # proposals per round at most (forced + free): rows of one verify pass
 
@@ -28,6 +32,9 @@ class GrammarDrafter:
         self.base = base
         self.constraint = constraint
         self.use_forced = use_forced
+        # with a draft model, a free position first looks for a continuation in the text so far (extraction copies
+        # from the prompt): a match of 2+ tokens is proposed without a draft pass
+        self.lookup = NgramDrafter(max_ngram=3, min_ngram=2) if getattr(base, "draft", None) is not None else None
         self.states: list = []           # (g + 1,) grammar state before each proposal, and after the last
         self.forced_flags: list = []     # (g,) True where the grammar forced the proposal
         self._budget = None
@@ -84,7 +91,10 @@ class GrammarDrafter:
             if n_free >= k:
                 break
             mask = c.mask(st, self._budget - len(proposals))      # (vocab,) bool
-            toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t: pick(row, t, mask))
+            toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
+            q = None
+            if not toks or not mask[toks[0]]:
+                toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t: pick(row, t, mask))
             if not toks:
                 break
             tok = int(toks[0])

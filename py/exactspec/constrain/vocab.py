@@ -40,9 +40,10 @@ class TokenVocab:
         self._by_len = np.argsort(-lens, kind="stable")                      # (vocab,)
         self._lens_sorted = lens[self._by_len]                               # (vocab,)
         mat = np.zeros((self.vocab_size, max(1, self.max_len)), dtype=np.uint8)   # (vocab, max_len)
-        for i, b in enumerate(self.token_bytes):
-            if b is not None:
-                mat[i, :len(b)] = np.frombuffer(b, dtype=np.uint8)
+        blob = np.frombuffer(b"".join(b for b in self.token_bytes if b is not None), dtype=np.uint8)  # (total,)
+        rows = np.repeat(np.arange(self.vocab_size), lens)                     # (total,) token of each byte
+        cols = np.arange(blob.size) - np.repeat(np.cumsum(lens) - lens, lens)  # (total,) its place in the token
+        mat[rows, cols] = blob
         self._mat_sorted = np.ascontiguousarray(mat[self._by_len])           # (vocab, max_len) in _by_len order
         self.lens = lens
         self._lex: dict = {}
