@@ -240,21 +240,25 @@ const py = await loadPyodide({ indexURL: '%(rt)s/' });
 await py.loadPackage(['numpy']);
 py.FS.mkdir('/host'); py.FS.mount(py.FS.filesystems.NODEFS, { root: '/' }, '/host');
 const r = await py.runPythonAsync(`
-import sys, json, hashlib
+import sys, json, hashlib, traceback
 sys.path.insert(0, '/host' + %(py)s)
 from exactspec.tokenizer import Tokenizer
 from exactspec.constrain import Constraint, Grammar, TokenVocab, parse_response_format
 tok = Tokenizer.from_gguf('/host' + %(gguf)s)
 vocab = TokenVocab.from_tokenizer(tok, 49152)
 out = []
-for rf, docs in json.load(open('/host' + %(cases)s)):
-    c = Constraint(Grammar(parse_response_format(rf)), vocab)
-    for doc in docs:
-        st = c.start
-        for t in tok.encode(doc):
-            out.append(hashlib.sha256(c.mask(st, 20).tobytes()).hexdigest()[:16] + ' ' + str(c.forced(st)))
-            st = c.advance(st, t)
-json.dumps({'python': sys.version.split()[0], 'digests': out})
+try:
+    for rf, docs in json.load(open('/host' + %(cases)s)):
+        c = Constraint(Grammar(parse_response_format(rf)), vocab)
+        for doc in docs:
+            st = c.start
+            for t in tok.encode(doc):
+                out.append(hashlib.sha256(c.mask(st, 20).tobytes()).hexdigest()[:16] + ' ' + str(c.forced(st)))
+                st = c.advance(st, t)
+    res = json.dumps({'python': sys.version.split()[0], 'digests': out})
+except BaseException:
+    res = json.dumps({'error': traceback.format_exc()})
+res
 `);
 console.log('RESULT ' + r);
 process.exit(0);
@@ -292,5 +296,6 @@ def test_masks_and_forced_runs_are_the_same_in_pyodide(smollm, tmp_path):
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     res = json.loads(line[len("RESULT "):])
+    assert "error" not in res, res.get("error")
     assert res["python"].startswith("3.12")
     assert res["digests"] == want

@@ -41,8 +41,9 @@ class TokenVocab:
         self._lens_sorted = lens[self._by_len]                               # (vocab,)
         mat = np.zeros((self.vocab_size, max(1, self.max_len)), dtype=np.uint8)   # (vocab, max_len)
         blob = np.frombuffer(b"".join(b for b in self.token_bytes if b is not None), dtype=np.uint8)  # (total,)
-        rows = np.repeat(np.arange(self.vocab_size), lens)                     # (total,) token of each byte
-        cols = np.arange(blob.size) - np.repeat(np.cumsum(lens) - lens, lens)  # (total,) its place in the token
+        reps = lens.astype(np.intp)                                            # repeat counts: intp (32-bit in wasm)
+        rows = np.repeat(np.arange(self.vocab_size), reps)                     # (total,) token of each byte
+        cols = np.arange(blob.size) - np.repeat(np.cumsum(lens) - lens, reps)  # (total,) its place in the token
         mat[rows, cols] = blob
         self._mat_sorted = np.ascontiguousarray(mat[self._by_len])           # (vocab, max_len) in _by_len order
         self.lens = lens
