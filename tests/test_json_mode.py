@@ -487,7 +487,7 @@ def test_session_errors_and_continue(micro):
         run(s.generate({"prompt": "x", "response_format": {"type": "json_schema", "schema": {
             "type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}}}))
     rf = {"type": "json_schema", "schema": schemas()["workload"]["json-01"]}
-    with pytest.raises(SessionError, match="too small for this schema"):
+    with pytest.raises(SessionError, match="JSON mode: max_new_tokens 5 is too small for this schema"):
         run(s.generate({"prompt": "x", "max_new_tokens": 5, "response_format": rf}))
     full = run(s.generate({"prompt": "Who is Lena?", "max_new_tokens": 60, "response_format": rf,
                            "drafter": "none"}))

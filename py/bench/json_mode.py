@@ -41,7 +41,7 @@ TAU_CONFIGS = {
     "combined": {"drafter": "model", "k": 4, "grammar_draft": True, "adaptive": False},
     "ngram+forced": {"drafter": "ngram", "k": 4, "grammar_draft": True, "adaptive": False},
 }
-SPEED_CONFIGS = ("plain", "combined")       # timed in JSON mode and in free text, --runs times
+SPEED_CONFIGS = ("plain", "forced", "combined")   # timed in JSON mode and in free text, --runs times
 
 
 def stratum(n: int | None = None):
@@ -192,7 +192,8 @@ def report(label: str, res: dict) -> None:
         tps = [r[key]["tok_s"] for r in runs]
         mk = [r[key]["mask_ms_per_token"] for r in runs]
         rel = [r[key]["mask_ms_per_token"] / r["pass_ms"] for r in runs]
-        print(f"{key:16s} tok/s {spread(tps)}; mask {spread(mk)} ms/token = {spread(rel)} of a pass (warm)")
+        print(f"{key:16s} tok/s {spread(tps)}; mask {spread(mk)} ms/token = {spread(rel)} of a pass (timed runs: "
+              "the first may rebuild caches of schemas the session dropped, it keeps 4)")
     for name in SPEED_CONFIGS:
         ratio = [r[f"json/{name}"]["tok_s"] / r[f"free/{name}"]["tok_s"] for r in runs]
         print(f"tok/s JSON mode / free text ({name}): {spread(ratio)}")

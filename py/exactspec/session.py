@@ -367,7 +367,7 @@ class Session:
                                        constraint=constraint, grammar_state=gstate,
                                        **({"clock": self._clock} if self._clock else {}))
         except ValueError as e:                     # refused before generation (e.g. the budget cannot fit the schema)
-            raise SessionError(str(e)) from None
+            raise SessionError(("JSON mode: " if rf is not None else "") + str(e)) from None
         finally:
             self._busy = False
             self._cancel = False

@@ -43,11 +43,10 @@ class Constraint:
         self.vocab = vocab
         self.start = grammar.start
         self.cache_size = cache_size
-        self._cost: OrderedDict = OrderedDict()      # state -> (vocab,) int16
+        self._cost: OrderedDict = OrderedDict()      # state -> (vocab,) int16, or (ids, costs) when few are allowed
         self._exits: dict = {}                       # (enclosing state, lexer state) -> [(ids, nchars, cost)]
         self._forced: dict = {}                      # state -> [ids]
         self.seconds = 0.0                           # time spent in this object (masks, steps, forced runs)
-        self.hits = self.misses = 0
         self._check_vocab()
 
     def _check_vocab(self) -> None:
@@ -73,9 +72,12 @@ class Constraint:
         c = self._cost.get(state)
         if c is not None:
             self._cost.move_to_end(state)
-            self.hits += 1
+            if isinstance(c, tuple):                 # stored sparse: (ids, costs) of the allowed tokens
+                dense = np.full(self.vocab.vocab_size, NO, dtype=np.int16)   # (vocab,)
+                dense[c[0]] = c[1]
+                dense.setflags(write=False)
+                return dense
             return c
-        self.misses += 1
         t0 = time.perf_counter()
         top = state[-1] if state else None
         if top is not None and self.grammar.kind[top[0]] == STR and top[1] == 1:
@@ -85,7 +87,9 @@ class Constraint:
         if self.vocab.eos_ids:
             c[self.vocab.eos_ids] = 0 if self.grammar.accepting(state) else NO
         c.setflags(write=False)
-        self._cost[state] = c
+        ids = np.flatnonzero(c < NO)
+        # most states outside strings allow a few tokens: keep those (a dense row is 2 bytes per vocabulary entry)
+        self._cost[state] = (ids.astype(np.int32), c[ids]) if ids.size * 3 < c.size else c
         if len(self._cost) > self.cache_size:
             self._cost.popitem(last=False)
         self.seconds += time.perf_counter() - t0
