@@ -2,6 +2,8 @@
 //   await exactspec.ready()            -> {backend: 'webgpu' | 'cpu', models, stages, active}
 //   await exactspec.generate({prompt, chat, max_new_tokens, temperature, top_k, top_p, seed, drafter, k, mode,
 //                             backend?: 'webgpu' | 'cpu'})   (backend moves the active models there first)
+//     JSON mode: add response_format: {type: 'json_schema', schema} (or {type: 'json_object'}); the answer is then
+//     JSON valid for the schema; grammar_draft: false turns grammar-forced drafting off
 //                                      -> {text, token_ids, finish_reason, stats: {backend, target_passes, ...}}
 //   exactspec.cancel(), listModels(), importModel({url | file | files, name?}), deleteModel(name),
 //   loadModel(name, role), on(kind, fn) for 'stage' | 'progress' | 'tokens' | 'log' (returns an unsubscribe).

@@ -5,6 +5,7 @@ import { DEFAULT_SETTINGS, SETTING_NAMES, STAGES, validateSettings } from './pro
 
 const $ = (id) => document.getElementById(id);
 const SETTINGS_KEY = 'exactspec.settings.v1';
+const JSON_KEY = 'exactspec.json.v1';     // JSON mode: {on, schema} (the schema's text as typed)
 const FIELDS = SETTING_NAMES;   // one form control per setting, id = the setting's name
 
 const ui = {
@@ -12,6 +13,7 @@ const ui = {
   busy: false,
   lastFinish: null,    // finish_reason of the last answer
   settings: loadSettings(),
+  json: loadJsonMode(),
 };
 
 // ---- settings ---------------------------------------------------------------------------------------------------
@@ -40,6 +42,7 @@ function syncSpeculationFields() {
   $('k_schedule').disabled = !on;
   $('draft_stop').disabled = !on;
   $('adaptive').disabled = !on;
+  $('grammar_draft').disabled = !on;
   $('bridge').disabled = !on || $('drafter').value !== 'model';
   renderBridge();
 }
@@ -61,6 +64,49 @@ function renderBridge() {
     ? `Bridge in use: none — the draft ${b.draft} shares the champion's vocabulary.`
     : `Bridge in use: ${name}${used ? ' (last answer)' : s.bridge === 'auto' ? ' (auto)' : ''} — the draft ${b.draft} ` +
       `has another tokenizer: ${b.differences.join('; ')}.`;
+}
+
+// ---- JSON mode: the toggle and the schema box (the subset is checked by the worker's Python before generation) --
+function loadJsonMode() {
+  try {
+    const j = JSON.parse(localStorage.getItem(JSON_KEY) || 'null');
+    if (j && typeof j.on === 'boolean' && typeof j.schema === 'string') return j;
+  } catch (e) { /* fall through */ }
+  return { on: false, schema: '' };
+}
+
+// {ok, value: response_format | null} or {ok: false, error}
+function responseFormat() {
+  if (!ui.json.on) return { ok: true, value: null };
+  const text = ui.json.schema.trim();
+  if (!text) return { ok: true, value: { type: 'json_object' } };
+  let schema;
+  try { schema = JSON.parse(text); } catch (e) { return { ok: false, error: `the schema is not valid JSON: ${e.message}` }; }
+  if (schema === null || Array.isArray(schema) || (typeof schema !== 'object' && typeof schema !== 'boolean')) {
+    return { ok: false, error: 'the schema must be a JSON object, like {"type": "object", "properties": {...}}' };
+  }
+  return { ok: true, value: { type: 'json_schema', schema } };
+}
+
+function showSchemaError(msg) {
+  const el = $('json-schema-error');
+  el.textContent = msg ? `JSON mode: ${msg}` : '';
+  el.hidden = !msg;
+  $('json_schema').setAttribute('aria-invalid', msg ? 'true' : 'false');
+}
+
+function renderJsonMode() {
+  $('json_mode').checked = ui.json.on;
+  $('json_schema').value = ui.json.schema;
+  const r = responseFormat();
+  showSchemaError(r.ok ? '' : r.error);
+}
+
+function onJsonModeChange() {
+  ui.json = { on: $('json_mode').checked, schema: $('json_schema').value };
+  localStorage.setItem(JSON_KEY, JSON.stringify(ui.json));
+  const r = responseFormat();
+  showSchemaError(r.ok ? '' : r.error);
 }
 
 function readSettingsForm() {
@@ -89,7 +135,10 @@ function onSettingsChange() {
 }
 
 // The settings as set; the worker applies the speculation-off rule (py/exactspec/settings.py: effective).
-function genParams() { return { ...ui.settings }; }
+function genParams() {
+  const rf = responseFormat();
+  return rf.ok && rf.value ? { ...ui.settings, response_format: rf.value } : { ...ui.settings };
+}
 
 // ---- boot -------------------------------------------------------------------------------------------------------
 function renderStages(events) {
@@ -200,7 +249,16 @@ async function runAnswer({ cont = false } = {}) {
       : res.fallback ? 'Ready (switched to the CPU fallback after a GPU failure).' : 'Ready.');
   } catch (e) {
     showError(e.message);
-    if (!cont && !target.content) { ui.messages.pop(); renderTranscript(); }
+    const jsonRefused = /JSON mode:/.test(e.message);
+    if (jsonRefused) { showSchemaError(e.message.replace(/^.*?JSON mode:\s*/, '')); openSide(); }
+    if (!cont && !target.content) {
+      ui.messages.pop();
+      // refused before generation because of the schema: give the message back to the box to send again
+      if (jsonRefused && ui.messages.length && ui.messages[ui.messages.length - 1].role === 'user' && !$('prompt').value) {
+        $('prompt').value = ui.messages.pop().content;
+      }
+      renderTranscript();
+    }
     setStatus('Ready.');
   } finally {
     el.classList.remove('streaming');
@@ -208,9 +266,21 @@ async function runAnswer({ cont = false } = {}) {
   }
 }
 
+function openSide() {
+  document.body.classList.add('side-open');
+  $('toggle-side').setAttribute('aria-expanded', 'true');
+}
+
 function send() {
   const text = $('prompt').value.trim();
   if (!text || ui.busy) return;
+  const rf = responseFormat();
+  if (!rf.ok) {                  // keep the message in the box; say what is wrong with the schema
+    showSchemaError(rf.error);
+    showError(`JSON mode: ${rf.error}`);
+    openSide();
+    return;
+  }
   $('prompt').value = '';
   ui.messages.push({ role: 'user', content: text });
   setStatus('Answering…');
@@ -226,6 +296,7 @@ function renderMetrics(s) {
   $('m-target').textContent = s.target_passes ?? '–';
   $('m-draft').textContent = s.draft_passes ?? '–';
   $('m-off').textContent = s.spec_disabled_rounds ?? '–';
+  $('m-forced').textContent = s.forced_proposed ? `${s.forced_accepted} / ${s.forced_proposed}` : '–';
   $('m-ttft').textContent = s.ttft_ms === undefined || s.ttft_ms === null ? '–' : `${f(s.ttft_ms, 0)} ms`;
   $('m-backend').textContent = s.backend || '–';
   bridgeState.used = s.bridge || null;
@@ -355,6 +426,8 @@ function wire() {
   $('new-chat').onclick = newChat;
   $('settings').addEventListener('input', onSettingsChange);
   $('settings').addEventListener('change', onSettingsChange);
+  $('json_mode').addEventListener('change', onJsonModeChange);
+  $('json_schema').addEventListener('input', onJsonModeChange);
   $('toggle-side').onclick = () => {
     const open = document.body.classList.toggle('side-open');
     $('toggle-side').setAttribute('aria-expanded', String(open));
@@ -398,6 +471,7 @@ function wire() {
 async function main() {
   wire();
   renderSettings();
+  renderJsonMode();
   renderStages([]);
   setBusy(false);
   $('prompt').disabled = true;

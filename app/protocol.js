@@ -6,8 +6,9 @@ import rules from '../static/rules.js';
 
 export const REQ = Object.freeze({
   BOOT: 'boot',                 // {settings?} -> {backend, models, stages, active}
-  GENERATE: 'generate',         // {prompt?, chat?, max_new_tokens, temperature, top_k, top_p, seed, drafter, k, mode, bridge,
-                                //  continue?, backend?: 'webgpu' | 'cpu'} -> {text, token_ids, finish_reason, stats}
+  GENERATE: 'generate',         // {prompt?, chat?, every setting of static/rules.js (drafter, k, mode, bridge,
+                                //  grammar_draft, ...), response_format?: {type: 'json_object'} | {type: 'json_schema',
+                                //  schema}, continue?, backend?: 'webgpu' | 'cpu'} -> {text, token_ids, finish_reason, stats}
   CANCEL: 'cancel',             // {} -> {cancelled: bool}   (stops the running generate at its last committed token)
   LIST_MODELS: 'list_models',   // {} -> [{name, size, sha256, role, source, loaded}]
   IMPORT_MODEL: 'import_model', // {url?, file?, files?, name?, role?} -> {name, size, sha256}

@@ -29,14 +29,33 @@ def prompt_ids(tokenizer, prompt: str, chat: bool, system: str | None = None) ->
     return encode_chat(tokenizer, messages)
 
 
+def response_format(a):
+    """--json-schema FILE / --json-object as the API's response_format (None: plain text)."""
+    if a.json_schema and a.json_object:
+        raise ValueError("give --json-schema FILE or --json-object, not both")
+    if a.json_object:
+        return {"type": "json_object"}
+    if not a.json_schema:
+        return None
+    try:
+        with open(a.json_schema, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--json-schema {a.json_schema}: not UTF-8 text ({e})") from None
+    from .constrain import parse_schema
+    parse_schema(text)                  # refused here, before any model is loaded, if not supported
+    return {"type": "json_schema", "schema": json.loads(text)}
+
+
 def cmd_generate(a) -> int:
     from .decode import GenerateConfig, generate
     from .settings import normalise
 
     s = normalise({n: getattr(a, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k",
-                                              "k_schedule", "draft_stop", "drafter", "adaptive", "bridge")})
+                                              "k_schedule", "draft_stop", "drafter", "adaptive", "bridge",
+                                              "grammar_draft")})
     s.pop("speculation")
-    cfg = GenerateConfig(**s, stop=tuple(a.stop or ()))
+    cfg = GenerateConfig(**s, stop=tuple(a.stop or ()), response_format=response_format(a))
     cfg.validate()
     if a.drafter in ("model", "head") and not a.draft:
         raise ValueError(f"--drafter {a.drafter} needs --draft PATH")
@@ -73,8 +92,9 @@ def cmd_generate(a) -> int:
     else:
         sys.stdout.write(stream.flush() + "\n")
         s = res.stats
+        forced = f", forced {s['forced_accepted']}/{s['forced_proposed']}" if cfg.response_format else ""
         print(f"[{res.finish_reason}] {s['new_tokens']} tokens, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tok/s, "
-              f"target passes {s['target_passes']}, draft passes {s['draft_passes']}"
+              f"target passes {s['target_passes']}, draft passes {s['draft_passes']}{forced}"
               + (f", bridge {s['bridge']}" if s.get("bridge") else ""), file=sys.stderr)
     return 0 if res.finish_reason != "error" else 3
 
@@ -106,6 +126,10 @@ def main(argv=None) -> int:
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=D["adaptive"],
                    help="turn speculation off while it does not pay (default on)")
+    g.add_argument("--json-schema", metavar="FILE", help="JSON mode: the answer is JSON valid against this schema")
+    g.add_argument("--json-object", action="store_true", help="JSON mode: the answer is a JSON object")
+    g.add_argument("--grammar-draft", action=argparse.BooleanOptionalAction, default=D["grammar_draft"],
+                   help="JSON mode: the grammar proposes the tokens it forces (default on)")
     g.add_argument("--max-len", type=int, default=None, help="KV cache length to allocate (default: model context)")
     g.add_argument("--json", action="store_true", help='print {"text", "token_ids", "stats"} as JSON')
     a = ap.parse_args(argv)

@@ -51,16 +51,23 @@ class GenerateConfig:
     stop: Sequence[str] = ()
     adaptive: bool = DEFAULTS["adaptive"]   # let the scheduler turn speculation off when it does not pay
     batched: bool = True     # use the backend's batched step (decode_ahead / spec_round) where it offers one
+    grammar_draft: bool = DEFAULTS["grammar_draft"]   # JSON mode: the grammar proposes the tokens it forces
+    response_format: dict | None = None     # JSON mode (exactspec.constrain.schema.parse_response_format)
 
     def validate(self) -> None:
         try:
             check({n: getattr(self, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode",
-                                                 "k", "k_schedule", "draft_stop", "drafter", "adaptive", "bridge")},
+                                                 "k", "k_schedule", "draft_stop", "drafter", "adaptive", "bridge",
+                                                 "grammar_draft")},
                   defaults={**DEFAULTS, "speculation": True})
         except SettingsError as e:
             raise ValueError(str(e)) from None
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError("stop must be a list of non-empty strings")
+        if self.response_format is not None:
+            from .constrain import parse_response_format
+            if parse_response_format(self.response_format) is not None and self.stop:
+                raise ValueError("stop strings cannot be used in JSON mode: the answer ends where the JSON does")
         self.sampling.validate()
 
     @property
@@ -94,6 +101,8 @@ class _Counters:
     readback_bytes: int = 0     # bytes read back from the device (logits rows, picked ids)
     ahead_passes: int = 0       # champion passes run ahead by decode_ahead (confirmed or not)
     wasted_passes: int = 0      # of those, passes whose rows were not used (past a mismatch, EOS, stop)
+    forced_proposed: int = 0    # JSON mode: proposals the grammar forced (no draft pass)
+    forced_accepted: int = 0
 
 
 class _Picker:
@@ -103,17 +112,18 @@ class _Picker:
     def __init__(self, mode: str, params: SamplingParams, rng: Rng, vocab: int):
         self.mode, self.params, self.rng, self.vocab = mode, params, rng, vocab
 
-    def champion_token(self, row: np.ndarray, t: int) -> int:
-        """The champion's own token at absolute position t (greedy or coupled), from its logits row."""
-        z = scaled_logits(row, self.params)  # (vocab,)
+    def champion_token(self, row: np.ndarray, t: int, mask: np.ndarray | None = None) -> int:
+        """The champion's own token at absolute position t (greedy or coupled), from its logits row (JSON mode: the
+        grammar's mask at t)."""
+        z = scaled_logits(row, self.params, mask)  # (vocab,)
         if self.params.greedy:
             return int(np.argmax(z))
         return self.rng.gumbel_argmax(z, t)  # == argmax(z + Rng.gumbel(t)), logarithms only where a winner can be
 
-    def __call__(self, row: np.ndarray, t: int):
+    def __call__(self, row: np.ndarray, t: int, mask: np.ndarray | None = None):
         if self.params.greedy or self.mode == "coupled":
-            return self.champion_token(row, t), None
-        z = scaled_logits(row, self.params)  # (vocab,)
+            return self.champion_token(row, t, mask), None
+        z = scaled_logits(row, self.params, mask)  # (vocab,)
         q = probs_from_scaled(z)  # (vocab,) the distribution the proposal is drawn from
         return int(sample_index(q, self.rng.uniform(STREAM_DRAFT, t))), q
 
@@ -134,6 +144,24 @@ def _stop_cut(tokenizer, generated: list[int], n_new: int, stops: Sequence[str])
     return len(generated), text[:cut]
 
 
+def _json_mode(cfg: GenerateConfig, constraint, state, tokenizer, vocab_size: int):
+    """(constraint, grammar state) for JSON mode, or (None, None)."""
+    if cfg.response_format is None and constraint is None:
+        return None, None
+    if constraint is None:
+        from .constrain import Constraint, Grammar, TokenVocab, parse_response_format
+        spec = parse_response_format(cfg.response_format)
+        if spec is None:
+            return None, None
+        if tokenizer is None:
+            raise ValueError("JSON mode needs the model's tokenizer")
+        constraint = Constraint(Grammar(spec), TokenVocab.from_tokenizer(tokenizer, vocab_size))
+    if constraint.vocab.vocab_size != vocab_size:
+        raise ValueError(f"the JSON-mode vocabulary has {constraint.vocab.vocab_size} tokens, the model "
+                         f"{vocab_size}")
+    return constraint, (constraint.start if state is None else state)
+
+
 async def generate_async(
     champion,
     prompt_ids: Sequence[int],
@@ -146,7 +174,12 @@ async def generate_async(
     on_tokens: Callable[[list[int]], None] | None = None,
     should_cancel: Callable[[], bool] | None = None,
     clock: Callable[[], float] | None = None,
+    constraint=None,
+    grammar_state=None,
 ) -> GenerateResult:
+    """JSON mode (cfg.response_format): `constraint` is the exactspec.constrain.Constraint to use (built from the
+    tokenizer if None; the session passes a cached one), `grammar_state` where the answer's grammar starts (a
+    continued answer; default: the start)."""
     cfg.validate()
     clock = clock or time.perf_counter
     t_start = clock()
@@ -174,9 +207,21 @@ async def generate_async(
     drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop, bridge=cfg.bridge, tokenizer=tokenizer,
                            draft_tokenizer=draft_tokenizer, mode="greedy" if params.greedy else cfg.mode)
     picker = _Picker(cfg.mode, params, rng, V)
+    gram, gstate = _json_mode(cfg, constraint, grammar_state, tokenizer, V)
+    if gram is not None:
+        from .constrain.drafter import GrammarDrafter
+        drafter = GrammarDrafter(drafter, gram, cfg.grammar_draft)
+        need = gram.min_tokens(gstate)
+        room = min(cfg.max_new_tokens, C.seq_len - len(prompt))
+        if need > room:
+            raise ValueError(f"max_new_tokens {cfg.max_new_tokens} is too small for this schema: its shortest answer "
+                             f"takes {need} tokens" + ("" if room == cfg.max_new_tokens else
+                                                       f" and the context has room for {room}"))
+        mask_s0 = gram.seconds
     # the batched step (exactspec.backend): greedy and coupled only; rejection mode needs the exact q each proposal
-    # was sampled from, which only its per-forward path gives Python
-    batched = cfg.batched and (params.greedy or cfg.mode == "coupled")
+    # was sampled from, which only its per-forward path gives Python. JSON mode takes the per-forward path too: its
+    # rounds carry grammar-forced tokens and every row is masked, which the device's picks cannot do.
+    batched = cfg.batched and (params.greedy or cfg.mode == "coupled") and gram is None
     pick = Pick(0.0 if params.greedy else float(params.temperature), cfg.seed, params.top_k, params.top_p)
     want_rows = not params.greedy        # greedy confirms from the device's argmax ids (equal to numpy's: tested)
     ahead = 4                            # decode_ahead passes; doubles while every row is confirmed
@@ -221,6 +266,9 @@ async def generate_async(
             if should_cancel is not None and should_cancel():
                 finish = "cancelled"
                 break
+            if gram is not None and gram.done(gstate):
+                finish = "eos"       # the document is complete and nothing may follow: no pass to read EOS from
+                break
             remaining = cfg.max_new_tokens - len(generated)
             if remaining <= 0:
                 finish = "length"
@@ -231,17 +279,21 @@ async def generate_async(
             k_cap = min(k_hi, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
             k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
             t0 = len(seq)  # absolute position of the first token this round emits
+            if gram is not None:     # forced proposals may go past k, up to what the context and the budget allow
+                drafter.begin_round(gstate, min(remaining, C.seq_len - t0),
+                                    min(remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0)))
             t_a = clock()
             passes_before = getattr(drafter, "passes", 0)
             on_device = k > 0 and batched and isinstance(drafter, ModelDrafter) and not drafter.stop \
                 and champion.offers("spec_round")       # (the confidence stop needs the draft's rows in Python)
             proposals, q_rows = [], None
-            if k > 0 and not on_device:
+            if (k > 0 or gram is not None) and not on_device:     # (JSON mode: forced tokens even at k = 0)
                 try:
                     proposals, q_rows = await drafter.propose(seq, k, picker)
                 except Exception as e:
                     raise BackendError(f"draft forward failed: {e}") from e
-                proposals = proposals[:k]
+                if gram is None:
+                    proposals = proposals[:k]
             if not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
@@ -292,10 +344,12 @@ async def generate_async(
                 if logits is None:                       # greedy, ids only: the champion's argmax of each row
                     emitted = verify.accept_while_equal(proposals, lambda i: champ_ids[i])
                 elif params.greedy or cfg.mode == "coupled":   # rows up to the first mismatch only
+                    masks = drafter.masks(g + 1) if gram is not None else [None] * (g + 1)   # JSON mode: (g+1, vocab)
                     emitted = verify.accept_while_equal(
-                        proposals, lambda i: picker.champion_token(logits[i], t0 + i))
+                        proposals, lambda i: picker.champion_token(logits[i], t0 + i, masks[i]))
                 else:
-                    z = np.stack([scaled_logits(r, params) for r in logits])  # (g+1, vocab) declared support
+                    masks = drafter.masks(g + 1) if gram is not None else [None] * (g + 1)   # JSON mode: (g+1, vocab)
+                    z = np.stack([scaled_logits(r, params, m) for r, m in zip(logits, masks)])  # (g+1, vocab)
                     p = probs_from_scaled(z)  # (g+1, vocab)
                     if g == 0:
                         emitted = [int(sample_index(p[0], rng.uniform(STREAM_SAMPLE, t0)))]
@@ -305,13 +359,20 @@ async def generate_async(
                             q_rows[np.arange(g), proposals] = 1.0
                         emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
                 n_acc = len(emitted) - 1
-                for i in range(g):
-                    n.proposed_at[i] += 1
+                free = [i for i in range(g) if gram is None or not drafter.forced_flags[i]]  # the drafter's
+                for j, i in enumerate(free):
+                    n.proposed_at[j] += 1
                     if i < n_acc:
-                        n.accepted_at[i] += 1
-                n.proposed += g
-                n.accepted += n_acc
-                sched.observe(g, clock() - t_a, n_acc)
+                        n.accepted_at[j] += 1
+                n.proposed += len(free)
+                n.accepted += sum(1 for i in free if i < n_acc)
+                if len(free) < g:
+                    n.forced_proposed += g - len(free)
+                    n.forced_accepted += sum(1 for i in range(min(n_acc, g)) if drafter.forced_flags[i])
+                else:            # rounds with forced rows would mislead the scheduler's round timings
+                    sched.observe(g, clock() - t_a, n_acc)
+                if gram is not None:
+                    gstate = drafter.state_after(n_acc, emitted[-1])
             # EOS inside the emitted tokens ends the answer there (the EOS itself is not part of the answer)
             for i, tok in enumerate(emitted):
                 if tok in eos:
@@ -382,6 +443,9 @@ async def generate_async(
         "readback_bytes": n.readback_bytes,
         "ahead_passes": n.ahead_passes,
         "wasted_passes": n.wasted_passes,
+        "forced_proposed": n.forced_proposed,
+        "forced_accepted": n.forced_accepted,
+        "mask_ms": (gram.seconds - mask_s0) * 1000.0 if gram is not None else 0.0,
     }
     stats.update(drafter.stats() if hasattr(drafter, "stats") else {})   # a bridged drafter's counters
     return GenerateResult(generated, finish, stats, text=text, error=error, eos_id=eos_hit)

@@ -37,6 +37,7 @@ class LoadedModel:
     summary: dict = field(default_factory=dict)
     backend_name: str = "cpu"       # 'webgpu' | 'cpu'
     cache: Any = None               # TrackedCache(YieldingBackend(backend)): kept across turns for prefix reuse
+    json_vocab: Any = None          # exactspec.constrain.TokenVocab, built at the first JSON-mode request
 
 
 class YieldingBackend:
@@ -185,6 +186,7 @@ class Session:
         self._busy = False
         self._clock = clock
         self._cont: dict | None = None      # state for `continue`: ids so far and the live stream decoder
+        self._constraints: dict = {}        # (champion, schema) -> exactspec.constrain.Constraint (its mask caches)
 
     # -- models -----------------------------------------------------------------------------------------------
     def inspect(self, path: str) -> str:
@@ -231,6 +233,7 @@ class Session:
                                         TrackedCache(YieldingBackend(be)))
         if role == "champion":
             self.champion = name
+            self._constraints = {k: v for k, v in self._constraints.items() if k[0] != name}
             if not same_champion:
                 self._cont = None
         else:
@@ -381,14 +384,48 @@ class Session:
             raise SessionError(str(e)) from None
         return cfg
 
+    def json_mode(self, req: dict, m: LoadedModel):
+        """(response_format, Constraint, grammar state) of a request (a continued answer keeps the format it was
+        started with), or (None, None, None)."""
+        from .constrain import Constraint, Grammar, SchemaError, TokenVocab, parse_response_format
+        rf = self._cont.get("response_format") if (req.get("continue") and self._cont) else req.get("response_format")
+        try:
+            spec = parse_response_format(rf)
+        except SchemaError as e:
+            raise SessionError(f"JSON mode: {e}") from None
+        if spec is None:
+            return None, None, None
+        key = (m.name, repr(spec))
+        c = self._constraints.pop(key, None)
+        if c is None:
+            if m.json_vocab is None:
+                m.json_vocab = TokenVocab.from_tokenizer(m.tokenizer, m.config.vocab_size)
+            try:
+                c = Constraint(Grammar(spec), m.json_vocab)
+            except SchemaError as e:
+                raise SessionError(f"JSON mode: {e}") from None
+        self._constraints[key] = c                  # most recent last; a few schemas keep their mask caches
+        while len(self._constraints) > 4:
+            self._constraints.pop(next(iter(self._constraints)))
+        state = c.start
+        if req.get("continue") and self._cont:
+            for t in self._cont["answer"]:
+                state = c.advance(state, t) if state is not None else None
+            if state is None:
+                raise SessionError("continue: the answer so far is not valid JSON for its schema: regenerate it")
+        return rf, c, state
+
     async def generate(self, req: dict, emit: Callable[[str], Any] | None = None) -> dict:
         """req: {prompt | chat | prompt_ids | continue, max_new_tokens, temperature, top_k, top_p, seed, drafter, k,
-        mode, speculation}. emit(json) gets {text, token_ids} deltas of newly committed tokens."""
+        mode, speculation, grammar_draft, response_format}. emit(json) gets {text, token_ids} deltas of newly
+        committed tokens. response_format (JSON mode): {type: 'json_object'} or {type: 'json_schema', schema}."""
         from .decode import generate_async
         if self._busy:
             raise SessionError("a generation is already running: stop it first")
         m = self._champion()
         cfg = self.gen_config(req)
+        rf, constraint, gstate = self.json_mode(req, m)
+        cfg.response_format = rf
         ids = self.prompt_ids(req)
         if len(ids) + cfg.max_new_tokens > m.config.seq_len:
             raise SessionError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
@@ -409,22 +446,24 @@ class Session:
         self._busy = True
         self._cancel = False
         try:
-            try:
-                res = await generate_async(m.cache, ids, cfg, draft=draft, tokenizer=m.tokenizer, draft_tokenizer=dtok,
-                                           on_tokens=on_tokens, should_cancel=lambda: self._cancel,
-                                           **({"clock": self._clock} if self._clock else {}))
-            except ValueError as e:          # e.g. a bridge that cannot join the two tokenizers: said before any token
-                raise SessionError(str(e)) from None
+            res = await generate_async(m.cache, ids, cfg, draft=draft, tokenizer=m.tokenizer, draft_tokenizer=dtok,
+                                       on_tokens=on_tokens, should_cancel=lambda: self._cancel,
+                                       constraint=constraint, grammar_state=gstate,
+                                       **({"clock": self._clock} if self._clock else {}))
+        except ValueError as e:   # refused before any token (a bridge that cannot join the tokenizers, a schema too big)
+            raise SessionError(("JSON mode: " if rf is not None else "") + str(e)) from None
         finally:
             self._busy = False
             self._cancel = False
         out_ids = [int(i) for i in res.token_ids]
+        answer = (self._cont["answer"] if (req.get("continue") and self._cont) else []) + out_ids
         if res.finish_reason == "cancelled":
             tail = ""                             # keep partial UTF-8 in the decoder: `continue` completes it
             self._cont = {"ids": ids + out_ids, "stream": stream}
         else:
             tail = stream.flush()
             self._cont = {"ids": ids + out_ids, "stream": m.tokenizer.stream(skip_special=True)}
+        self._cont.update(answer=answer, response_format=rf)
         if tail:
             parts.append(tail)
             if emit is not None:

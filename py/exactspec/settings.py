@@ -26,6 +26,7 @@ BRIDGES = ("auto", "remap", "tli", "slem")
 DEFAULTS = {
     "speculation": True,     # off: drafter 'none' and k 0 (see `effective`)
     "adaptive": True,        # the scheduler turns speculation off while the measured timings say it does not pay
+    "grammar_draft": True,   # JSON mode: the grammar proposes the tokens it forces (off with speculation: `effective`)
     "drafter": "ngram",
     "bridge": "auto",        # a draft model with another tokenizer: which bridge (exactspec.vocab)
     "k": 4,
@@ -50,7 +51,7 @@ LIMITS = {
     "max_new_tokens": ("int", 1, 8192, False),
 }
 CHOICES = {"drafter": DRAFTERS, "mode": MODES, "k_schedule": K_SCHEDULES, "bridge": BRIDGES}
-FLAGS = ("speculation", "adaptive")
+FLAGS = ("speculation", "adaptive", "grammar_draft")
 
 
 class SettingsError(ValueError):
@@ -95,11 +96,15 @@ def _number(name: str, value):
 
 
 def effective(s: dict) -> dict:
-    """The speculation-off rule, in one place: speculation off, drafter 'none' or k = 0 all mean no speculation
-    (drafter 'none', k = 0, adaptive off)."""
+    """The speculation-off rule, in one place: speculation off, drafter 'none' or k = 0 all mean no draft
+    (drafter 'none', k = 0, adaptive off). Grammar-forced drafting (JSON mode) is speculation too: the speculation
+    switch turns it off; drafter 'none' or k = 0 leave it on (the grammar's proposals alone)."""
     s = dict(s)
+    forced = bool(s.get("grammar_draft", False)) and bool(s.get("speculation", True))
     if not s.get("speculation", True) or s.get("drafter") == "none" or not s.get("k"):
         s.update(speculation=False, drafter="none", k=0, adaptive=False)
+    if "grammar_draft" in s:
+        s["grammar_draft"] = forced
     return s
 
 
