@@ -8,7 +8,7 @@
 #                       python_stdlib.zip, pyodide-lock.json, package.json) + the numpy / micropip / packaging wheels
 #                       (static/pyodide/<version>/); exactspec.whl (the tree's, for reference: product.py rebuilds it
 #                       there from the tree, so the measured code is the tree's)                          ~7 MiB
-#   .devcarry/champ0, champ1, champ2   the 98 MB champion in parts of 24, 40 and ~30 MiB (sha256 checked there)
+#   .devcarry/champ0, champ1, champ2   the 98 MB champion in parts of 18, 40 and ~36 MiB (sha256 checked there)
 # The shipped draft (static/models/draft-smollm2-kd.gguf) and the workload (tests/data/workload.jsonl) are tracked
 # files: they travel with the working tree (the run prints their sha256). static/rules.js is rebuilt there.
 #
@@ -39,9 +39,9 @@ python3 -c "import sys; sys.path.insert(0, 'py'); from exactspec_build.wheel imp
 echo "$WANT  $C" | sha256sum -c
 for i in 0 1 2; do mkdir -p .devcarry/champ$i; done
 MiB=$((1 << 20))
-head -c $((24 * MiB)) $C > .devcarry/champ0/p0
-tail -c +$((24 * MiB + 1)) $C | head -c $((40 * MiB)) > .devcarry/champ1/p1
-tail -c +$((64 * MiB + 1)) $C > .devcarry/champ2/p2
+head -c $((18 * MiB)) $C > .devcarry/champ0/p0
+tail -c +$((18 * MiB + 1)) $C | head -c $((40 * MiB)) > .devcarry/champ1/p1
+tail -c +$((58 * MiB + 1)) $C > .devcarry/champ2/p2
 cat .devcarry/champ0/p0 .devcarry/champ1/p1 .devcarry/champ2/p2 | sha256sum | grep -q $WANT
 du -sh .devcarry/gpu .devcarry/product .devcarry/champ0 .devcarry/champ1 .devcarry/champ2
 echo "call 1 carries $(du -cm .devcarry/gpu .devcarry/champ0 | tail -1 | cut -f1) MiB, call 2 $(du -cm .devcarry/product .devcarry/champ1 | tail -1 | cut -f1) MiB, call 3 $(du -cm .devcarry/champ2 | tail -1 | cut -f1) MiB (limit 64)"
