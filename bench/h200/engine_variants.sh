@@ -9,7 +9,7 @@
 #   $OUT/engine_variants.json the bench's JSON line per variant (all figures)
 #   $OUT/pytest_variants.txt  bitwise checks on the H200: batched step == passes one by one, picks == numpy, the
 #                             decode loop end to end on the engine, tile policies == default bits, HF folders
-# Prepare here once: bash bench/h200/h200_prep.sh (node, Dawn, Vulkan loader debs -> .devcarry/gpu, ~29 MB).
+# VTIMEOUT: seconds per variant instead of 60. Prepare here once: bash bench/h200/h200_prep.sh (node, Dawn, Vulkan loader debs -> .devcarry/gpu, ~29 MB).
 # Run there: bash bench/h200/engine_variants.sh   (carry .devcarry/gpu; about 6-8 minutes; nothing else needed)
 # Variants (env of bench.mjs, see its header): the default (fused, multi-row tiles); ROW_TILES: every chunk row of
 # a dispatch of <= ROW_TILES_MAX (16) rows in its own workgroup with the 1-row tile (qkv + FFN; + the head; all); ATTN_SPLIT:
@@ -30,7 +30,7 @@ export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=$B
 run() {   # run "NAME" "ENV..." TIMEOUT
   case " ${VARIANTS:-$1} " in *" $1 "*) ;; *) return ;; esac
   echo "== variant $1: $2" | tee -a $O/engine_variants.txt
-  env $2 ${EXTRA_ENV:-} timeout $3 node bench/gpu/bench.mjs --backend $B --model-only ${BENCH_ARGS:-} > /tmp/variant.txt 2>&1
+  env $2 ${EXTRA_ENV:-} timeout ${VTIMEOUT:-$3} node bench/gpu/bench.mjs --backend $B --model-only ${BENCH_ARGS:-} > /tmp/variant.txt 2>&1
   echo "rc=$?" >> /tmp/variant.txt
   grep -E "kernels:|dispatches/forward|T_single|T_verify|GPU us per kind|decode alone|decodeAhead|specRound|command buffers|Error|rc=" /tmp/variant.txt | tee -a $O/engine_variants.txt
   grep '^JSON' /tmp/variant.txt | sed "s/^JSON /{\"variant\": \"$1\", \"result\": /; s/\$/}/" >> $O/engine_variants.json
