@@ -44,9 +44,10 @@
 //            Tile and split policies (each gives the default's bits: every row's arithmetic is the same; subgroup
 //            matmul only): rowTiles?: op kinds ('qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits') or
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in
-//            its own workgroup with the 1-row tile instead of the 4/8-row tiles (default none), attnSplit?: workgroups
-//            per head sharing attn_o.wgsl's O projection (default 1), headSum?: the fused head's input (r + the FFN
-//            partials) summed once by residual.wgsl, then a plain matmul_sg head (default false)}
+//            its own workgroup with the 1-row tile instead of the 4/8-row tiles, attnSplit?: workgroups
+//            per head sharing attn_o.wgsl's O projection, headSum?: the fused head's input (r + the FFN
+//            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 2 and
+//            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.plan         the resolved options (options.js)
