@@ -112,3 +112,25 @@ def test_page_lists_the_champions_own_draft_first(tmp_path, monkeypatch):
     monkeypatch.setattr(server, "MODELS", tmp_path)
     names = [m["name"] for m in server.default_models() if m["role"] == "draft"]
     assert names == ["draft-zzz-same", "draft-aaa-foreign"]
+
+
+def test_foreign_run_converts_the_answers_in_a_pool(prepared, tmp_path):
+    """With many answers and several workers the helper process converts them in a pool of its own (a daemonic
+    helper could not: on the H200 that lost the answers, and the draft trained on the corpora alone); the run then
+    stops at its epoch cap rather than cycling the rows until the budget ends."""
+    pytest.importorskip("torch")
+    from exactspec_train import foreign_run
+    _src, data, _prompts = prepared
+    smol = real_tokenizer("smollm2")
+    answers = [smol.encode(f"Answer {i}: " + TEXTS[i % len(TEXTS)] + "<|im_end|>") for i in range(70)]
+    gen = tmp_path / "gen.npz"
+    np.savez(gen, ids=np.asarray([t for a in answers for t in a], dtype=np.uint16),
+             off=np.cumsum([0] + [len(a) for a in answers]).astype(np.int64), done=np.ones(70, bool),
+             refused=np.zeros(70, bool))
+    out = tmp_path / "out"
+    assert foreign_run.main(["--budget-s", "120", "--gen", str(gen), "--data", str(data), "--out", str(out),
+                             "--workload", str(WORKLOAD), "--tiny", "--workers", "2", "--gen-wait-s", "30",
+                             "--max-epochs", "0.5"]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["gen"]["status"] == "ok" and run["gen"]["answers"] == 70
+    assert run["epochs"] <= 0.6 and "epoch cap" in (out / "log.txt").read_text()

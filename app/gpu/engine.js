@@ -82,6 +82,10 @@
 //          draft (another model of this engine) takes `feed` at draft_start (ending at start_pos) and makes k picks,
 //          feeding each back (its length becomes draft_start + feed.length + k - 1); then the champion takes [token,
 //          proposals...] at start_pos, reading the proposals on the GPU (its length becomes start_pos + k + 1).
+//   await model.verify(tokens, start_pos, pick, rows = false)
+//       -> {ids: Int32Array (n), rows: Float32Array (n * vocab) | null}: one forward of the n tokens with the pick
+//          made on every row (ids[i] from row i); for proposals made on the host (n-gram, bridged drafts), whose
+//          verify then reads back n ids instead of n rows. length becomes start_pos + n.
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
 //   await model.readFeatures(start_pos, n) -> Float32Array (n * dim): the kept features of those positions (< length).
 //   model.stats              last submission: {dispatches, command_buffers, chunks, passes, encode_ms, submit_ms,

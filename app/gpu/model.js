@@ -202,6 +202,8 @@ export class EngineModel {
     return this.eng.locked(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
   }
 
+  verify(tokens, startPos, pick, rows = false) { return this.eng.locked(() => this.verifyNow(tokens, startPos, pick, rows)); }
+
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
    * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
   readFeatures(startPos, n) {
@@ -267,7 +269,7 @@ export class EngineModel {
     return tok;
   }
 
-  // ---- the three kinds of submission
+  // ---- the four kinds of submission
 
   async forwardNow(tokens, startPos, nOut) {
     this.usable();
@@ -303,6 +305,25 @@ export class EngineModel {
     const out = await this.submit(sub, true);
     this.length = startPos + n;
     return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * this.config.vocab_size) : null };
+  }
+
+  async verifyNow(tokens, startPos, pick, rows) {
+    this.usable();
+    const tok = this.tokenIds('verify', tokens);
+    const n = tok.length;
+    this.checkStart('verify', startPos, n);
+    const p = checkPick(pick);
+    await this.ensureOut(n);
+    this.device.queue.writeBuffer(this.bufs.tokens, 0, tok);
+    this.setPick(p);
+    const sub = new Submission(this);
+    sub.pass(this, { n, startPos, nOut: n }, 'ids');
+    const V = this.config.vocab_size;
+    sub.read(this.bufs.ids, 0, 4 * n);                                          // ids (n,)
+    if (rows) sub.read(this.bufs.logits, 0, n * V * 4);                         // rows (n, vocab)
+    const out = await this.submit(sub, true);
+    this.length = startPos + n;
+    return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * V) : null };
   }
 
   async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {

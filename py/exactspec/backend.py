@@ -69,6 +69,10 @@ class Backend(Protocol):
 #       the draft (a backend on the same device, or a wrapper of one) takes `feed` at draft_start and makes k picks,
 #       feeding each back (its length becomes draft_start + len(feed) + k - 1); the champion (self) takes
 #       [token, proposals...] at start_pos (its length becomes start_pos + k + 1) and returns its k + 1 rows.
+#   verify(tokens, start_pos, pick, rows=False) -> Ahead                    (or an awaitable of it)
+#       one forward of `tokens` at start_pos (length becomes start_pos + len(tokens)) with the pick made on EVERY
+#       row: ids[i] from row i (the token at absolute position start_pos + i + 1). For proposals made on the host
+#       (n-gram, bridged drafts): only the picks come back, not (k + 1) rows of the whole vocabulary.
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -152,8 +156,17 @@ async def spec_round_by_forwards(model, draft, feed, draft_start: int, k: int, t
     return Round(proposals, ids, logits if rows else None)                     # rows (k + 1, vocab)
 
 
+async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bool = False,
+                             picker=pick_row) -> Ahead:
+    """verify made of one forward and the picks on its rows (the numpy reference's implementation)."""
+    toks = [int(x) for x in tokens]
+    logits = np.asarray(await _await(model.forward(toks, start_pos, len(toks))), dtype=np.float32)   # (n, vocab)
+    ids = [int(picker(logits[i], pick, start_pos + 1 + i)) for i in range(len(toks))]
+    return Ahead(ids, logits if rows else None)
+
+
 def offers(backend, method: str) -> bool:
-    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round')?"""
+    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify')?"""
     if backend is None:
         return False
     f = getattr(backend, "offers", None)

@@ -92,14 +92,14 @@ def _get(obj, key):
 
 
 class _JsBatched:
-    """JsBackend's batched step (exactspec.backend), over the JS model's decodeAhead / specRound."""
+    """JsBackend's batched step (exactspec.backend), over the JS model's decodeAhead / specRound / verify."""
 
     @property
     def ahead_max(self) -> int:
         return int(getattr(self._js, "aheadMax", 0) or 0) if self.offers("decode_ahead") else 0
 
     def offers(self, method: str) -> bool:
-        name = {"decode_ahead": "decodeAhead", "spec_round": "specRound"}.get(method)
+        name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify"}.get(method)
         return name is not None and getattr(self._js, name, None) is not None
 
     def decode_ahead(self, token, start_pos, n, pick, rows=True):
@@ -132,6 +132,20 @@ class _JsBatched:
             ids = _ids_from_js(_get(r, "ids"), k + 1, "ids")
             rr = _get(r, "rows")
             return Round(props, ids, logits_from_js(rr, k + 1, vocab) if rows else None)   # rows (k+1, vocab)
+        return finish()
+
+    def verify(self, tokens, start_pos, pick, rows=False):
+        from .backend import Ahead
+        if start_pos != self.length:
+            raise ValueError(f"verify at start_pos {start_pos} but the KV cache holds {self.length} positions")
+        n, vocab = len(tokens), self.config.vocab_size
+        pending = self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows))
+
+        async def finish():
+            r = await pending if inspect.isawaitable(pending) else pending
+            ids = _ids_from_js(_get(r, "ids"), n, "ids")
+            rr = _get(r, "rows")
+            return Ahead(ids, logits_from_js(rr, n, vocab) if rows else None)   # rows (n, vocab)
         return finish()
 
 

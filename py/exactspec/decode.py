@@ -333,10 +333,20 @@ async def generate_async(
                     n.readback_bytes += 4 * (2 * k + 1) + ((k + 1) * V * 4 if want_rows else 0)
                 else:
                     d_passes = getattr(drafter, "passes", 0) - passes_before
-                    logits = await champion_pass([seq[-1]] + proposals, t0 - 1, len(proposals) + 1)  # (g+1, vocab)
-                    champ_ids = None
                     n.submissions += 1 + d_passes
-                    n.readback_bytes += (len(proposals) + 1 + d_passes) * V * 4
+                    if batched and params.greedy and champion.offers("verify"):
+                        # proposals made here (n-gram, a bridged draft): the device's argmax of each row comes back,
+                        # not the rows (greedy confirms from those ids, as on the batched step)
+                        try:
+                            res = await champion.verify([seq[-1]] + proposals, t0 - 1, pick, False)
+                        except Exception as e:
+                            raise BackendError(f"champion verify failed: {e}") from e
+                        logits, champ_ids = None, res.ids
+                        n.readback_bytes += 4 * (len(proposals) + 1) + d_passes * V * 4
+                    else:
+                        logits = await champion_pass([seq[-1]] + proposals, t0 - 1, len(proposals) + 1)  # (g+1, vocab)
+                        champ_ids = None
+                        n.readback_bytes += (len(proposals) + 1 + d_passes) * V * 4
                 g = len(proposals)
                 n.draft_passes += getattr(drafter, "passes", 0) - passes_before
                 n.target_passes += 1

@@ -94,6 +94,19 @@ class TrackedCache:
             draft.tokens.extend([int(x) for x in feed] + props[: k - 1])
         return res
 
+    async def verify(self, tokens: Sequence[int], start_pos: int, pick, rows: bool = False):
+        toks = [int(t) for t in tokens]
+        try:
+            res = self.backend.verify(toks, start_pos, pick, rows)
+            if inspect.isawaitable(res):
+                res = await res
+        except Exception:
+            self.invalidate()
+            raise
+        del self.tokens[start_pos:]
+        self.tokens.extend(toks)
+        return res
+
     def invalidate(self) -> None:
         """Forget what the cache holds (after a fault): the next use prefills from scratch."""
         self.tokens = []

@@ -91,6 +91,11 @@ class YieldingBackend:
         r = self.inner.spec_round(base_of(draft, YieldingBackend), feed, draft_start, k, token, start_pos, pick, rows)
         return (await r) if inspect.isawaitable(r) else r
 
+    async def verify(self, tokens, start_pos, pick, rows=False):
+        await asyncio.sleep(0)
+        r = self.inner.verify(tokens, start_pos, pick, rows)
+        return (await r) if inspect.isawaitable(r) else r
+
 
 def inspect_model(path: str) -> dict:
     """Validate a stored model without loading weights: a GGUF file (header, tensor extents, config, tokenizer) or a

@@ -14,7 +14,8 @@ the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever re
      "forward_ms": {"median", "min"},       # one champion forward of 1 token, logits read back into numpy
      "ahead": {"n", "ms_per_token": {...}} | None,   # decode_ahead(n) / n where the backend runs ahead
      "single_ms": {...},                    # T_single: per token of plain decoding (ahead where offered)
-     "verify_ms": {k: {...}},               # T_verify(k): one champion forward of k + 1 tokens, k = 1..max(ks)
+     "verify_ms": {k: {...}},               # T_verify(k): one champion forward of k + 1 tokens, k = 1..max(ks) (greedy
+                                            # on a backend offering verify: picks read back, as the decode loop does)
      "draft_ms": {"model": {...}, "ngram": {...}},   # T_draft per proposal (a draft forward / an n-gram lookup / k)
      "round_ms": {"model": {k: {...}}},     # the whole on-device round (spec_round) where the backend offers it
      "spec_round": bool, "rows": bool}
@@ -95,7 +96,10 @@ async def measure(session, req: dict, clock=None) -> dict:
     out["verify_ms"] = {}
     for k in range(1, max(ks) + 1):          # every k up to the largest: rounds with fewer proposals use them
         async def verify(k=k):
-            await champ.forward([tok] * (k + 1), p, k + 1)
+            if not rows and champ.offers("verify"):
+                await champ.verify([tok] * (k + 1), p, pick, False)
+            else:
+                await champ.forward([tok] * (k + 1), p, k + 1)
             champ.truncate(p)
         await verify()
         out["verify_ms"][str(k)] = _stat(await timed(verify))

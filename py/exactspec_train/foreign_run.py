@@ -15,7 +15,8 @@ their prompts (else --data's prompt_ids.npy / prompt_off.npy, paired by index); 
 
 Writes to --out: draft_llama2.gguf (Q8_0 matrices, F32 norms, the draft's tokenizer in its metadata), run.json
 (config, seeds, data counts, losses, held-out loss / top-1 agreement on the champion's answers, sha256), log.txt.
-Runs on CUDA when available (bf16 autocast), else on the CPU (smoke tests: --tiny).
+Runs on CUDA when available (bf16 autocast), else on the CPU in float32 (smoke tests: --tiny; a fine-tune with
+--init-from).
 """
 from __future__ import annotations
 
@@ -135,15 +136,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dim", type=int, default=None)
     ap.add_argument("--n-layers", type=int, default=None)
     ap.add_argument("--hidden-dim", type=int, default=None)
+    ap.add_argument("--init-from", default=None, help="start from this exported draft GGUF (same config)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny model, short rows")
     a = ap.parse_args(argv)
+    a.argv = sys.argv[1:] if argv is None else list(argv)
     t_start = time.time()
     import torch
-    import torch.nn.functional as F
-    from exactspec.tokenizer import Tokenizer
-    from .export import export_gguf
-    from .foreign import draft_config
-    from .model import TorchLlama
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -155,17 +153,34 @@ def main(argv=None) -> int:
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(a.seed)
-    reserve = 8.0 if a.tiny else max(20.0, 0.06 * a.budget_s)           # eval + export
-    deadline = t_start + a.budget_s - reserve
     corpus = np.load(data / "corpus.npy")                                        # (m, L) uint16 draft ids
     seq_len = min(128 if a.tiny else a.seq_len, corpus.shape[1])                 # every source's row length
     batch = 2 if a.tiny else a.batch
     wait_s = a.budget_s * 0.6 if a.gen_wait_s is None else a.gen_wait_s
     import multiprocessing as mp
     workers = a.workers or max(1, min(8, (os.cpu_count() or 2) - 2))
-    conv = mp.get_context("spawn").Process(target=_wait_and_convert, daemon=True, args=(
+    # (not a daemon: it converts in a pool of its own, and daemonic processes may not have children — that cost
+    # the H200 run of 2026-12-01 the champion's answers; it is terminated below whatever happens)
+    conv = mp.get_context("spawn").Process(target=_wait_and_convert, daemon=False, args=(
         a.gen, t_start + wait_s, str(data), str(out), a.workload, a.prompt_weight, seq_len, a.seed + 1, workers))
     conv.start()
+    try:
+        return _train(a, t_start, dev, out, data, corpus, seq_len, batch, conv, log, wait_s)
+    finally:
+        if conv.is_alive():
+            conv.terminate()
+        conv.join(5)
+
+
+def _train(a, t_start, dev, out, data, corpus, seq_len, batch, conv, log, wait_s) -> int:
+    import torch
+    import torch.nn.functional as F
+    from exactspec.tokenizer import Tokenizer
+    from .export import export_gguf
+    from .foreign import draft_config
+    from .model import TorchLlama
+    reserve = 8.0 if a.tiny else max(20.0, 0.06 * a.budget_s)           # eval + export
+    deadline = t_start + a.budget_s - reserve
     log(f"device {dev} torch {torch.__version__}; waiting up to {wait_s:.0f} s for {a.gen} in a helper process")
 
     ctok = Tokenizer.from_gguf(data / "champion_tok.gguf")
@@ -182,7 +197,13 @@ def main(argv=None) -> int:
     model = TorchLlama(cfg)
     model.init_random(a.seed)
     init = "N(0, 0.02)"
-    if a.champion and os.path.exists(a.champion):
+    if a.init_from:                              # continue an exported draft (e.g. fine-tune it on the answers)
+        start = TorchLlama.from_gguf(a.init_from)
+        if start.config.to_json() != cfg.to_json():
+            raise SystemExit(f"--init-from {a.init_from}: its config {start.config} is not {cfg}")
+        model = start
+        init = f"from {Path(a.init_from).name} (sha256 {D.sha256_file(a.init_from)})"
+    elif a.champion and os.path.exists(a.champion):
         emb, n_shared = init_embedding(a.champion, ctok, dtok, cfg.dim, a.seed)
         with torch.no_grad():
             model.w("token_embd.weight").copy_(torch.from_numpy(emb))
@@ -205,7 +226,10 @@ def main(argv=None) -> int:
     idle_s = 0.0
     t_last = time.time()
     while time.time() < deadline and frac < 1.0:
-        if gen_info is None and step % 10 == 0 and (out / "gen_info.json").exists():
+        if gen_info is None and not conv.is_alive() and not (out / "gen_info.json").exists():
+            gen_info = {"status": "helper failed", "exit_code": conv.exitcode}
+            log(f"gen: the helper converting {a.gen} failed (exit code {conv.exitcode}): corpora only")
+        if gen_info is None and (out / "gen_info.json").exists():
             gen_info = json.loads((out / "gen_info.json").read_text())
             if gen_info["status"] == "ok":
                 rows, w = np.load(out / "gen_rows.npy"), np.load(out / "gen_w.npy")
@@ -227,6 +251,8 @@ def main(argv=None) -> int:
         # the plan: as many steps as the time left allows, at most max_epochs over the rows there are
         left = (deadline - time.time()) / step_s if step_s else 1e9
         epochs_left = max(0.0, a.max_epochs - seen) * rows_total / batch
+        if not waiting and epochs_left <= 0:
+            break                                # the epoch cap (the schedule has reached its floor)
         planned = step + max(1.0, min(left, epochs_left if not waiting else 1e9))
         frac = max(frac, step / planned)
         wts = np.array([s[2] for s in sources])
@@ -240,7 +266,7 @@ def main(argv=None) -> int:
         lr = a.lr * min(warm, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
             logits = model(x[:, :-1])                                                                   # (B, L-1, V)
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1),
                                  reduction="none")
@@ -261,7 +287,8 @@ def main(argv=None) -> int:
             log(f"step {step} loss {float(loss.detach()):.4f} gn {float(gn):.2f} lr {lr:.2e}")
         step += 1
     train_s = time.time() - t_train
-    log(f"trained {step} steps in {train_s:.0f} s ({'epoch cap' if frac >= 1.0 else 'time budget'}; idle "
+    capped = frac >= 1.0 or (seen >= a.max_epochs and time.time() < deadline)
+    log(f"trained {step} steps in {train_s:.0f} s ({'epoch cap' if capped else 'time budget'}; idle "
         f"{idle_s:.0f} s waiting for gen.npz; {seen:.1f} epochs)")
     if conv.is_alive():
         conv.terminate()
@@ -274,7 +301,7 @@ def main(argv=None) -> int:
             x = torch.from_numpy(rows[s:s + 4].astype(np.int64)).to(dev)
             ww = torch.from_numpy(w[s:s + 4, 1:] > 0.5).to(dev) if w is not None else torch.ones_like(x[:, 1:],
                                                                                                     dtype=torch.bool)
-            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
                 lg = model(x[:, :-1]).float()
             ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
             m = ww.reshape(-1)
@@ -294,8 +321,8 @@ def main(argv=None) -> int:
                 extra_metadata={"exactspec.champion_sha256": prep["prep"]["champion_sha256"],
                                 "exactspec.training": "text-level distillation: next-token cross-entropy on the "
                                                       "champion's answers in the draft's vocabulary, and corpora"})
-    record = {"argv": sys.argv[1:] if argv is None else list(argv), "seed": a.seed, "draft_config": cfg.to_json(),
-              "init": init, "device": str(dev), "torch": torch.__version__, "budget_s": a.budget_s,
+    record = {"argv": a.argv, "seed": a.seed, "draft_config": cfg.to_json(),
+              "init": init, "init_from": a.init_from, "device": str(dev), "torch": torch.__version__, "budget_s": a.budget_s,
               "batch": batch, "seq_len": seq_len, "lr": a.lr, "warmup_s": a.warmup_s, "gen_weight": a.gen_weight,
               "prompt_weight": a.prompt_weight, "steps": step, "train_s": round(train_s, 1), "max_epochs": a.max_epochs, "epochs": round(seen, 2),
               "idle_s": idle_s, "step_s": step_s,

@@ -8,6 +8,7 @@
 //        ops: [{op: 'forward', tokens, start_pos, n_out?, on?: 'draft'} | {op: 'truncate', n, on?} |
 //              {op: 'decode_ahead', token, start_pos, n, pick: {temperature, seed}, rows, on?} |
 //              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows} (champion + draft) |
+//              {op: 'verify', tokens, start_pos, pick, rows, on?} |
 //              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
 //              {op: 'lose_device'} (destroys the device)]}
 // Writes every op's logits rows (float32, row-major: forwards, and batched steps asked for rows) back to back into
@@ -38,6 +39,10 @@ async function runOp(op, models, engine) {
     const r = await m.specRound(models.draft, op.feed, op.draft_start, op.k, op.token, op.start_pos, op.pick, op.rows);
     return [{ proposals: list(r.proposals), ids: list(r.ids), rows: r.rows ? op.k + 1 : 0, length: m.length,
       draft_length: models.draft.length, ...m.stats }, r.rows];
+  }
+  if (op.op === 'verify') {
+    const r = await m.verify(op.tokens, op.start_pos, op.pick, op.rows);
+    return [{ ids: list(r.ids), rows: r.rows ? op.tokens.length : 0, length: m.length, ...m.stats }, r.rows];
   }
   if (op.op === 'read_features') return [{ features: list(await m.readFeatures(op.start_pos, op.n)) }, null];
   if (op.op === 'lose_device') { engine.device.destroy(); return [{}, null]; }   // what a GPU reset looks like

@@ -1,6 +1,6 @@
 """Engine models (app/gpu/engine.js under Node + Dawn, tests/gpu/engine_server.mjs) as JS model objects for CPython:
 EngineProcess(spec).load(name, path, description) returns an object with the JS model's interface (config, length,
-aheadMax, forward, truncate, decodeAhead, specRound) that `exactspec.bridge.JsBackend` wraps as it wraps the real JS
+aheadMax, forward, truncate, decodeAhead, specRound, verify) that `exactspec.bridge.JsBackend` wraps as it wraps the real JS
 object in Pyodide — so the decode loop runs end to end on the engine in CPython."""
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class EngineModelProxy:
         self.config = loaded["config"]
         self.length = loaded["length"]
         self.aheadMax = loaded["aheadMax"]
-        self.calls = {"forward": 0, "decodeAhead": 0, "specRound": 0}
+        self.calls = {"forward": 0, "decodeAhead": 0, "specRound": 0, "verify": 0}
 
     def _call(self, cmd, **kw):
         self.calls[cmd] = self.calls.get(cmd, 0) + 1
@@ -78,6 +78,10 @@ class EngineModelProxy:
 
     def decodeAhead(self, token, start_pos, n, pick, rows):
         r = self._call("decodeAhead", token=int(token), start_pos=int(start_pos), n=int(n), pick=dict(pick), rows=bool(rows))
+        return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
+
+    def verify(self, tokens, start_pos, pick, rows):
+        r = self._call("verify", tokens=_ints(tokens), start_pos=int(start_pos), pick=dict(pick), rows=bool(rows))
         return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
 
     def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows):

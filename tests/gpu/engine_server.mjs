@@ -7,7 +7,7 @@
 //   forward {name, tokens, start_pos, n_out} -> {rows (base64 float32), length};  truncate {name, n} -> {length};
 //   decodeAhead {name, token, start_pos, n, pick, rows} -> {ids, rows, length};
 //   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
-//   draft_length}; info -> {adapter}. A failed request answers {error: message}.
+//   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; info -> {adapter}. A failed request answers {error: message}.
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { createEngine } from '../../app/gpu/engine.js';
@@ -36,6 +36,10 @@ async function handle(engine, models, q) {
     const d = models.get(q.draft);
     const r = await m.specRound(d, q.feed, q.draft_start, q.k, q.token, q.start_pos, q.pick, q.rows);
     return { proposals: Array.from(r.proposals), ids: Array.from(r.ids), rows: b64(r.rows), length: m.length, draft_length: d.length };
+  }
+  if (q.cmd === 'verify') {
+    const r = await m.verify(q.tokens, q.start_pos, q.pick, q.rows);
+    return { ids: Array.from(r.ids), rows: b64(r.rows), length: m.length };
   }
   throw new Error(`unknown command ${q.cmd}`);
 }

@@ -127,6 +127,33 @@ def test_spec_round_equals_passes_one_by_one(models, variant, pick_name):
     assert np.array_equal(bits(outs[4]), bits(outs1[4 + K])), "the draft's KV cache after specRound differs"
 
 
+@pytest.mark.parametrize("variant", ["cpu_path", "subgroup", "fused", "chunks3"])
+@pytest.mark.parametrize("pick_name", list(PICKS))
+def test_verify_equals_one_forward(models, variant, pick_name):
+    """model.verify (host proposals: one forward, a pick on every row, the picks read back) gives exactly one
+    forward's rows, picks equal to numpy's on those rows, and the same KV cache afterwards."""
+    (cpath, cd), _ = models
+    kw, pick = VARIANTS[variant], PICKS[pick_name]
+    V = cd["config"]["vocab_size"]
+    toks = [int(x) for x in np.random.default_rng(9).integers(0, V, 11)]
+    P = 6
+    setup = [{"op": "forward", "tokens": toks[:P], "start_pos": 0, "n_out": 1}]
+    after = [{"op": "forward", "tokens": [7], "start_pos": len(toks)}]
+    ops = setup + [{"op": "verify", "tokens": toks[P:], "start_pos": P, "pick": pick, "rows": True}] + after
+    info, outs = run_engine(cpath, cd, ops, **kw)
+    res = info["results"]
+    assert all("error" not in r for r in res), res
+    assert res[1]["length"] == len(toks) and len(res[1]["ids"]) == len(toks) - P
+    check_picks(res[1]["ids"], outs[1], pick, P + 1)
+    ops1 = setup + [{"op": "forward", "tokens": toks[P:], "start_pos": P}] + after
+    _, outs1 = run_engine(cpath, cd, ops1, **kw)
+    assert np.array_equal(bits(outs[1]), bits(outs1[1])), "verify's rows differ from one forward's"
+    assert np.array_equal(bits(outs[2]), bits(outs1[2])), "the KV cache after verify differs"
+    ids_only = setup + [{"op": "verify", "tokens": toks[P:], "start_pos": P, "pick": pick, "rows": False}]
+    info2, outs2 = run_engine(cpath, cd, ids_only, **kw)
+    assert info2["results"][1]["ids"] == res[1]["ids"] and info2["results"][1]["rows"] == 0 and len(outs2) == 1
+
+
 def test_spec_round_ids_only(models):
     """rows=False brings back the proposals and the champion's greedy ids only (the same as with rows)."""
     (cpath, cd), (dpath, dd) = models

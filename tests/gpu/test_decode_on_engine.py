@@ -64,6 +64,26 @@ def test_decode_loop_batched_equals_per_forward(engine, temperature, seed, k):
         assert c.calls["specRound"] > mid["specRound"] and batched.stats["accepted"] > 0
 
 
+def test_ngram_rounds_verify_with_ids(engine):
+    """Greedy n-gram rounds on the engine verify through model.verify (the argmax ids come back, not the rows): the
+    same tokens and counts as verifying the rows, and a readback of ids only."""
+    champ, draft, c, d = engine
+    prompt = [1, 20, 30, 40, 50, 60] * 3
+    kw = dict(temperature=0.0, k=3, drafter="ngram", max_new_tokens=24, batched=True)
+    c.verify = None                                 # the model without verify: the rows of each round come back
+    try:
+        plain = generate(champ, draft, prompt, **kw)
+    finally:
+        del c.verify
+    before = c.calls["verify"]
+    ver = generate(champ, draft, prompt, **kw)
+    assert ver.token_ids == plain.token_ids
+    for key in COUNTS:
+        assert ver.stats[key] == plain.stats[key], key
+    assert plain.stats["proposed"] > 0 and c.calls["verify"] > before
+    assert ver.stats["readback_bytes"] < plain.stats["readback_bytes"]
+
+
 def test_no_run_ahead_where_the_engine_says_so(engine):
     """aheadMax 0 (the default on CPU adapters): the decode loop makes one forward per token."""
     champ, draft, c, d = engine
