@@ -180,7 +180,8 @@ export async function loadHead(eng, description, readSlice, champion, lopts = {}
     W.layers[0].kv = mem.create('blk.0.kv', 2 * cfg.seq_len * cfg.n_kv_heads * cfg.head_dim * 4);   // (2, seq_len, kv_dim)
     const maxRows = lopts.maxRows ?? Math.min(eng.plan.maxRows, 16);
     const plan = { ...eng.plan, fuse: false, maxRows: Math.max(1, Math.min(maxRows, cfg.seq_len, RING_ROWS)),
-      headLanes: eng.plan.cpu ? 1 : (lopts.headLanes ?? 8) };
+      headLanes: lopts.headLanes ?? (eng.plan.cpu ? 1 : 8) };
+    if (![1, 2, 4, 8, 16, 32].includes(plan.headLanes)) throw new Error(`headLanes ${plan.headLanes} must be 1, 2, 4, 8, 16 or 32`);
     W.vocabMode = cfg.vocab_subset ? vocabMode : 'full';
     const head = new EngineHead(eng, cfg, W, plan, mem, eng.device.limits.maxComputeWorkgroupStorageSize);
     head.headConfig = { ...h };
