@@ -166,3 +166,53 @@ def test_a_head_that_does_not_fit_the_champion_is_refused(files, tmp_path):
     write_head_gguf(p, hc, random_head_weights(hc, 0), tensor_type="F32")
     with pytest.raises(RuntimeError, match=r"does not fit the champion \(dim 64"):
         run_engine(*files["champion"], [], head=(p, describe(p)))
+
+
+CHAMPION = __import__("pathlib").Path(__file__).resolve().parents[2] / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHAMPION.exists(), reason="run `python build.py setup` to fetch the champion")
+def test_smollm2_with_a_random_head(tmp_path):
+    """SmolLM2 with a random head of the trained head's shape (16,384-id subset, 1,024-position window, Q8_0, made
+    for its sha256) at the page's GPU context (2,048): parity with numpy's HeadModel, bitwise batch invariance, and
+    the head's own GPU memory (weights + KV + scratch, one logits row a pass as the decode loop asks) within 10% of
+    the champion's 98 MB (the champion's kept features, 4.7 MB at this context, are reported beside it)."""
+    from exactspec.drafters.head import HeadConfig, HeadModel, random_head_weights, write_head_gguf
+    from exactspec.formats import describe
+    from exactspec.formats.gguf import GGUFFile
+    from exactspec.reference import ReferenceModel
+    from exactspec_train.data import sha256_file
+    cfg = GGUFFile(CHAMPION).config()
+    hc = HeadConfig.for_champion(cfg, champion_sha256=sha256_file(CHAMPION), window=1024)
+    p = tmp_path / "head.gguf"
+    ids = np.sort(np.random.default_rng(3).choice(cfg.vocab_size, 16384, replace=False))
+    write_head_gguf(p, hc, random_head_weights(hc, 7), tensor_type="Q8_0", vocab_ids=ids)
+    toks = [1, 4093, 198, 1780, 314, 260]          # "<|im_start|>user\nWhat is the"
+    past = [3681, 30]
+    ops = [{"op": "forward", "tokens": toks, "start_pos": 0, "n_out": 1},
+           {"op": "forward", "tokens": toks[:1], "start_pos": 0, "n_out": 1, "on": "head"},
+           {"op": "memory", "on": "head"},              # as the decode loop uses it: one logits row a pass
+           {"op": "truncate", "n": 0, "on": "head"},
+           {"op": "forward", "tokens": toks, "start_pos": 0, "n_out": 6, "on": "head"},
+           {"op": "truncate", "n": 0, "on": "head"},
+           {"op": "forward", "tokens": toks[:3], "start_pos": 0, "n_out": 3, "on": "head"},
+           {"op": "forward", "tokens": toks[3:], "start_pos": 3, "n_out": 3, "on": "head"},
+           {"op": "forward", "tokens": past, "start_pos": 6, "n_out": 2, "on": "head"}]
+    info, outs = run_engine(CHAMPION, describe(CHAMPION), ops, head=(p, describe(p)), seq_len=2048, timeout=1800)
+    assert not [r for r in info["results"] if "error" in r], info["results"]
+    _, _, full, a, b, got_past = outs
+    bits = lambda x: np.ascontiguousarray(x).view(np.uint32)               # noqa: E731
+    assert np.array_equal(bits(full), bits(np.concatenate([a, b])))
+    c = ReferenceModel.from_file(CHAMPION, keep_features=True, max_len=64)
+    h = HeadModel.from_file(p, c)
+    c.forward(toks, 0, 1)
+    ref = np.concatenate([h.forward(toks, 0, 6), h.forward(past, 6, 2)])
+    got = np.concatenate([full, got_past])
+    fin = np.isfinite(ref)
+    assert np.array_equal(fin, np.isfinite(got)) and (ref.argmax(1) == got.argmax(1)).all()
+    diff = float(np.abs(ref[fin] - got[fin]).max())
+    mem = [r for r in info["results"] if r["op"] == "memory"][0]["memory"]
+    print(f"[head smollm2] max |diff| {diff:.2e} (largest logit {np.abs(ref[fin]).max():.1f}); memory {mem}")
+    assert diff < 2e-3
+    assert mem["total"] <= 98_362_432 // 10, mem
