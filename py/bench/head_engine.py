@@ -4,7 +4,7 @@ memory (weights, KV, scratch; and the champion's kept features it needs).
 
     python build.py bench head_engine [--backend opengl|vulkan] [--champion GGUF] [--head GGUF ...] [--random]
         [--variants indexed,masked] [--reps 5] [--ks 1,4] [--seq-len 2048] [--prompt-tokens 40] [--timestamps]
-        [--json OUT]
+        [--json OUT] [--node PATH] [--make-random OUT.gguf]
 
 --random (default when no --head is given): SmolLM2-shaped random heads made for the champion (its sha256), Q8_0:
 a 16,384-id subset with a 1,024-position window (the trained head's shape, py/exactspec_train/head_run.py) and the
@@ -58,10 +58,18 @@ def main(argv=None) -> int:
     ap.add_argument("--timestamps", action="store_true", help="GPU time per kind of dispatch (timestamp-query)")
     ap.add_argument("--engine-opts", default=None, help="createEngine options as JSON")
     ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--node", default="node", help="node binary")
+    ap.add_argument("--make-random", metavar="GGUF", help="only write a random head of the trained one's shape "
+                    "(16,384-id subset, 1,024-position window, Q8_0) for the champion, then exit")
     a = ap.parse_args(argv)
     champion = Path(a.champion)
     if not champion.is_file():
         raise SystemExit(f"error: {champion} does not exist (python build.py setup)")
+    if a.make_random:
+        import shutil
+        with tempfile.TemporaryDirectory() as td:
+            shutil.copyfile(random_heads(champion, Path(td))[0][1], a.make_random)
+        return 0
     with tempfile.TemporaryDirectory() as td:
         heads = [(Path(h).stem, Path(h)) for h in a.head]
         if a.random or not heads:
@@ -84,7 +92,7 @@ def main(argv=None) -> int:
         if a.backend == "opengl":
             env.setdefault("XDG_RUNTIME_DIR", "/tmp")
             env.setdefault("EGL_PLATFORM", "surfaceless")
-        r = subprocess.run(["node", str(ROOT / "bench" / "gpu" / "head_bench.mjs"), str(sp)], cwd=ROOT, env=env,
+        r = subprocess.run([a.node, str(ROOT / "bench" / "gpu" / "head_bench.mjs"), str(sp)], cwd=ROOT, env=env,
                            capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout[-3000:], r.stderr[-6000:], file=sys.stderr)
