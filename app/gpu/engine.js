@@ -78,7 +78,8 @@
 //          becomes start_pos + n.
 //   await champion.specRound(draft, feed, draft_start, k, token, start_pos, pick, rows)
 //       -> {proposals: Int32Array (k), ids: Int32Array (k + 1), rows: Float32Array ((k + 1) * vocab) | null}: the
-//          draft (another model of this engine) takes `feed` at draft_start (ending at start_pos) and makes k picks,
+//          draft (another model of this engine, or a draft head on this champion: engine.loadHead) takes `feed`
+//          at draft_start (ending at start_pos) and makes k picks,
 //          feeding each back (its length becomes draft_start + feed.length + k - 1); then the champion takes [token,
 //          proposals...] at start_pos, reading the proposals on the GPU (its length becomes start_pos + k + 1).
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
