@@ -17,6 +17,9 @@
 //   await core.stage('gpu', () => core.initGpu(gpu, params, engineOptions))   gpu: navigator.gpu or Dawn's create()
 //   core.startSession()
 //   await core.loadModel(name, role, want?)  -> {name, role, config, summary, backend, draft_provenance}
+//       role 'draft' with a draft head's GGUF: the head slot (state.active.head); on WebGPU the head runs on the
+//       engine beside the champion (engine.loadHead: it reads the champion's features on the GPU), on the CPU
+//       fallback in numpy (exactspec.drafters.head.HeadModel)
 //   await core.generate(params, onTokens?)   -> the session's answer {text, token_ids, finish_reason, stats, ...}
 //   core.cancel(), core.status(), await core.timings(params) (exactspec.timing: pass times for benchmarks)
 
@@ -40,12 +43,17 @@ export function errorText(e) {
 
 function mountDir(name) { return `/models/${name}`; }
 
+// The model slots: the champion, the draft model and the draft head (loaded with role 'draft'; both drafts stay
+// loaded, so the drafter can be picked per request).
+const SLOTS = ['champion', 'draft', 'head'];
+const roleOf = (slot) => (slot === 'head' ? 'draft' : slot);
+
 export class Core {
   constructor(host) {
     this.host = host;
     this.state = {
       host, py: null, sessionMod: null, session: null,
-      backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null },
+      backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null, head: null },
       mounted: new Set(), gpuModels: {}, modelBackend: {}, draftProvenance: null,
     };
   }
@@ -131,10 +139,10 @@ export class Core {
     state.gpuReason = `WebGPU failed: ${reason}`;
     state.gpu = null;
     state.gpuModels = {};
-    for (const role of ['champion', 'draft']) {
-      const name = state.active[role];
+    for (const slot of SLOTS) {
+      const name = state.active[slot];
       if (!name) continue;
-      try { await this.loadModel(name, role); } catch (e) { this.log('error', `reloading ${name} on the CPU failed: ${errorText(e)}`); }
+      try { await this.loadModel(name, roleOf(slot)); } catch (e) { this.log('error', `reloading ${name} on the CPU failed: ${errorText(e)}`); }
     }
   }
 
@@ -176,10 +184,10 @@ export class Core {
     if (want === 'webgpu' && !state.gpu) {
       throw new Error(`the WebGPU backend is not available here (${state.gpuReason || 'no adapter'}): use backend 'cpu'`);
     }
-    for (const role of ['champion', 'draft']) {
-      const name = state.active[role];
-      if (!name || state.modelBackend[role] === want) continue;
-      const out = await this.loadModel(name, role, want);
+    for (const slot of SLOTS) {
+      const name = state.active[slot];
+      if (!name || state.modelBackend[slot] === want) continue;
+      const out = await this.loadModel(name, roleOf(slot), want);
       if (out.backend !== want) throw new Error(`${name} could not be loaded on the ${want} backend (see the log)`);
     }
   }
@@ -191,7 +199,9 @@ export class Core {
     const hf = meta.format === 'hf';
     const dir = this.mount(name, meta, files);
     const path = hf ? dir : `${dir}/${meta.files[0].file}`;
-    let backend, backendName = 'cpu';
+    // a draft head (it reads the champion's features) has its own slot: the draft model stays loaded beside it
+    const slot = role === 'draft' && !hf && this.isHead(path) ? 'head' : role;
+    let backend, backendName = 'cpu', newGpu = null;
     if (state.gpu && (want ? want === 'webgpu' : state.backend === 'webgpu')) {
       try {
         const desc = JSON.parse(state.session.describe(path));   // a GGUF, or a Hugging Face folder's shards
@@ -201,29 +211,62 @@ export class Core {
           if (!f) throw new Error(`${file} is not among the model's files`);
           return f.slice(off, off + n).arrayBuffer();
         };
-        const seqLen = Math.min(desc.config.seq_len, GPU_MAX_CONTEXT);
-        const jsModel = await state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen });
-        if (state.gpuModels[role]) { try { state.gpuModels[role].destroy(); } catch (e) { /* gone */ } }
-        state.gpuModels[role] = jsModel;
-        backend = state.py.pyimport('exactspec.bridge').JsBackend(jsModel);
+        const bridge = state.py.pyimport('exactspec.bridge');
+        let jsModel;
+        if (slot === 'head') {   // on the engine beside the champion, reading its features on the GPU
+          const champ = state.modelBackend.champion === 'webgpu' ? state.gpuModels.champion : null;
+          if (!champ) throw new Error('the champion is not on the WebGPU engine');
+          jsModel = await state.gpu.engine.loadHead(desc, readSlice, champ, { seq_len: champ.config.seq_len });
+        } else {
+          const seqLen = Math.min(desc.config.seq_len, GPU_MAX_CONTEXT);
+          jsModel = await state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen });
+        }
+        // the previous model of the slot is freed first (a head's only once the session took the new one)
+        if (slot !== 'head' && state.gpuModels[slot]) { try { state.gpuModels[slot].destroy(); } catch (e) { /* gone */ } }
+        if (slot !== 'head') state.gpuModels[slot] = jsModel;
+        newGpu = jsModel;
+        backend = slot === 'head' ? bridge.JsHead(jsModel) : bridge.JsBackend(jsModel);
         backendName = 'webgpu';
       } catch (e) {
         log('warn', `${name}: the WebGPU engine could not load it (${errorText(e)}); using the CPU fallback`);
       }
     }
-    const out = JSON.parse(state.session.load(name, path, role, backend, backendName));
+    let out;
+    try {
+      out = JSON.parse(state.session.load(name, path, role, backend, backendName));
+    } catch (e) {
+      if (newGpu) {
+        try { newGpu.destroy(); } catch (e2) { /* gone */ }
+        if (state.gpuModels[slot] === newGpu) delete state.gpuModels[slot];
+      }
+      throw e;
+    }
+    if (slot === 'head') {
+      if (state.gpuModels.head && state.gpuModels.head !== newGpu) { try { state.gpuModels.head.destroy(); } catch (e) { /* gone */ } }
+      if (newGpu) state.gpuModels.head = newGpu; else delete state.gpuModels.head;
+    }
     out.backend = backendName;
-    const other = role === 'champion' ? 'draft' : 'champion';
-    if (state.active[other] === name) {          // a model holds one role at a time (the session dropped the other)
+    for (const other of SLOTS) {                 // a model holds one slot at a time (the session dropped the other)
+      if (other === slot || state.active[other] !== name) continue;
       state.active[other] = null;
       delete state.modelBackend[other];
       if (state.gpuModels[other]) { try { state.gpuModels[other].destroy(); } catch (e) { /* gone */ } delete state.gpuModels[other]; }
     }
-    state.active[role] = name;
-    state.modelBackend[role] = backendName;
+    if (slot === 'champion' && state.gpuModels.head && backendName !== 'webgpu') {
+      // a GPU head cannot read a CPU champion's features: the next head request tells the user to load it again
+      this.log('warn', `${state.active.head}: the draft head runs on the GPU and the champion now on the CPU: load the head again`);
+    }
+    state.active[slot] = name;
+    state.modelBackend[slot] = backendName;
     if (state.host.updateDraftProvenance) await state.host.updateDraftProvenance();
     out.draft_provenance = state.draftProvenance || null;
     return out;
+  }
+
+  /** Is the GGUF at `path` (mounted) a draft head (exactspec.drafters.head)? */
+  isHead(path) {
+    const mod = this.state.py.pyimport('exactspec.drafters.head');
+    try { return Boolean(mod.is_head_gguf(path)); } finally { mod.destroy(); }
   }
 
   // A model's files as Python reads them, for a check before import (the session's inspect); unmounted after.

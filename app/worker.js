@@ -178,7 +178,7 @@ const handlers = {
     const list = await state.store.list();
     return list.map((x) => ({
       name: x.name, size: x.size, sha256: x.sha256, role: x.role, source: x.source, format: x.format,
-      loaded: state.active.champion === x.name ? 'champion' : state.active.draft === x.name ? 'draft' : null,
+      loaded: state.active.champion === x.name ? 'champion' : [state.active.draft, state.active.head].includes(x.name) ? 'draft' : null,
     }));
   },
   async [REQ.IMPORT_MODEL](msg) {
@@ -190,11 +190,12 @@ const handlers = {
   async [REQ.DELETE_MODEL](msg) {
     if (!state.store) state.store = await WeightStore.open();
     const name = (msg.params || {}).name;
-    if (state.active.champion === name || state.active.draft === name) {
+    if (state.active.champion === name || state.active.draft === name || state.active.head === name) {
       state.session.unload(name);
       core.unmount(name);
       if (state.active.champion === name) state.active.champion = null;
       if (state.active.draft === name) state.active.draft = null;
+      if (state.active.head === name) state.active.head = null;
     }
     const deleted = await state.store.delete(name);
     await updateDraftProvenance();

@@ -4,10 +4,11 @@
 
 /**
  * The chunks of one pass: n tokens at absolute positions startPos.., read from the token list at tokBase.., whose
- * last nOut rows produce logits rows outBase.. . Chunks hold at most maxRows rows.
+ * last nOut rows produce logits rows outBase.. . Chunks hold at most maxRows rows. extra: more Step fields of every
+ * chunk (a draft head's src_len, app/gpu/head.js).
  * Returns [{rows, outRows, step: the fields of the kernels' struct Step}].
  */
-export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0 }, maxRows) {
+export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra = null }, maxRows) {
   const firstOut = n - nOut;
   const chunks = [];
   for (let c0 = 0; c0 < n; c0 += maxRows) {
@@ -15,7 +16,7 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0 }, maxR
     const lo = Math.max(0, firstOut - c0);   // first chunk row with logits (>= rows: none)
     chunks.push({ rows, outRows: Math.max(0, rows - lo),
       step: { n: rows, start_pos: startPos + c0, out_lo: Math.min(lo, rows), out_base: outBase + c0 + lo - firstOut,
-        tok0: tokBase + c0 } });
+        tok0: tokBase + c0, ...extra } });
   }
   return chunks;
 }

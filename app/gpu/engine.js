@@ -79,7 +79,8 @@
 //          becomes start_pos + n.
 //   await champion.specRound(draft, feed, draft_start, k, token, start_pos, pick, rows)
 //       -> {proposals: Int32Array (k), ids: Int32Array (k + 1), rows: Float32Array ((k + 1) * vocab) | null}: the
-//          draft (another model of this engine) takes `feed` at draft_start (ending at start_pos) and makes k picks,
+//          draft (another model of this engine, or a draft head on this champion: engine.loadHead) takes `feed`
+//          at draft_start (ending at start_pos) and makes k picks,
 //          feeding each back (its length becomes draft_start + feed.length + k - 1); then the champion takes [token,
 //          proposals...] at start_pos, reading the proposals on the GPU (its length becomes start_pos + k + 1).
 //   await model.verify(tokens, start_pos, pick, rows = false)
@@ -87,6 +88,23 @@
 //          made on every row (ids[i] from row i); for proposals made on the host (n-gram, bridged drafts), whose
 //          verify then reads back n ids instead of n rows. length becomes start_pos + n.
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
+//   await model.enableFeatures()   keep the features from now on (a draft head's bind calls it); positions computed
+//                            before have none (model.featFrom: the first position whose features are kept).
+//   const head = await engine.loadHead(description, readSlice, champion, {seq_len, headVocab, maxRows, headLanes})
+//       a draft head (app/gpu/head.js; GGUF layout: py/exactspec/drafters/head.py) reading `champion`'s features:
+//     description  formats.describe() of the head GGUF (its metadata names the head's config; or `head`: a
+//                  HeadConfig.to_json() dict). Refused unless dim and vocab_size are the champion's.
+//     headVocab    with a vocabulary subset: 'indexed' (default: an LM head over the subset's rows of the
+//                  champion's embedding, read in place) | 'masked' (the full LM head, then -inf outside the subset)
+//     maxRows      rows per chunk of the head (default min(opts.maxRows, 16): its attention scratch scales with it)
+//     The head is a model object (forward, truncate, length, config (vocab_size: the champion's), destroy, stats):
+//     forward(tokens, start_pos, n_out) reads the champion's kept feature of position q-1 for each row q with q-1 <
+//     champion.length at the call, else its own predicted one (rows past the champion are separate passes of the
+//     one submission; a missing predicted feature is an error) — py/exactspec/drafters/head.py's HeadModel rule.
+//     As the draft of champion.specRound(head, ...) its k passes run on the GPU in the round's submission (the feed
+//     reads the champion's features, each later pass the feature the pass before predicted). head.bind(champion)
+//     re-points it at another champion of this engine (enables that champion's features; the caller truncates the
+//     head); head.memory() -> {weights, kv, scratch, total, champion_features} bytes on the GPU; head.headConfig.
 //   await model.readFeatures(start_pos, n) -> Float32Array (n * dim): the kept features of those positions (< length).
 //   model.stats              last submission: {dispatches, command_buffers, chunks, passes, encode_ms, submit_ms,
 //                            wait_ms, pre_encoded, gpu_ms}
@@ -104,6 +122,7 @@
 
 import { openDevice } from './device.js';
 import { createKernels, defaultShaderSource } from './kernels.js';
+import { loadHead } from './head.js';
 import { loadModel } from './model.js';
 import { kernelsInfo, resolvePlan } from './options.js';
 
@@ -132,7 +151,7 @@ export async function createEngine(gpu, opts = {}) {
   }
   const maxBinding = device.limits.maxStorageBufferBindingSize;
   let lock = Promise.resolve();
-  const eng = { device, kernels, plan, state, lostPromise, maxBinding, models: new Set(),
+  const eng = { device, kernels, plan, state, lostPromise, maxBinding, models: new Set(), shaderSource,
     weightBinding: Math.min(maxBinding, opts.maxBindingBytes ?? Infinity),
     /** Run fn after every earlier call of any model of this engine (submissions never interleave). */
     locked(fn) {
@@ -149,6 +168,11 @@ export async function createEngine(gpu, opts = {}) {
       const m = await loadModel(eng, description, readSlice, lopts);
       eng.models.add(m);
       return m;
+    },
+    async loadHead(description, readSlice, champion, lopts = {}) {
+      const h = await loadHead(eng, description, readSlice, champion, lopts);
+      eng.models.add(h);
+      return h;
     },
     destroy() {
       for (const m of [...eng.models]) m.destroy();

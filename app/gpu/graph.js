@@ -117,11 +117,12 @@ export class GraphBuilder {
       head_dim: cfg.head_dim, rope_dim: dims.ropeDim, seq_len: cfg.seq_len, n_groups: Math.ceil(part.N / 2), eps: cfg.norm_eps ?? 1e-5 };
   }
 
-  /** out (n, N) = [rmsnorm_gamma](x) @ W^T with the mode's epilogue (store / add / swiglu / qkv: RoPE + KV write). */
-  async matmul(label, lins, { x, gamma = null, out, kv = null, mode, window = 0 }) {
+  /** out (n, N) = [rmsnorm_gamma](x) @ W^T with the mode's epilogue (store / add / swiglu / qkv: RoPE + KV write);
+   * outStride: floats per output row (default: the mode's, store = vocab_size). */
+  async matmul(label, lins, { x, gamma = null, out, kv = null, mode, window = 0, outStride = null }) {
     const K = this.kernels.matmul;
     const { lanes, matmulWg, ksplit, tile1, tile8 } = this.plan;
-    const outStride = { qkv: this.dims.qDim, add: this.cfg.dim, swiglu: this.cfg.hidden_dim, store: this.cfg.vocab_size }[mode];
+    outStride ??= { qkv: this.dims.qDim, add: this.cfg.dim, swiglu: this.cfg.hidden_dim, store: this.cfg.vocab_size }[mode];
     const tiles = { t4: 4, t8: tile8 ? 8 : 4, t1: tile1 ? 1 : 4 };
     const perWg = matmulWg / (lanes * ksplit);   // row pairs per workgroup
     for (const lin of lins) {

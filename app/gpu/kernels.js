@@ -6,6 +6,8 @@
 //   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg_pro.wgsl, attn_o shaders/attn_o.wgsl,
 //   ffn shaders/ffn_sg.wgsl
+//   a draft head's own (compiled at its first loadHead, app/gpu/head.js): head_in, head_attention, head_out,
+//   head_logits, vocab_mask (shaders/<same name>.wgsl)
 
 import { packStruct, parseSignature } from './signature.js';
 
@@ -96,6 +98,11 @@ export async function createKernels(device, shaderSource, { subgroups = false, f
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
     residual: 'residual' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg_pro', attn_o: 'attn_o', ffn: 'ffn_sg' });
+  return compileKernels(device, shaderSource, files);
+}
+
+/** Compile the kernels {name: WGSL file name} (createKernels' set; the draft head's own, app/gpu/head.js). */
+export async function compileKernels(device, shaderSource, files) {
   const names = Object.keys(files);
   const srcs = await Promise.all(names.map((n) => shaderSource(files[n])));
   const dummyR = device.createBuffer({ label: 'dummy_r', size: 16, usage: GPUBufferUsage.STORAGE });

@@ -136,8 +136,9 @@ export class EngineModel {
     Object.assign(this, { eng, device: eng.device, config: cfg, W, plan, mem, wgMem, keepFeatures });
     this.id = nextId++;
     this.nSlices = plan.fuse === true ? Math.ceil(cfg.hidden_dim / plan.fuseSlice) : 0;
-    this.bufs = activations(mem, cfg, plan, this.nSlices);
+    this.bufs = this.makeBuffers();
     if (keepFeatures) this.bufs.features = mem.create('features', cfg.seq_len * cfg.dim * 4);   // (seq_len, dim)
+    this.featFrom = 0;       // positions below it were computed without keeping their features (enableFeatures)
     this.pickGroups = Math.max(1, Math.min(256, Math.ceil(cfg.vocab_size / (plan.pickWg * 16))));
     this.stepKernel = eng.kernels.embed;   // every kernel declares the same struct Step: pack slots with one
     this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
@@ -160,6 +161,9 @@ export class EngineModel {
     }
   }
 
+  /** The activations (a draft head has its own set: app/gpu/head.js). */
+  makeBuffers() { return activations(this.mem, this.config, this.plan, this.nSlices); }
+
   builder(list) {
     return new GraphBuilder({ kernels: this.eng.kernels, plan: this.plan, cfg: this.config, wgMem: this.wgMem,
       nSlices: this.nSlices, pickGroups: this.pickGroups, list,
@@ -172,6 +176,20 @@ export class EngineModel {
     this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
     this.ops = g.ops;
     await this.ensureOut(1);
+  }
+
+  /** Keep the features from now on (what a draft head reads: app/gpu/head.js calls it when it binds): positions
+   * already computed have none (featFrom = length until a truncate below it). No-op when already kept. */
+  async enableFeatures() {
+    if (this.keepFeatures) return;
+    this.usable();
+    const cfg = this.config;
+    this.bufs.features = this.mem.create('features', cfg.seq_len * cfg.dim * 4);   // (seq_len, dim)
+    this.keepFeatures = true;
+    this.featFrom = this.length;
+    this.outCap = 0;          // rebuild the forward (with the residual kernel keeping them) and its head and picks
+    this.pre = null;
+    await this.build();
   }
 
   /** Room for `rows` logits rows (and their readback and picks); rebuilds the head and pick ops when it grows. */
@@ -230,6 +248,7 @@ export class EngineModel {
   truncate(n) {
     if (!Number.isInteger(n) || n < 0 || n > this.length) throw new Error(`truncate: ${n} must be in 0..${this.length}`);
     this.length = n;
+    this.featFrom = Math.min(this.featFrom, n);   // positions from n on are recomputed with their features
   }
 
   /** Bench only (needs opts.timestamps): GPU microseconds per kind of dispatch for one forward of n rows at the
@@ -330,6 +349,8 @@ export class EngineModel {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specRound: the draft must be another model of the same engine');
     draft.usable();
+    if (draft.champion && draft.champion !== this) throw new Error('specRound: this draft head reads the features of another champion');
+    await draft.prepare?.();
     if (draft.config.vocab_size !== this.config.vocab_size) throw new Error(`specRound: draft vocabulary ${draft.config.vocab_size} differs from ${this.config.vocab_size}`);
     const fed = draft.tokenIds('specRound feed', feed);
     const f = fed.length;
@@ -339,7 +360,7 @@ export class EngineModel {
     draft.checkStart('specRound draft', draftStart, f + k - 1);
     this.checkStart('specRound', startPos, k + 1);
     const p = checkPick(pick);
-    await draft.ensureOut(k);
+    await draft.ensureOut(draft.roundRows(k));
     await this.ensureOut(k + 1);
     const q = this.device.queue;
     q.writeBuffer(draft.bufs.tokens, 0, fed);
@@ -347,8 +368,7 @@ export class EngineModel {
     draft.setPick(p);
     this.setPick(p);
     const sub = new Submission(this);
-    sub.pass(draft, { n: f, startPos: draftStart, nOut: 1 }, 'tokens');          // proposal 0 -> draft tokens[f]
-    for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: draftStart + f + i - 1, nOut: 1, tokBase: f + i - 1, outBase: i }, 'tokens');
+    const done = draft.draftPasses(sub, f, draftStart, k, startPos);              // proposals -> draft tokens[f..]
     sub.copy(draft.bufs.tokens, 4 * f, this.bufs.tokens, 4, 4 * k);                // [token, proposals...]
     sub.pass(this, { n: k + 1, startPos, nOut: k + 1 }, 'ids');
     const V = this.config.vocab_size;
@@ -356,10 +376,23 @@ export class EngineModel {
     sub.read(this.bufs.ids, 0, 4 * (k + 1));                                    // ids (k + 1,)
     if (rows) sub.read(this.bufs.logits, 0, (k + 1) * V * 4);                   // rows (k + 1, vocab)
     const out = await this.submit(sub, true);
+    done?.();
     draft.length = draftStart + f + k - 1;
     this.length = startPos + k + 1;
     return { proposals: new Int32Array(out, 0, k), ids: new Int32Array(out, 4 * k, k + 1),
       rows: rows ? new Float32Array(out, 4 * (2 * k + 1), (k + 1) * V) : null };
+  }
+
+  /** Logits rows a specRound's draft passes need. */
+  roundRows(k) { return k; }
+
+  /** A specRound's draft passes (this model as the draft): `feed` (f tokens) at draftStart picks proposal 0 into
+   * tokens[f], pass i > 0 feeds tokens[f + i - 1] and picks into tokens[f + i]. Returns what to do once the
+   * submission succeeded (nothing here; a draft head commits its feature bookkeeping). */
+  draftPasses(sub, f, draftStart, k) {
+    sub.pass(this, { n: f, startPos: draftStart, nOut: 1 }, 'tokens');
+    for (let i = 1; i < k; i++) sub.pass(this, { n: 1, startPos: draftStart + f + i - 1, nOut: 1, tokBase: f + i - 1, outBase: i }, 'tokens');
+    return null;
   }
 
   setPick(p) {
@@ -424,7 +457,7 @@ export class EngineModel {
 }
 
 /** One submission's work: passes of one or two models (their chunks, step slots and ops), copies, readbacks. */
-class Submission {
+export class Submission {
   constructor(owner) {
     this.owner = owner;
     this.items = [];

@@ -147,7 +147,7 @@ async function readRows(readSlice, s, first, n, rb, type, K) {
 // ---- a llama model's weights, by GGUF tensor name (Python's formats.describe() maps Hugging Face names to these)
 
 /** The description's tensor `name`, checked to hold rows x cols elements at a sane offset. */
-function tensorOf(T, name, rows, cols) {
+export function tensorOf(T, name, rows, cols) {
   const t = T.get(name);
   if (!t) throw new Error(`model file lacks tensor ${name}`);
   const numel = (t.shape ?? []).reduce((a, b) => a * b, 1);
@@ -161,7 +161,7 @@ function tensorOf(T, name, rows, cols) {
 /** Q/K row order in the GPU buffer: within each head, adjacent rows (2i, 2i+1) are the reference's (HF rotate-half)
  * RoPE pair (i, i + rope_dim/2) for 2i < rope_dim, then the unrotated dims in order. For GGUF files (llama.cpp-permuted
  * rows) with rope_dim == head_dim this is exactly the stored order (no gather): returns undefined then. */
-function qkPermutation(t, hd, ropeDim) {
+export function qkPermutation(t, hd, ropeDim) {
   const hfOrder = t.qk_permuted === false;
   const f = (b) => {   // buffer row within a head -> stored row within the head
     const j = b < ropeDim ? (b % 2) * (ropeDim / 2) + Math.floor(b / 2) : b;   // HF dim

@@ -16,6 +16,15 @@
 #                      (the figures), a deadline of 240 s (whole strata only: each finished stratum has its 3 runs)
 #   product_coupled.*  coupled mode (T 0.7), seeds 0 and 1, 1 prompt per stratum, k 2 and 4, 1 run     ~1 min
 # --quick   stage, check, and only the quick slice.
+# --head    stage, check, then the draft head (HEAD_FILE, default static/models/head-smollm2.gguf; without it a random
+#           head of the trained one's shape, made there for the champion: the pass times only, its tau is ~1):
+#   head_engine.*    py/bench/head_engine.py: one head pass vs one champion pass (wall and GPU timestamps, per kind
+#                    of dispatch), the on-device round k = 1..4, indexed vs masked LM head, GPU memory     ~1 min
+#   product_head.*   bench product, drafters none/model/head (the head beside the draft model), k = 1..4, greedy,
+#                    2 prompts per stratum, 64 new tokens, 3 runs, a deadline of 240 s
+#   product_head_coupled.*  coupled (T 0.7), seeds 0 and 1, none/head, k 2 and 4, 1 prompt per stratum, 1 run
+#   (as call 4 after calls 1-3, or as call 3 instead: run(command="bash bench/h200/product_run.sh --head",
+#   carry=[".devcarry/champ2"], timeout_s=600); the head file travels with the tree when tracked, else carry it)
 # Whole call 3: about 6 minutes (measured on llvmpipe and extrapolated: see the README's bench product section).
 # Testing here (llvmpipe): BACKEND=opengl X=/tmp/exactspec-test OUT=/tmp/out EXTRA="--strata repetitive --max-new-tokens 8"
 #   bash bench/h200/product_run.sh --quick      (EXTRA: bench product options appended to every command)
@@ -72,6 +81,30 @@ export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null || true
 B="python3 py/bench/product.py --host node --backend $BACKEND --node $X/node/node --champion $C"
 EXTRA=${EXTRA:-}
+
+if [ "$MODE" = "--head" ]; then
+  HEADF=${HEAD_FILE:-static/models/head-smollm2.gguf}
+  if [ ! -f "$HEADF" ]; then
+    HEADF=$X/head-random.gguf
+    python3 py/bench/head_engine.py --make-random $HEADF --champion $C || exit 3
+    echo "no trained head: a random one of its shape ($HEADF)"
+  fi
+  sha256sum $HEADF
+  echo "== head step $(date -u +%T)"
+  timeout 150 python3 py/bench/head_engine.py --backend $BACKEND --node $X/node/node --champion $C --head $HEADF \
+    --variants indexed,masked --reps 20 --ks 1,2,3,4 --timestamps --json $O/head_engine.json | tee $O/head_engine.txt
+  echo "head step: rc $?"
+  echo "== product with the head $(date -u +%T)"
+  timeout 330 $B --strata all --per-stratum 2 --drafters none,model,head --head $HEADF --ks 1,2,3,4 --modes greedy \
+    --runs 3 --max-new-tokens 64 --deadline 240 --out $O/product_head.json --table $O/product_head.txt $EXTRA
+  echo "product with the head: rc $?"
+  echo "== coupled with the head $(date -u +%T)"
+  timeout 100 $B --strata all --per-stratum 1 --drafters none,head --head $HEADF --ks 2,4 --modes coupled --seeds 0,1 \
+    --runs 1 --max-new-tokens 64 --deadline 45 --out $O/product_head_coupled.json --table $O/product_head_coupled.txt $EXTRA
+  echo "coupled with the head: rc $? $(date -u +%T)"
+  ls -la $O/head_engine.* $O/product_head*
+  exit 0
+fi
 
 echo "== quick slice $(date -u +%T)"
 timeout 110 $B --quick --strata all --drafters none,ngram,model --modes greedy,coupled --seeds 0,1 \

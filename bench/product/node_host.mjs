@@ -5,6 +5,7 @@
 //
 //   node bench/product/node_host.mjs      then JSON lines on stdin, one request each (app/protocol.js kinds):
 //     {"id": 1, "kind": "boot", "params": {"backend": "opengl" | "vulkan" | "cpu", "champion": PATH, "draft": PATH?,
+//                                          "head": PATH? (a draft head, loaded beside the draft),
 //                                          "wheel": PATH (the exactspec wheel), "engine_opts": {...}?}}
 //     {"id": 2, "kind": "generate", "params": {the page's generate request}}     also "cancel", "status",
 //     {"id": 3, "kind": "timings", "params": {...}}                               "load_model" {name, role, path?}
@@ -98,12 +99,13 @@ async function boot(params) {
   core.startSession();
   await core.stage('weights', async () => {
     const loaded = [];
-    for (const [role, p] of [['champion', params.champion], ['draft', params.draft]]) {
+    for (const [role, p, slot] of [['champion', params.champion, 'champion'], ['draft', params.draft, 'draft'],
+      ['draft', params.head, 'head']]) {
       if (!p) continue;
       const name = modelName(p);
       paths.set(name, onDisk(p));
       const out = await core.loadModel(name, role);
-      loaded.push({ name, role, backend: out.backend });
+      loaded.push({ name, role: slot, backend: out.backend });
     }
     return { loaded };
   });

@@ -1,9 +1,9 @@
 """The product's own speed: the champion alone vs speculation, through the page's code path, per workload stratum.
 
     python build.py bench product [--host chromium|node] [--backend cpu|webgpu|opengl|vulkan]
-        [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model] [--ks 1,2,3,4]
+        [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model,head] [--ks 1,2,3,4]
         [--modes greedy,coupled] [--seeds 0,1] [--temperature 0.7] [--runs 3] [--max-new-tokens 64]
-        [--adaptive off|on|both] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--workload JSONL]
+        [--adaptive off|on|both] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--head GGUF] [--workload JSONL]
         [--out FILE.json] [--table FILE.txt] [--quick] [--deadline S] [--node PATH]
 
 Hosts (the decode loop is never re-implemented here: every answer is a `generate` of the product's own session):
@@ -18,6 +18,8 @@ warm-up answer that leaves the prompt in the KV caches (so no measured answer pa
 champion alone and, in the same process and run, with each drafter, k, adaptive setting, mode and seed (the order
 rotates from run to run), and records per answer: tokens, text, tok/s, tau, rounds, target/draft passes,
 submissions, readback bytes, wasted passes, ttft, and whether the tokens are identical to the champion alone's.
+Drafter `head`: the draft head (`--head`, default static/models/head-smollm2.gguf) loaded beside the draft model (the
+session keeps both); on the engine it runs on the GPU, its k passes inside the round's one submission.
 Per run and stratum it also measures the pass times the break-even formula needs (exactspec.timing, through the
 same models): T_single (per token of plain decoding, running ahead where the backend can), T_draft per proposal,
 T_verify(k), and the on-device round where offered. Predicted speedup (forced speculation only):
@@ -53,6 +55,7 @@ from exactspec_train.data import load_workload, workload_messages  # noqa: E402
 MODELS = ROOT / "static" / "models"
 CHAMPION = MODELS / "smollm2-135m-instruct-q4_1.gguf"
 DRAFT = MODELS / "draft-smollm2-kd.gguf"
+HEAD = MODELS / "head-smollm2.gguf"
 WORKLOAD = ROOT / "tests" / "data" / "workload.jsonl"
 NODE_HOST = ROOT / "bench" / "product" / "node_host.mjs"
 HOST_BACKENDS = {"chromium": ("cpu", "webgpu"), "node": ("opengl", "vulkan", "cpu")}
@@ -93,7 +96,8 @@ class NodeHost:
     name = "node"
 
     def __init__(self, backend: str, champion: Path, draft: Path | None, *, node: str = "node",
-                 env: dict | None = None, engine_opts: dict | None = None, timeout: float = 1800):
+                 env: dict | None = None, engine_opts: dict | None = None, timeout: float = 1800,
+                 head: Path | None = None):
         from exactspec_build.wheel import build_exactspec_wheel, write_rules
         write_rules()                      # static/rules.js: app/protocol.js imports it (a fresh checkout lacks it)
         self.backend = backend
@@ -110,6 +114,7 @@ class NodeHost:
         self.next_id = 1
         self.info = self.request("boot", {"backend": backend, "champion": str(champion),
                                           "draft": str(draft) if draft else None,
+                                          "head": str(head) if head else None,
                                           "wheel": str(build_exactspec_wheel()), "engine_opts": engine_opts or {}})
         self.info["host"] = "node"
         if backend != "cpu":
@@ -173,7 +178,8 @@ class ChromiumHost:
 
     name = "chromium"
 
-    def __init__(self, backend: str, champion: Path, draft: Path | None, *, timeout: float = 1800):
+    def __init__(self, backend: str, champion: Path, draft: Path | None, *, timeout: float = 1800,
+                 head: Path | None = None):
         sys.path.insert(0, str(ROOT))
         sys.path.insert(0, str(ROOT / "tests" / "browser"))
         import build
@@ -185,6 +191,9 @@ class ChromiumHost:
         if draft:
             models.append({"name": Path(draft).stem, "path": Path(draft), "size": Path(draft).stat().st_size,
                            "sha256": sha256(Path(draft)), "role": "draft"})
+        if head:
+            models.append({"name": Path(head).stem, "path": Path(head), "size": Path(head).stat().st_size,
+                           "sha256": sha256(Path(head)), "role": "draft", "default": False})
         self.srv = build.make_server(0, models)
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{self.srv.server_address[1]}/" + ("?cpu=1" if backend == "cpu" else "")
@@ -201,6 +210,13 @@ class ChromiumHost:
         t0 = time.perf_counter()
         self.page.goto(url)
         r = self.page.evaluate("exactspec.ready()")
+        if head:   # imported and loaded as on the page (the head slot: the draft model stays loaded)
+            n = Path(head).stem
+            self.page.evaluate(f"exactspec.importModel({{url: '/models/{n}.gguf', name: '{n}', role: 'draft'}})")
+            out = self.page.evaluate(f"exactspec.loadModel('{n}', 'draft')")
+            r = self.page.evaluate("exactspec.ready()")
+            r.setdefault("stages", []).append({"stage": "weights", "loaded": [{"name": n, "role": "head",
+                                                                               "backend": out.get("backend")}]})
         gpu = next((s for s in r["stages"] if s["stage"] == "gpu"), {})
         self.info = {**r, "host": "chromium", "boot_ms": (time.perf_counter() - t0) * 1000.0,
                      "adapter": gpu.get("adapter"), "chromium": self.browser.version}
@@ -223,10 +239,11 @@ class ChromiumHost:
 
 def open_host(a) -> NodeHost | ChromiumHost:
     draft = Path(a.draft) if a.draft and "model" in a.drafters else None
+    head = Path(a.head) if a.head and "head" in a.drafters else None
     if a.host == "node":
-        return NodeHost(a.backend, Path(a.champion), draft, node=a.node,
+        return NodeHost(a.backend, Path(a.champion), draft, node=a.node, head=head,
                         engine_opts=json.loads(a.engine_opts) if a.engine_opts else None)
-    return ChromiumHost(a.backend, Path(a.champion), draft)
+    return ChromiumHost(a.backend, Path(a.champion), draft, head=head)
 
 
 # ---- the benchmark ----------------------------------------------------------------------------------------------
@@ -290,7 +307,10 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                 chat = workload_messages(it)
                 max_new = min(int(it["max_new_tokens"]), a.max_new_tokens)
                 base = {"chat": chat, "max_new_tokens": max_new}
-                try:   # the warm-up answer: the prompt's prefill (and the draft's), so measured answers reuse it
+                try:   # the warm-up answer: the prompt's prefill (and the drafts'), so measured answers reuse it
+                    if "head" in a.drafters:
+                        host.generate({**base, "max_new_tokens": 2, "temperature": 0.0, "drafter": "head", "k": 1,
+                                       "adaptive": False})
                     w = host.generate({**base, "max_new_tokens": 2, "temperature": 0.0,
                                        **({"drafter": "model", "k": 1, "adaptive": False} if "model" in a.drafters
                                           else {"drafter": "none"})})
@@ -502,7 +522,7 @@ def parse_args(argv=None):
                                                     "cpu (default opengl)")
     ap.add_argument("--strata", default="all", help="comma list of workload strata, or all")
     ap.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default 2)")
-    ap.add_argument("--drafters", default="none,ngram,model", help="comma list of none, ngram, model")
+    ap.add_argument("--drafters", default="none,ngram,model", help="comma list of none, ngram, model, head")
     ap.add_argument("--ks", default=None, help="comma list (default 1,2,3,4)")
     ap.add_argument("--modes", default="greedy", help="comma list of greedy, coupled")
     ap.add_argument("--seeds", default="0", help="comma list (coupled answers run once per seed)")
@@ -514,6 +534,7 @@ def parse_args(argv=None):
     ap.add_argument("--timing-reps", type=int, default=None, help="repetitions per pass timing (default 5)")
     ap.add_argument("--champion", default=str(CHAMPION))
     ap.add_argument("--draft", default=str(DRAFT))
+    ap.add_argument("--head", default=str(HEAD), help="the draft head GGUF (drafter head)")
     ap.add_argument("--workload", default=str(WORKLOAD))
     ap.add_argument("--out", help="write the JSON report here")
     ap.add_argument("--table", help="write the text table here too")
@@ -558,7 +579,8 @@ def parse_args(argv=None):
     if not (0 < a.temperature <= 10):
         ap.error("--temperature must be in (0, 10]")
     a.adaptives = {"off": [False], "on": [True], "both": [False, True]}[a.adaptive]
-    for p in (a.champion, a.workload) + ((a.draft,) if "model" in a.drafters else ()):
+    for p in (a.champion, a.workload) + ((a.draft,) if "model" in a.drafters else ()) + \
+            ((a.head,) if "head" in a.drafters else ()):
         if not Path(p).is_file():
             ap.error(f"{p} does not exist")
     if a.engine_opts:
@@ -611,6 +633,7 @@ def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> di
         "wall_s": time.perf_counter() - t0, "stopped": res.get("stopped"),
         "artifacts": {"champion": {"path": a.champion, "sha256": a.sha["champion"]},
                       "draft": ({"path": a.draft, "sha256": a.sha["draft"]} if "model" in a.drafters else None),
+                      "head": ({"path": a.head, "sha256": a.sha["head"]} if "head" in a.drafters else None),
                       "workload": {"path": a.workload, "sha256": a.sha["workload"]}},
         "strata": list(dict.fromkeys(i["stratum"] for i in a.items)), "prompts": [i["id"] for i in a.items],
         "per_stratum": a.per_stratum, "drafters": a.drafters, "ks": a.ks, "modes": a.modes, "seeds": a.seeds,
@@ -637,7 +660,8 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     a.items = select_items(a)
     a.sha = {"champion": sha256(Path(a.champion)), "workload": sha256(Path(a.workload)),
-             "draft": sha256(Path(a.draft)) if "model" in a.drafters else None}
+             "draft": sha256(Path(a.draft)) if "model" in a.drafters else None,
+             "head": sha256(Path(a.head)) if "head" in a.drafters else None}
     progress(f"{len(a.items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in a.items))} strata; host "
              f"{a.host} ({a.backend}); drafters {a.drafters}, k {a.ks}, modes {a.modes}, runs {a.runs}")
     t0 = time.perf_counter()

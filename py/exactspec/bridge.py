@@ -13,7 +13,8 @@ JsBackend wraps any JS model object into the Backend protocol of exactspec.backe
                    -> Promise<{proposals: Int32Array (k), ids: Int32Array (k + 1),
                                rows: Float32Array ((k + 1) * vocab) | null}>}
 forward returns an awaitable; exactspec.decode.generate_async awaits it, so the worker's event loop runs while the
-GPU works. Imports of `pyodide` happen inside functions so that CPython can import this module (tests use fakes).
+GPU works. JsHead wraps a draft head on the device (app/gpu/head.js) the same way, with what the session needs of a
+head (head_config, bind). Imports of `pyodide` happen inside functions so that CPython can import this module (tests use fakes).
 """
 from __future__ import annotations
 
@@ -185,3 +186,47 @@ class JsBackend(_JsBatched):
             r = await pending if inspect.isawaitable(pending) else pending
             return logits_from_js(r, n_out, vocab)                   # (n_out, vocab)
         return finish()
+
+
+class JsHead(JsBackend):
+    """A draft head on the device (app/gpu/head.js, engine.loadHead) as the session's head backend: the Backend
+    protocol (forward, truncate, length) over the JS head, the draft of the champion's spec_round (its k passes run
+    on the GPU inside the round's submission), and what the session asks of a head: `head_config`, `source` (the
+    champion backend whose features it reads) and `bind(champion)`.
+
+    js head: the JS model interface above plus headConfig (HeadConfig fields) and bind(jsChampion)."""
+
+    device = True                   # the session re-computes the champion's cache when it binds one (features)
+
+    def __init__(self, js_head, head_config=None, champion=None):
+        super().__init__(js_head)
+        if head_config is None:
+            from dataclasses import fields
+            from .drafters.head import HeadConfig
+            d = _to_py(js_head.headConfig)
+            if not isinstance(d, dict):
+                d = {f.name: getattr(js_head.headConfig, f.name) for f in fields(HeadConfig)
+                     if hasattr(js_head.headConfig, f.name)}
+            names = {f.name for f in fields(HeadConfig)}
+            head_config = HeadConfig(**{k: v for k, v in d.items() if k in names})
+        self.head_config = head_config
+        self.source = champion      # the champion backend (JsBackend) it reads; None until bound
+
+    def offers(self, method: str) -> bool:
+        return False                # a draft: neither decode_ahead nor spec_round of its own
+
+    @property
+    def ahead_max(self) -> int:
+        return 0
+
+    def bind(self, champion) -> None:
+        """Read the features of `champion` (a JsBackend on the same device) from now on; forgets the head's KV."""
+        from .drafters.head import HeadError, check_champion
+        if not isinstance(champion, JsBackend) or isinstance(champion, JsHead):
+            raise HeadError("this draft head runs on the GPU and reads the features of a champion on the GPU: the "
+                            "champion is not there (load the head again to run it on the CPU)")
+        check_champion(self.head_config, champion.config, None)
+        if champion is not self.source:
+            self._js.bind(champion._js)
+            self.source = champion
+        self.truncate(0)

@@ -186,7 +186,8 @@ class Session:
         self.backend_name = backend_name
         self.models: dict[str, LoadedModel] = {}
         self.champion: str | None = None
-        self.draft: str | None = None
+        self.draft: str | None = None       # the draft model
+        self.head: str | None = None        # the draft head (loaded with role 'draft', kept beside the draft model)
         self._cancel = False
         self._busy = False
         self._clock = clock
@@ -208,10 +209,12 @@ class Session:
         if self._busy:
             raise SessionError("cannot load a model while an answer is being generated: stop it first")
         from .drafters.head import is_head_gguf
+        slot = role                 # 'champion' | 'draft' | 'head': a draft head has its own slot
         if os.path.isfile(path) and is_head_gguf(path):
             if role != "draft":
                 raise SessionError(f"{name} is a draft head: it can only be loaded as the draft")
             be, tok, template, cfg, summary = self._load_head(path, backend)
+            slot = "head"
         else:
             # a CPU champion keeps its features: a draft head may read them
             be, tok, template, cfg, summary = load_model_files(path, backend, keep_features=role == "champion")
@@ -223,14 +226,16 @@ class Session:
         from .kv import TrackedCache
         # one model per role (their KV caches are separate): free the role's previous model, and take this name
         # out of the other role if it held it
-        prev = self.champion if role == "champion" else self.draft
+        prev = {"champion": self.champion, "draft": self.draft, "head": self.head}[slot]
         # the same champion file again (e.g. reloaded on the CPU after the GPU was lost): the last answer stays
         # continuable, since its token ids mean the same to this model
         same_champion = role == "champion" and prev == name and name in self.models and self.models[name].path == path
         if prev is not None and prev != name:
             self.models.pop(prev, None)
-        if role == "champion" and self.draft == name:
+        if slot != "draft" and self.draft == name:
             self.draft = None
+        if slot != "head" and self.head == name:
+            self.head = None
         if role == "draft" and self.champion == name:
             self.champion = None
             self._cont = None
@@ -241,6 +246,8 @@ class Session:
             self._constraints = {k: v for k, v in self._constraints.items() if k[0] != name}
             if not same_champion:
                 self._cont = None
+        elif slot == "head":
+            self.head = name
         else:
             self.draft = name
         return json.dumps({"name": name, "role": role, "config": cfg.to_json(), "summary": summary})
@@ -258,16 +265,28 @@ class Session:
 
     def _load_head(self, path: str, backend=None):
         """A draft head for the loaded champion: the numpy HeadModel on the champion's features, or `backend`
-        (a device's head). Refuses a head made for another champion, naming both sha256s."""
-        from .drafters.head import HeadError, HeadModel, check_champion, read_head_gguf
+        (a device's head, exactspec.bridge.JsHead: bound here to the champion, whose cache is then computed again,
+        since a device champion keeps its features only from then on). Refuses a head made for another champion,
+        naming both sha256s."""
+        from .drafters.head import HeadError, HeadModel, check_champion, head_config_of, read_head_gguf
         if not self.champion or self.champion not in self.models:
             raise SessionError("a draft head reads the champion's features: load the champion first")
         champ = self.models[self.champion]
         summary = inspect_model(path)
         try:
-            hc, w, ids = read_head_gguf(path)
-            check_champion(hc, champ.config, self.champion_sha256())
-            be = backend if backend is not None else HeadModel(champ.backend, hc, w, ids)
+            if backend is not None:
+                from .formats.gguf import GGUFFile
+                check_champion(head_config_of(GGUFFile(path)), champ.config, self.champion_sha256())
+                backend.bind(champ.backend)
+                champ.cache.invalidate()
+                be = backend
+            else:
+                if not hasattr(champ.backend, "feature_rows"):
+                    raise HeadError(f"the champion runs on the {champ.backend_name} backend: a draft head on the CPU "
+                                    "reads the features of a CPU champion")
+                hc, w, ids = read_head_gguf(path)
+                check_champion(hc, champ.config, self.champion_sha256())
+                be = HeadModel(champ.backend, hc, w, ids)
         except (HeadError, ValueError) as e:
             raise SessionError(f"draft head: {e}") from None
         summary["bound_to"] = champ.path
@@ -276,7 +295,8 @@ class Session:
     def _draft_for(self, drafter: str):
         """The loaded draft's cache for `drafter` ('model' or 'head'), a head re-bound to the current champion."""
         what = "draft head" if drafter == "head" else "draft model"
-        lm = self.models.get(self.draft) if self.draft else None
+        slot = self.head if drafter == "head" else self.draft
+        lm = self.models.get(slot) if slot else None
         if lm is None:
             raise SessionError(f"drafter {drafter!r} needs a {what}: load one or pick n-gram / none")
         kind = lm.summary.get("kind", "model")
@@ -293,6 +313,8 @@ class Session:
                 except (HeadError, ValueError) as e:
                     raise SessionError(f"draft head: {e}") from None
                 lm.cache.invalidate()
+                if getattr(lm.backend, "device", False):     # a device champion keeps its features from now on
+                    champ.cache.invalidate()
                 lm.summary["bound_to"] = champ.path
         return lm.cache
 
@@ -303,6 +325,8 @@ class Session:
             self._cont = None
         if self.draft == name:
             self.draft = None
+        if self.head == name:
+            self.head = None
 
     def bridge_info(self) -> str:
         """How the loaded draft meets the champion's vocabulary (exactspec.vocab): null without both; else

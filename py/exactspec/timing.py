@@ -8,7 +8,7 @@ the Node host (py/bench/product.py); it never decides a token. Every figure is t
 repetitions at the position right after the prompt; afterwards both caches are rolled back to the prompt, which
 the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever reused).
 
-    out = await measure(session, {"chat": [...], "ks": [1, 2, 3, 4], "reps": 5, "drafters": ["ngram", "model"],
+    out = await measure(session, {"chat": [...], "ks": [1, 2, 3, 4], "reps": 5, "drafters": ["ngram", "model", "head"],
                                    "temperature": 0, "seed": 0})
     {"position": p,                         # prompt length - 1: where the measured passes start
      "forward_ms": {"median", "min"},       # one champion forward of 1 token, logits read back into numpy
@@ -16,8 +16,9 @@ the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever re
      "single_ms": {...},                    # T_single: per token of plain decoding (ahead where offered)
      "verify_ms": {k: {...}},               # T_verify(k): one champion forward of k + 1 tokens, k = 1..max(ks) (greedy
                                             # on a backend offering verify: picks read back, as the decode loop does)
-     "draft_ms": {"model": {...}, "ngram": {...}},   # T_draft per proposal (a draft forward / an n-gram lookup / k)
-     "round_ms": {"model": {k: {...}}},     # the whole on-device round (spec_round) where the backend offers it
+     "draft_ms": {"model": {...}, "head": {...}, "ngram": {...}},   # T_draft per proposal (a draft / head forward,
+                                            # an n-gram lookup / k)
+     "round_ms": {"model": {k: {...}}, "head": {...}},   # the whole on-device round (spec_round) where offered
      "spec_round": bool, "rows": bool}
 """
 from __future__ import annotations
@@ -65,6 +66,9 @@ async def measure(session, req: dict, clock=None) -> dict:
     if len(ids) + max(ks) + 1 > m.config.seq_len:
         raise ValueError("the prompt leaves no room for the timed passes in the context")
     tok = int(ids[-1])
+    # the drafts first: binding a device head to the champion makes the champion's cache be computed again
+    dcache = {dr: session._draft_for(dr) for dr in ("model", "head")
+              if dr in drafters and (session.head if dr == "head" else session.draft) in session.models}
     p = await _prefill(champ, ids)
 
     async def timed(fn) -> list:
@@ -114,25 +118,26 @@ async def measure(session, req: dict, clock=None) -> dict:
             ng.lookup(seq, k)
         out["draft_ms"]["ngram"] = {key: (v / k if key != "n" else v)
                                     for key, v in _stat(await timed(lookup)).items()}
-    if "model" in drafters and session.draft and session.draft in session.models:
-        d = session.models[session.draft].cache
+    for drafter, d in dcache.items():
+        # a draft model, or the draft head (its pass at p reads the champion's feature of p - 1, which the champion
+        # holds: the first pass of a round; the on-device round's later passes read the head's own predictions)
         dp = await _prefill(d, ids)
 
         async def draft_one():
             await d.forward([tok], dp, 1)
             d.truncate(dp)
         await draft_one()
-        out["draft_ms"]["model"] = _stat(await timed(draft_one))
+        out["draft_ms"][drafter] = _stat(await timed(draft_one))
         if champ.offers("spec_round"):
             out["spec_round"] = True
-            out["round_ms"]["model"] = {}
+            out["round_ms"][drafter] = {}
             for k in ks:
                 async def round_(k=k):
                     await champ.spec_round(d, [tok], dp, k, tok, p, pick, rows)
                     champ.truncate(p)
                     d.truncate(dp)
                 await round_()
-                out["round_ms"]["model"][str(k)] = _stat(await timed(round_))
+                out["round_ms"][drafter][str(k)] = _stat(await timed(round_))
     return out
 
 

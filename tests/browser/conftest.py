@@ -226,7 +226,7 @@ def cli_generate(model: Path, prompt: str, chat: bool = True, max_new_tokens: in
     if chat:
         cmd.append("--chat")
     for k, v in kw.items():
-        cmd += [f"--{k.replace('_', '-')}", str(v)]
+        cmd += [f"--{k.replace('_', '-')}"] + ([] if v is None else [str(v)])    # None: a flag (no_adaptive=None)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "py") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -180,6 +180,33 @@ def test_speculation_invariance_default_backend(session):
             assert got["token_ids"] == base["token_ids"], (sampling, spec)
 
 
+def test_draft_head_on_the_default_backend_matches_cli(session, models_dir, cli):
+    """A draft head in the page on whatever backend it picks (WebGPU: the head runs on the engine beside the
+    champion, reading its features on the GPU; its k passes inside each round's one submission): the answer and
+    the passes are the CLI's (numpy head), greedy and coupled; the draft model stays loaded beside it."""
+    r = session.open("")
+    session.js("exactspec.importModel({url: '/models/micro-draft.gguf', name: 'micro-draft', role: 'draft'})")
+    session.js("exactspec.loadModel('micro-draft', 'draft')")
+    session.js("exactspec.importModel({url: '/models/micro-head.gguf', name: 'micro-head', role: 'draft'})")
+    out = session.js("exactspec.loadModel('micro-head', 'draft')")
+    assert out["backend"] == r["backend"] and out["summary"]["kind"] == "head"
+    print(f"[page head] backend {r['backend']}")
+    n = 6 if r["backend"] == "webgpu" else 12
+    prompt = "Tell me about the sea."
+    for sampling in (dict(temperature=0), dict(temperature=0.9, top_p=0.95, seed=7)):
+        want = cli(models_dir["micro-chat"], prompt, chat=True, max_new_tokens=n, drafter="head",
+                   draft=models_dir["micro-head"], k=3, no_adaptive=None, **sampling)
+        got = session.generate(prompt=prompt, chat=True, max_new_tokens=n, drafter="head", k=3, adaptive=False,
+                               **sampling)
+        assert got["token_ids"] == want["token_ids"] and got["text"] == want["text"], sampling
+        assert got["stats"]["backend"] == r["backend"]
+        for key in ("target_passes", "draft_passes", "accepted", "acceptance_by_position"):
+            assert got["stats"][key] == want["stats"][key], (sampling, key)
+        model = session.generate(prompt=prompt, chat=True, max_new_tokens=n, drafter="model", k=2, adaptive=False,
+                                 **sampling)
+        assert model["token_ids"] == want["token_ids"] and model["stats"]["draft_passes"] > 0
+
+
 def test_stop_mid_answer_then_continue(session):
     session.open()
     prompt = dict(prompt="Count with me please", chat=True, max_new_tokens=200, temperature=0)

@@ -76,11 +76,12 @@ def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, 
                max_rows: int | None = None, max_binding_bytes: int | None = None, lanes: int | None = None,
                emulate_sg: bool = False, ksplit: int | None = None, engine_opts: dict | None = None,
                break_shader: str | None = None, draft: tuple | None = None, features: bool = False,
-               timeout: int = 600):
+               head: tuple | None = None, timeout: int = 600):
     """Run ops on a fresh engine; returns (results, outputs) with outputs a list of (rows, vocab) float32 arrays,
     one per op that returned logits rows (forwards; batched steps asked for rows) and succeeded (results[i]['error']
     holds the message of one that failed). draft: (path, description) of a second model (ops with on='draft',
-    spec_round). features: the champion keeps its final hidden states (ops read_features)."""
+    spec_round). features: the champion keeps its final hidden states (ops read_features). head: (path, description[,
+    opts]) of a draft head on the champion (engine.loadHead; ops with on='head', spec_round with draft='head')."""
     vocab = description["config"]["vocab_size"]
     with tempfile.TemporaryDirectory() as td:
         spec = {"model": str(model), "description": description, "ops": ops, "seq_len": seq_len,
@@ -89,6 +90,8 @@ def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, 
                 "break_shader": break_shader, "features": features}
         if draft is not None:
             spec["draft"] = {"model": str(draft[0]), "description": draft[1]}
+        if head is not None:
+            spec["head"] = {"model": str(head[0]), "description": head[1], "opts": head[2] if len(head) > 2 else {}}
         sp = Path(td) / "spec.json"
         op = Path(td) / "out.bin"
         sp.write_text(json.dumps(spec))

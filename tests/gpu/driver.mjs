@@ -5,10 +5,12 @@
 // SPEC: {model: PATH (GGUF file or Hugging Face folder), description: describe() dict, seq_len?, backend?:
 //        'opengl'|'vulkan'|..., max_rows?, lanes?, engine_opts?: {extra createEngine options, e.g. fuse}, emulate_sg?,
 //        ksplit?, max_binding_bytes?, break_shader?, draft?: {model, description, seq_len?} (a second model),
+//        head?: {model, description, opts?} (a draft head on the champion: engine.loadHead, ops on: 'head'),
 //        ops: [{op: 'forward', tokens, start_pos, n_out?, on?: 'draft'} | {op: 'truncate', n, on?} |
 //              {op: 'decode_ahead', token, start_pos, n, pick: {temperature, seed}, rows, on?} |
-//              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows} (champion + draft) |
+//              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows, draft?: 'draft' | 'head'} |
 //              {op: 'verify', tokens, start_pos, pick, rows, on?} |
+//              {op: 'memory', on} (a head's memory()) |
 //              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
 //              {op: 'lose_device'} (destroys the device)]}
 // Writes every op's logits rows (float32, row-major: forwards, and batched steps asked for rows) back to back into
@@ -36,14 +38,16 @@ async function runOp(op, models, engine) {
     return [{ ids: list(r.ids), rows: r.rows ? op.n : 0, length: m.length, ...m.stats }, r.rows];
   }
   if (op.op === 'spec_round') {
-    const r = await m.specRound(models.draft, op.feed, op.draft_start, op.k, op.token, op.start_pos, op.pick, op.rows);
+    const d = models[op.draft ?? 'draft'];
+    const r = await m.specRound(d, op.feed, op.draft_start, op.k, op.token, op.start_pos, op.pick, op.rows);
     return [{ proposals: list(r.proposals), ids: list(r.ids), rows: r.rows ? op.k + 1 : 0, length: m.length,
-      draft_length: models.draft.length, ...m.stats }, r.rows];
+      draft_length: d.length, ...m.stats }, r.rows];
   }
   if (op.op === 'verify') {
     const r = await m.verify(op.tokens, op.start_pos, op.pick, op.rows);
     return [{ ids: list(r.ids), rows: r.rows ? op.tokens.length : 0, length: m.length, ...m.stats }, r.rows];
   }
+  if (op.op === 'memory') return [{ memory: m.memory() }, null];
   if (op.op === 'read_features') return [{ features: list(await m.readFeatures(op.start_pos, op.n)) }, null];
   if (op.op === 'lose_device') { engine.device.destroy(); return [{}, null]; }   // what a GPU reset looks like
   throw new Error(`unknown op ${op.op}`);
@@ -70,6 +74,11 @@ async function main() {
   const models = { champion: await load(spec) };
   const loadMs = performance.now() - t0;
   if (spec.draft) models.draft = await load(spec.draft);
+  if (spec.head) {
+    const r = fileReader(spec.head.model);
+    readers.push(r);
+    models.head = await engine.loadHead(spec.head.description, r, models.champion, spec.head.opts ?? {});
+  }
   const outs = [];
   const results = [];
   for (const op of spec.ops) {

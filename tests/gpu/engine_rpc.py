@@ -44,6 +44,14 @@ class EngineProcess:
         r = self.call("load", name=name, model=str(path), description=description, seq_len=seq_len)
         return EngineModelProxy(self, name, r)
 
+    def load_head(self, name, path, description, champion, **opts):
+        """A draft head on the engine model `champion` (a proxy): engine.loadHead."""
+        r = self.call("load_head", name=name, model=str(path), description=description, champion=champion.name,
+                      opts=opts)
+        p = EngineModelProxy(self, name, r)
+        p.headConfig, p.memory = r["head_config"], r["memory"]
+        return p
+
     def close(self):
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
@@ -75,6 +83,9 @@ class EngineModelProxy:
 
     def truncate(self, n):
         self._call("truncate", n=int(n))
+
+    def bind(self, champion):
+        self._call("bind", champion=champion.name)
 
     def decodeAhead(self, token, start_pos, n, pick, rows):
         r = self._call("decodeAhead", token=int(token), start_pos=int(start_pos), n=int(n), pick=dict(pick), rows=bool(rows))

@@ -7,7 +7,10 @@
 //   forward {name, tokens, start_pos, n_out} -> {rows (base64 float32), length};  truncate {name, n} -> {length};
 //   decodeAhead {name, token, start_pos, n, pick, rows} -> {ids, rows, length};
 //   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
-//   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; info -> {adapter}. A failed request answers {error: message}.
+//   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; info -> {adapter};
+//   load_head {name, model, description, champion, opts?} -> {config, length, aheadMax, memory} (a draft head on the
+//   model named `champion`: engine.loadHead); bind {name, champion} (the head re-pointed). A failed request answers
+//   {error: message}.
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { createEngine } from '../../app/gpu/engine.js';
@@ -25,7 +28,13 @@ async function handle(engine, models, q) {
     models.set(q.name, model);
     return { config: model.config, length: model.length, aheadMax: model.aheadMax };
   }
+  if (q.cmd === 'load_head') {
+    const head = await engine.loadHead(q.description, fileReader(q.model), models.get(q.champion), q.opts ?? {});
+    models.set(q.name, head);
+    return { config: head.config, length: head.length, aheadMax: head.aheadMax, memory: head.memory(), head_config: head.headConfig };
+  }
   if (!m) throw new Error(`no model ${q.name}`);
+  if (q.cmd === 'bind') { m.bind(models.get(q.champion)); return { length: m.length }; }
   if (q.cmd === 'forward') return { rows: b64(await m.forward(q.tokens, q.start_pos, q.n_out)), length: m.length };
   if (q.cmd === 'truncate') { m.truncate(q.n); return { length: m.length }; }
   if (q.cmd === 'decodeAhead') {

@@ -55,7 +55,7 @@ def cli(model: Path, prompt: str, **kw) -> dict:
     argv = ["generate", "--model", str(model), "--prompt", prompt, "--chat", "--json", "--max-new-tokens", str(N),
             "--drafter", "none"]
     for k, v in kw.items():
-        argv += [f"--{k.replace('_', '-')}", str(v)]
+        argv += [f"--{k.replace('_', '-')}"] + ([] if v is None else [str(v)])   # None: a flag
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert main(argv) == 0
@@ -123,5 +123,40 @@ def test_node_host_self_draft_and_fused_engine(models, tmp_path):
     try:
         assert host.info["adapter"]["kernels"]["fuse"]["fuse"] is True
         check_host(host, champ)
+    finally:
+        host.close()
+
+
+@needs_dawn
+def test_node_host_draft_head_on_the_engine(models, tmp_path):
+    """A draft head loaded beside the draft model (its own slot) runs on the engine: answers identical to the CLI's
+    champion alone, with the same passes and acceptances as the CLI's numpy head (greedy and coupled), and the
+    pass timings report T_draft and the on-device round for the head."""
+    from exactspec.drafters.head import HeadConfig, random_head_weights, write_head_gguf
+    from exactspec.micro import micro_config
+    from exactspec_train.data import sha256_file
+    champ, draft = models
+    head = tmp_path / "micro-head.gguf"
+    hc = HeadConfig.for_champion(micro_config(), champion_sha256=sha256_file(champ), window=8)
+    write_head_gguf(head, hc, random_head_weights(hc, 5), tensor_type="Q8_0", vocab_ids=list(range(0, 300, 2)))
+    host = NodeHost(BACKEND, champ, draft, env=ENV, head=head)
+    try:
+        loaded = {x["role"]: x["backend"] for s in host.info["stages"] if s["stage"] == "weights" for x in s["loaded"]}
+        assert loaded == {"champion": "webgpu", "draft": "webgpu", "head": "webgpu"}
+        assert host.info["active"]["head"] == "micro-head" and host.info["active"]["draft"] == "micro-draft"
+        for sampling in ({"temperature": 0}, SAMPLED):
+            want = cli(champ, PROMPTS[1], **sampling)
+            base = {"prompt": PROMPTS[1], "chat": True, "max_new_tokens": N, **sampling, "adaptive": False}
+            for spec in ({"drafter": "head", "k": 3}, {"drafter": "model", "k": 2}, {"drafter": "head", "k": 1}):
+                got = host.generate({**base, **spec})
+                assert same_answer(got, want), (sampling, spec)
+                if spec["drafter"] == "head":
+                    ref = cli(champ, PROMPTS[1], **sampling, drafter="head", draft=head, k=spec["k"], no_adaptive=None)
+                    for key in ("target_passes", "draft_passes", "accepted", "acceptance_by_position"):
+                        assert got["stats"][key] == ref["stats"][key], (sampling, spec, key)
+                    assert got["stats"]["submissions"] == got["stats"]["rounds"]   # one submission per round
+        t = host.timings({"prompt": PROMPTS[0], "ks": [1, 3], "reps": 2, "drafters": ["model", "head"]})
+        assert set(t["draft_ms"]) == {"model", "head"} and set(t["round_ms"]["head"]) == {"1", "3"}
+        assert t["draft_ms"]["head"]["median"] > 0
     finally:
         host.close()
