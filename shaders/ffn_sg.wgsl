@@ -62,13 +62,13 @@ struct Params {
 };
 
 // #include step
-@group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read> r_in: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> gamma: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read> parts: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> r_out: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read> wd: array<u32>;
-@group(0) @binding(8) var<storage, read_write> pffn: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<u32>;                  // (2 * hidden_dim, dim) gate/up rows interleaved
+@group(0) @binding(3) var<storage, read> r_in: array<vec4<f32>>;        // (max_rows, dim) residual
+@group(0) @binding(4) var<storage, read> gamma: array<vec4<f32>>;       // (dim) ffn_norm
+@group(0) @binding(5) var<storage, read> parts: array<vec4<f32>>;       // (npart, max_rows, dim) P_attn
+@group(0) @binding(6) var<storage, read_write> r_out: array<vec4<f32>>; // (max_rows, dim) the other residual
+@group(0) @binding(7) var<storage, read> wd: array<u32>;                 // (dim, hidden_dim) W_down
+@group(0) @binding(8) var<storage, read_write> pffn: array<f32>;        // (n_slices, max_rows, dim) P_ffn
 
 var<workgroup> xs: array<vec4<f32>, TILE * KX / 4u>;   // (TILE, dim) this tile's x2 rows
 var<workgroup> hs: array<f32, TILE * SLICE>;           // (TILE, SLICE) SwiGLU outputs of the slice
