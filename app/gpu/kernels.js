@@ -93,14 +93,20 @@ class Kernel {
   }
 }
 
-/** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three), each file
- * expanded by wgsl.js with shaderSource as its loader (async (name) -> the text of shaders/NAME.wgsl). Each module is
- * compiled in an error scope, so a rejected module is this call's error (the engine may go on without it). */
-export async function createKernels(device, shaderSource, { subgroups = false, fuse = false } = {}) {
+/** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
+export function kernelFiles({ subgroups = false, fuse = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
     residual: 'residual' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
   const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true } };   // a kernel's variant of its file
+  return { files, defines };
+}
+
+/** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three), each file
+ * expanded by wgsl.js with shaderSource as its loader (async (name) -> the text of shaders/NAME.wgsl). Each module is
+ * compiled in an error scope, so a rejected module is this call's error (the engine may go on without it). */
+export async function createKernels(device, shaderSource, { subgroups = false, fuse = false } = {}) {
+  const { files, defines } = kernelFiles({ subgroups, fuse });
   const names = Object.keys(files);
   const load = cachedLoader(shaderSource);
   const srcs = await Promise.all(names.map((n) => expandWgsl(files[n], load, defines[n]).catch((e) => {

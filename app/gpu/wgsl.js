@@ -151,10 +151,11 @@ async function run(nodes, vars, load, out, depth) {
     } else if (n.kind === 'include') {
       if (depth >= MAX_DEPTH) throw new Error(`${n.at}: includes nested deeper than ${MAX_DEPTH} (a cycle?)`);
       const inner = Object.assign(Object.create(vars), n.args);
-      const body = await parseFile(`lib/${n.name}`, load).catch((e) => {
+      try {   // an error inside says where it was included from
+        await run(await parseFile(`lib/${n.name}`, load), inner, load, out, depth + 1);
+      } catch (e) {
         throw new Error(`${n.at}: #include ${n.name}: ${e.message}`);
-      });
-      await run(body, inner, load, out, depth + 1);
+      }
     }
   }
 }
