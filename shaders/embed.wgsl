@@ -1,5 +1,5 @@
 // embed — token embedding gather: out[t, :] = E[tokens[tok0 + t], :] for the rows of a chunk, dequantising only
-// the gathered rows from the weights as stored (same formats and unit layout as matmul.wgsl).
+// the gathered rows from the weights as stored (the formats and unit layout of lib/quant).
 //
 // Work split: one workgroup per chunk row t (wid.x); lane l writes 8-value units u = l, l + WG_SIZE, ... of the row.
 // The embedding may be split into parts (rows row0 .. row0+N) when it exceeds the binding limit: each part's

@@ -37,6 +37,10 @@
 //   5 rope    array<vec2<f32>>  (seq_len, rope_dim/2) (cos, sin) (dummy unless MODE 3)
 //   6 out     array<f32>        read_write, see MODE
 //   7 kv      array<f32>        read_write (2, seq_len, kv_dim) this layer's K then V cache (dummy unless MODE 3)
+//
+// Includes (shared with matmul_sg.wgsl, the same text): lib/matmul_io (overrides, Params, the bindings above),
+// lib/quant + lib/term (weight units and their dot terms), lib/epilogue (MODE), lib/tiles + lib/tile_call (the GPU
+// paths' dot1/dot4/dot8). Its own: the CPU path (xin, row_scale, row_dot) and the workgroup trees of main.
 
 // #include matmul_io
 
