@@ -102,11 +102,16 @@ export function kernelFiles({ subgroups = false, fuse = false } = {}) {
   return { files, defines };
 }
 
-/** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three), each file
- * expanded by wgsl.js with shaderSource as its loader (async (name) -> the text of shaders/NAME.wgsl). Each module is
- * compiled in an error scope, so a rejected module is this call's error (the engine may go on without it). */
+/** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). */
 export async function createKernels(device, shaderSource, { subgroups = false, fuse = false } = {}) {
   const { files, defines } = kernelFiles({ subgroups, fuse });
+  return compileKernels(device, shaderSource, files, defines);
+}
+
+/** Compile the kernels {name: file of shaders/} ({name: defines} choose a file's variant), each file expanded by
+ * wgsl.js with shaderSource as its loader (async (name) -> the text of shaders/NAME.wgsl). Each module is compiled in
+ * an error scope, so a rejected module is this call's error (the engine may go on without it). */
+export async function compileKernels(device, shaderSource, files, defines = {}) {
   const names = Object.keys(files);
   const load = cachedLoader(shaderSource);
   const srcs = await Promise.all(names.map((n) => expandWgsl(files[n], load, defines[n]).catch((e) => {
