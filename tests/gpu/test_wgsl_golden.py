@@ -38,6 +38,7 @@ import numpy as np
 import pytest
 
 from dawn_harness import ENV, probe, run_engine
+from test_gpu_engine import micro_paths, write_bf16_pair  # noqa: F401 (micro_paths: a fixture used here)
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "wgsl_golden.json"
@@ -214,19 +215,13 @@ def pinned_shaders(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def typed_models(tmp_path_factory):
-    """A micro model of every weight type (BF16 written from the F32 one, as test_gpu_engine does)."""
+def typed_models(micro_paths, tmp_path_factory):
+    """A micro model of every weight type: test_gpu_engine's, and BF16 written from the F32 one as it does."""
     from exactspec.formats import describe
-    from exactspec.micro import micro_config, write_micro_gguf
-    from test_gpu_engine import write_bf16_pair
 
-    td = tmp_path_factory.mktemp("typed")
-    out = {}
-    for ty in ("F32", "F16", "Q4_0", "Q4_1", "Q8_0"):
-        p = td / f"micro-{ty}.gguf"
-        write_micro_gguf(p, micro_config(), seed=3, tensor_type=ty)
-        out[ty] = (p, describe(p))
-    out["BF16"] = (td / "bf16.gguf", write_bf16_pair(out["F32"][0], td / "ref.gguf", td / "bf16.gguf"))
+    out = {ty: (p, describe(p)) for ty, p in micro_paths.items()}
+    td = tmp_path_factory.mktemp("bf16")
+    out["BF16"] = (td / "bf16.gguf", write_bf16_pair(micro_paths["F32"], td / "ref.gguf", td / "bf16.gguf"))
     return out
 
 
