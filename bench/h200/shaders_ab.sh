@@ -5,7 +5,8 @@
 # The expanded text equals 30c877a's token for token (tests/gpu/test_wgsl_golden.py), so both sides should agree
 # within noise; a gap would mean the compiler saw something else.
 #   here:       bash bench/h200/h200_prep.sh; bash bench/h200/shaders_ab.sh --prep     (writes .devcarry/shaders_30c877a)
-#   on the GPU: bash bench/h200/shaders_ab.sh       carry .devcarry/gpu and .devcarry/shaders_30c877a; ~5 minutes
+#   on the GPU: bash bench/h200/shaders_ab.sh       carry .devcarry/gpu and .devcarry/shaders_30c877a; ROUNDS (default 2)
+#               rounds of 4 runs (~20 s each, 45 s at most): 3-6 minutes with the setup
 #   -> $OUT/shaders_ab.txt: per run, T_single (wall and GPU), T_verify(k)/T_single, decode tok/s
 set -e
 cd "$(dirname "$0")/../.."
@@ -27,7 +28,7 @@ O=${OUT:-/tmp}
 source bench/h200/h200_setup.sh
 set +e
 export PATH=/tmp/nb:$PATH
-for round in 1 2 3; do
+for round in $(seq ${ROUNDS:-2}); do
   for fuse in 1 0; do
     for side in new old; do
       base=""
