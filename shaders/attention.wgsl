@@ -9,15 +9,36 @@
 // BATCH INVARIANCE: every reduction is over absolute key positions in an order fixed by pos alone, so a row's
 // result is the same whatever chunk it is computed in.
 //
+// Define O_PROJ (kernels.js: the fused engine's `attn_o`, `fuse` option of engine.js): the same workgroup then
+// applies this head's slice of the O projection: o_h = softmax(q_h . K^T) . V (head_dim values) stays in workgroup
+// memory `oh` instead of going to the attention buffer, and step 4 leaves the split-K partial
+//     P_attn[h][t, r] = sum_{d < head_dim} W_o[r, h * head_dim + d] * o_h[d]      (r = 0 .. dim-1)
+// The consumer (matmul_sg.wgsl PRO / ffn_sg.wgsl) adds r + P_attn[0] + ... + P_attn[n_heads-1] in that fixed order.
+// With a grid z > 1 (engine option attnSplit) each z workgroup computes steps 1-3, into its own scores row. Step 4:
+// invocation l of workgroup z computes output rows r = z * WG_SIZE + l, + WG_SIZE * nwg.z, ... of the partial (z > 1:
+// more workgroups share the O projection), each a dot over the head's columns in ascending 8-value units (lib/quant,
+// lib/term: W_o is stored (dim, q_dim) with its 32-value quant blocks along q_dim). When head_dim is not a multiple
+// of 32 a Q4 block holds two heads' columns (its 8-value units interleave the block's halves): the units of every
+// block touching the head are taken and the other head's inputs are exact zeros, which adds exactly nothing. W_o's
+// slice is read by the n_rows workgroups of a head (from L2). BATCH INVARIANCE: each partial element is one fixed
+// sequence of adds in ascending unit order, whatever chunk the row is in.
+//
 // Bindings:
 //   0 params  uniform Params
 //   1 step    uniform Step (dynamic offset: one slot per chunk)
 //   2 q       array<vec4<f32>>  (max_rows, q_dim)   RoPE'd queries, q_dim = n_heads * head_dim
 //   3 kv      array<vec4<f32>>  (2, seq_len, kv_dim) K then V of this layer
-//   4 scores  array<f32>        read_write (max_rows, n_heads, seq_len) scratch
+//   4 scores  array<f32>        read_write (max_rows, n_heads, seq_len) scratch (O_PROJ: (max_rows, n_heads, split z,
+//                               seq_len))
 //   5 out     array<f32>        read_write (max_rows, q_dim)
+//   O_PROJ instead of out: 5 w  array<u32> W_o (dim, q_dim) as stored by weights.js (type WTYPE),
+//                          6 pattn array<f32> read_write (n_heads, max_rows, dim) partials
 
 override WG_SIZE: u32 = 64;
+// #if O_PROJ
+override WTYPE: u32 = 0;
+override OU: u32 = 8u;   // most 8-value units of W_o any head's slice takes (engine: max over heads of u1 - u0)
+// #endif
 
 struct Params {
   n_heads: u32,
@@ -27,31 +48,41 @@ struct Params {
   q_dim: u32,
   kv_dim: u32,
   scale: f32,      // 1 / sqrt(head_dim)
+// #if O_PROJ
+  dim: u32,        // rows of W_o (the model dimension)
+  K: u32,          // = q_dim: columns of W_o (load_unit reads params.K)
+  pstride: u32,    // floats from one head's partial to the next (max_rows * dim)
+  _p0: u32, _p1: u32, _p2: u32, _p3: u32, _p4: u32,
+// #else
   _p0: u32,
+// #endif
 };
 
-struct Step {
-  n: u32,
-  start_pos: u32,
-  out_lo: u32,
-  out_base: u32,
-  tok0: u32,
-  _p0: u32, _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include step
 @group(0) @binding(2) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> kv: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> scores: array<f32>;
+// #if O_PROJ
+@group(0) @binding(5) var<storage, read> w: array<u32>;
+@group(0) @binding(6) var<storage, read_write> pattn: array<f32>;
+// #else
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
+// #endif
 
 var<workgroup> red: array<f32, WG_SIZE>;
 var<workgroup> qs: array<vec4<f32>, 64>;   // head_dim <= 256
 var<workgroup> part: array<vec4<f32>, WG_SIZE>;   // (S, head_dim/4) slice sums
+// #if O_PROJ
+var<workgroup> oh: array<vec4<f32>, 64>;          // (head_dim) this head's attention output
+// #endif
 
 @compute @workgroup_size(WG_SIZE)
+// #if O_PROJ
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+// #else
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+// #endif
   let h = wid.x;
   let t = wid.y;
   if (t >= step.n) { return; }              // uniform per workgroup
@@ -62,7 +93,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let kv4 = params.kv_dim / 4u;
   let koff = kvh * hd4;                                   // vec4 offset of this kv head within a key row
   let voff = params.seq_len * kv4 + kvh * hd4;            // V section
+// #if O_PROJ
+  let sbase = ((t * params.n_heads + h) * nwg.z + wid.z) * params.seq_len;  // scores row (one per split z)
+// #else
   let sbase = (t * params.n_heads + h) * params.seq_len;  // scores row
+// #endif
 
   for (var i = lid; i < hd4; i = i + WG_SIZE) {
     qs[i] = q[t * (params.q_dim / 4u) + h * hd4 + i];
@@ -138,10 +173,51 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       o = o + part[k * hd4 + d4];
     }
     o = o * inv;
+// #if O_PROJ
+    oh[d4] = o;
+// #else
     let ob = t * params.q_dim + h * params.head_dim + 4u * d4;
     out[ob] = o.x;
     out[ob + 1u] = o.y;
     out[ob + 2u] = o.z;
     out[ob + 3u] = o.w;
+// #endif
+  }
+// #if O_PROJ
+  workgroupBarrier();
+
+  // 4. this head's O-projection slice: rows r = lid, lid + WG_SIZE, ..., units of the blocks touching the head
+  let c0 = h * params.head_dim;                 // first column of the head
+  let c1 = c0 + params.head_dim;
+  var u0 = c0 / 8u;
+  var u1 = c1 / 8u;
+  if (WTYPE == 2u || WTYPE == 3u || WTYPE == 8u) {   // quant blocks of 32: whole blocks
+    u0 = (c0 / 32u) * 4u;
+    u1 = ((c1 + 31u) / 32u) * 4u;
+  }
+  let h4 = c0 / 4u;
+  let pb = h * params.pstride + t * params.dim;
+  for (var r = wid.z * WG_SIZE + lid; r < params.dim; r = r + WG_SIZE * nwg.z) {
+    var acc = 0.0;
+    for (var k = 0u; k < OU; k = k + 1u) {   // constant trip count: loads can all be in flight
+      let u = min(u0 + k, u1 - 1u);
+      let p = load_unit(r, u);
+      if (u0 + k < u1) {
+        acc = acc + term(p, ohv(p.i0, h4, hd4), ohv(p.i1, h4, hd4));
+      }
+    }
+    pattn[pb + r] = acc;
   }
 }
+
+// vec4 i (of a q_dim row) of this head's output; zeros outside the head (columns of another head in a shared block)
+fn ohv(i: u32, h4: u32, hd4: u32) -> vec4<f32> {
+  if (i >= h4 && i < h4 + hd4) { return oh[i - h4]; }
+  return vec4<f32>(0.0);
+}
+
+// #include quant
+// #include term
+// #else
+}
+// #endif

@@ -1,5 +1,5 @@
 // embed — token embedding gather: out[t, :] = E[tokens[tok0 + t], :] for the rows of a chunk, dequantising only
-// the gathered rows from the weights as stored (same formats and unit layout as matmul.wgsl).
+// the gathered rows from the weights as stored (the formats and unit layout of lib/quant).
 //
 // Work split: one workgroup per chunk row t (wid.x); lane l writes 8-value units u = l, l + WG_SIZE, ... of the row.
 // The embedding may be split into parts (rows row0 .. row0+N) when it exceeds the binding limit: each part's
@@ -22,34 +22,12 @@ struct Params {
   _p0: u32,
 };
 
-struct Step {
-  n: u32,
-  start_pos: u32,
-  out_lo: u32,
-  out_base: u32,
-  tok0: u32,
-  _p0: u32, _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include step
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 @group(0) @binding(3) var<storage, read> tokens: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 
-fn nib_lo(q: u32) -> vec4<f32> {
-  return vec4<f32>(f32(q & 15u), f32((q >> 8u) & 15u), f32((q >> 16u) & 15u), f32((q >> 24u) & 15u));
-}
-fn nib_hi(q: u32) -> vec4<f32> {
-  return vec4<f32>(f32((q >> 4u) & 15u), f32((q >> 12u) & 15u), f32((q >> 20u) & 15u), f32(q >> 28u));
-}
-fn i8x4(q: u32) -> vec4<f32> {
-  let v = vec4<i32>(bitcast<i32>(q << 24u), bitcast<i32>(q << 16u), bitcast<i32>(q << 8u), bitcast<i32>(q)) >> vec4<u32>(24u);
-  return vec4<f32>(v);
-}
-fn bf2(q: u32) -> vec2<f32> {
-  return vec2<f32>(bitcast<f32>(q << 16u), bitcast<f32>(q & 0xffff0000u));
-}
+// #include unpack
 
 @compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

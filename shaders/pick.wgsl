@@ -42,18 +42,7 @@ struct Params {
   _p0: u32,
 };
 
-// The per-pass slot every engine kernel reads (see matmul.wgsl).
-struct Step {
-  n: u32,          // rows in this chunk
-  start_pos: u32,  // absolute position of chunk row 0
-  out_lo: u32,     // first chunk row that produces logits
-  out_base: u32,   // logits row of chunk row out_lo
-  tok0: u32,       // index of chunk row 0 in the submission's token list
-  _p0: u32, _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include step
 @group(0) @binding(2) var<storage, read> logits: array<f32>;
 @group(0) @binding(3) var<storage, read_write> part: array<vec2<u32>>;
 @group(0) @binding(4) var<storage, read_write> picks: array<u32>;

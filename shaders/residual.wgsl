@@ -1,6 +1,6 @@
 // residual — the residual stream after the last layer, for every row of a chunk:
 //   x[t] = r_in[t] + parts[0][t] + parts[1][t] + ... + parts[NPART-1][t]     (vec4s, in that fixed order: the same
-//                                                                           adds as matmul_sg_pro.wgsl's prologue)
+//                                                                           adds as matmul_sg.wgsl PRO's prologue)
 // written to `out` (OUT: the head's input, so the head runs as a plain matmul_sg.wgsl: engine option headSum) and
 // to features[start_pos + t] (FEATURES: the final hidden state of every position the model computes, kept by
 // absolute position for a draft head; model option features). NPART = 0: x = r_in (the unfused engine).
@@ -28,18 +28,7 @@ struct Params {
   _p0: u32, _p1: u32,
 };
 
-// The per-chunk slot every engine kernel reads (see matmul.wgsl).
-struct Step {
-  n: u32,          // rows in this chunk
-  start_pos: u32,  // absolute position of chunk row 0
-  out_lo: u32,     // first chunk row that produces logits
-  out_base: u32,   // logits row of chunk row out_lo
-  tok0: u32,       // index of chunk row 0 in the submission's token list
-  _p0: u32, _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include step
 @group(0) @binding(2) var<storage, read> r_in: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> parts: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;

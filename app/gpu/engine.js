@@ -31,8 +31,8 @@
 //            matmul_sg.wgsl runs with ksplit 1, else false, and a model the fused kernels cannot take runs unfused,
 //            see model.fused; an explicit true or 'attn' refuses such a model with an error instead): fewer dispatches
 //            per forward, only with matmul_sg.wgsl (GPUs with a fixed subgroup size, or emulatedSubgroups) and ksplit
-//            1. 'attn': attention + O projection in one kernel (attn_o.wgsl, per-head split-K partials summed by the
-//            gate/up matmul's prologue, matmul_sg_pro.wgsl): 4 * n_layers + 2 dispatches. true: also the FFN in one
+//            1. 'attn': attention + O projection in one kernel (attention.wgsl O_PROJ, per-head split-K partials summed by
+//            the gate/up matmul's prologue, matmul_sg.wgsl PRO): 4 * n_layers + 2 dispatches. true: also the FFN in one
 //            kernel per slice of hidden units (ffn_sg.wgsl, down-projection partials summed by the next qkv matmul's
 //            / the head's prologue): 3 * n_layers + 2. Partials are summed in a fixed order, so forwards stay batch
 //            invariant (not bitwise equal to fuse: false: the residual adds are grouped differently).
@@ -45,7 +45,7 @@
 //            matmul only): rowTiles?: op kinds ('qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits') or
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in
 //            its own workgroup with the 1-row tile instead of the 4/8-row tiles, attnSplit?: workgroups
-//            per head sharing attn_o.wgsl's O projection, headSum?: the fused head's input (r + the FFN
+//            per head sharing attention.wgsl's O projection, headSum?: the fused head's input (r + the FFN
 //            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 2 and
 //            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,

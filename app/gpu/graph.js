@@ -110,7 +110,7 @@ export class GraphBuilder {
     return op;
   }
 
-  /** Matmul params (matmul.wgsl / matmul_sg.wgsl / matmul_sg_pro.wgsl) of one part of a linear. */
+  /** Matmul params (matmul.wgsl / matmul_sg.wgsl, also with PRO) of one part of a linear. */
   mmParams(lin, part, outStride, window) {
     const { cfg, dims } = this;
     return { K: lin.K, N: part.N, row0: part.row0, out_stride: outStride, window, q_dim: dims.qDim, kv_dim: dims.kvDim,
@@ -137,7 +137,7 @@ export class GraphBuilder {
     }
   }
 
-  /** matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg_pro.wgsl); part 0 of the first linear writes
+  /** matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg.wgsl, PRO); part 0 of the first linear writes
    * that sum to r_out. pairs / wg: row pairs per subgroup and workgroup size (the head's are larger). */
   async matmulPro(label, lins, { r_in, parts, r_out = null, gamma = null, out, kv = null, mode, window = 0,
     pairs = 1, wg = this.plan.fuseMatmulWg }) {
@@ -187,7 +187,7 @@ export class GraphBuilder {
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [this.cfg.n_heads, rows, 1] }) });
   }
 
-  /** P_attn[h] = attention of head h @ W_o[:, head h's columns] (attn_o.wgsl). */
+  /** P_attn[h] = attention of head h @ W_o[:, head h's columns] (attention.wgsl, O_PROJ). */
   async attnO(label, o, { kv }) {
     const K = this.kernels.attn_o;
     const { cfg } = this;
@@ -258,7 +258,7 @@ function wideGrid(n) {
   return [x, Math.ceil(n / x), 1];
 }
 
-/** attn_o.wgsl's OU: the most 8-column units of W_o any head's slice takes (whole 32-column blocks when quantised). */
+/** attention.wgsl O_PROJ's OU: the most 8-column units of W_o any head's slice takes (whole 32-column blocks when quantised). */
 function headUnits(cfg, wtype) {
   const q = [2, 3, 8].includes(wtype);
   let most = 0;

@@ -1,21 +1,24 @@
 // kernels.js — the engine's WGSL kernels: compiled modules, and per kernel its interface read from the WGSL
 // (signature.js): bind group layout, bind groups and uniform parameter blocks built BY NAME, pipelines specialised
-// by override constants (by name too). Which file each kernel is:
+// by override constants (by name too). Each kernel is a file of shaders/ EXPANDED by wgsl.js (its `// #include`s of
+// shaders/lib/ and its variant's defines) before it is compiled and before signature.js reads it:
 //   matmul      shaders/matmul.wgsl, or matmul_sg.wgsl (subgroup reductions) where the adapter has subgroups
 //   attention   shaders/attention.wgsl          embed   shaders/embed.wgsl          pick   shaders/pick.wgsl
 //   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
-//   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg_pro.wgsl, attn_o shaders/attn_o.wgsl,
-//   ffn shaders/ffn_sg.wgsl
+//   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
+//   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl
 //   a draft head's own (compiled at its first loadHead, app/gpu/head.js): head_in, head_attention, head_out,
 //   head_logits, vocab_mask (shaders/<same name>.wgsl)
 
 import { packStruct, parseSignature } from './signature.js';
+import { cachedLoader, expandWgsl } from './wgsl.js';
 
 export const WTYPE_IDS = { F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 8, BF16: 30 };
 export const MODE = { store: 0, add: 1, swiglu: 2, qkv: 3 };
 export const WG_SIZE = 64;
 
-/** Default shader loader: fetch next to the app (browser), or read the file (Node: file: URLs). */
+/** Default shader loader: the text of `${base}${name}.wgsl` (name: 'matmul', or 'lib/step' for a fragment), fetched
+ * next to the app (browser) or read from the file (Node: file: URLs). */
 export function defaultShaderSource(base) {
   return async (name) => {
     const url = new URL(`${name}.wgsl`, base);
@@ -92,19 +95,30 @@ class Kernel {
   }
 }
 
-/** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). Each module is
- * compiled in an error scope, so a rejected module is this call's error (the engine may go on without it). */
-export async function createKernels(device, shaderSource, { subgroups = false, fuse = false } = {}) {
+/** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
+export function kernelFiles({ subgroups = false, fuse = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
     residual: 'residual' };
-  if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg_pro', attn_o: 'attn_o', ffn: 'ffn_sg' });
-  return compileKernels(device, shaderSource, files);
+  if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
+  const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true } };   // a kernel's variant of its file
+  return { files, defines };
 }
 
-/** Compile the kernels {name: WGSL file name} (createKernels' set; the draft head's own, app/gpu/head.js). */
-export async function compileKernels(device, shaderSource, files) {
+/** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). */
+export async function createKernels(device, shaderSource, { subgroups = false, fuse = false } = {}) {
+  const { files, defines } = kernelFiles({ subgroups, fuse });
+  return compileKernels(device, shaderSource, files, defines);
+}
+
+/** Compile the kernels {name: file of shaders/} ({name: defines} choose a file's variant), each file expanded by
+ * wgsl.js with shaderSource as its loader (async (name) -> the text of shaders/NAME.wgsl). Each module is compiled in
+ * an error scope, so a rejected module is this call's error (the engine may go on without it). */
+export async function compileKernels(device, shaderSource, files, defines = {}) {
   const names = Object.keys(files);
-  const srcs = await Promise.all(names.map((n) => shaderSource(files[n])));
+  const load = cachedLoader(shaderSource);
+  const srcs = await Promise.all(names.map((n) => expandWgsl(files[n], load, defines[n]).catch((e) => {
+    throw new Error(`WGSL ${n}: ${e.message}`);
+  })));
   const dummyR = device.createBuffer({ label: 'dummy_r', size: 16, usage: GPUBufferUsage.STORAGE });
   const dummyW = new Map();   // one per binding number: two unused writable bindings never alias
   const dummies = (b) => {
@@ -114,16 +128,19 @@ export async function compileKernels(device, shaderSource, files) {
   };
   const kernels = {};
   for (const [i, name] of names.entries()) {
+    const { text, origin } = srcs[i];
     device.pushErrorScope('validation');
-    const m = device.createShaderModule({ code: srcs[i], label: name });
+    const m = device.createShaderModule({ code: text, label: name });
     const scopeErr = await device.popErrorScope();
     if (m.getCompilationInfo) {
       const info = await m.getCompilationInfo();
       const errs = info.messages.filter((x) => x.type === 'error');
-      if (errs.length) throw new Error(`WGSL ${name}: ${errs.map((e) => `${e.lineNum}:${e.linePos} ${e.message}`).join('; ')}`);
+      // each message at its source line (file:line of the kernel or fragment) and its column
+      const at = (e) => `${origin[e.lineNum - 1] ?? `line ${e.lineNum}`}:${e.linePos}`;
+      if (errs.length) throw new Error(`WGSL ${name}: ${errs.map((e) => `${at(e)} ${e.message}`).join('; ')}`);
     }
     if (scopeErr) throw new Error(`WGSL ${name}: ${scopeErr.message}`);
-    kernels[name] = new Kernel(device, name, m, parseSignature(srcs[i], `WGSL ${name}`), dummies);
+    kernels[name] = new Kernel(device, name, m, parseSignature(text, `WGSL ${name}`), dummies);
   }
   return kernels;
 }

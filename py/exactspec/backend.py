@@ -175,6 +175,23 @@ def offers(backend, method: str) -> bool:
     return callable(getattr(backend, method, None))
 
 
+class PassThrough:
+    """What a backend wrapper (kv.TrackedCache, session.YieldingBackend) passes through from the backend it wraps,
+    `self.wrapped`: the batched step's ahead_max and k_limit (0 where that backend names none) and offers()."""
+
+    @property
+    def ahead_max(self) -> int:
+        return int(getattr(self.wrapped, "ahead_max", 0) or 0)
+
+    @property
+    def k_limit(self) -> int:
+        """The most proposals a round should make on this device (0: unknown; the additive k schedule's limit)."""
+        return int(getattr(self.wrapped, "k_limit", 0) or 0)
+
+    def offers(self, method: str) -> bool:
+        return offers(self.wrapped, method)
+
+
 def base_of(backend, wrapper_type):
     """Strip one wrapper layer of `wrapper_type` (its `.inner`), so a wrapped draft reaches the layer below."""
     return backend.inner if isinstance(backend, wrapper_type) else backend

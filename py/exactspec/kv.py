@@ -10,8 +10,10 @@ from __future__ import annotations
 import inspect
 from typing import Sequence
 
+from .backend import PassThrough
 
-class TrackedCache:
+
+class TrackedCache(PassThrough):
     def __init__(self, backend):
         if isinstance(backend, TrackedCache):
             raise TypeError("already tracked")
@@ -48,19 +50,11 @@ class TrackedCache:
         self.backend.truncate(n)
         del self.tokens[n:]
 
-    # -- the batched step (exactspec.backend): offered when the wrapped backend offers it -------------------------
+    # -- the batched step (exactspec.backend): offered when the wrapped backend offers it (PassThrough: ahead_max,
+    # k_limit, offers) -----------------------------------------------------------------------------------------------
     @property
-    def ahead_max(self) -> int:
-        return int(getattr(self.backend, "ahead_max", 0) or 0)
-
-    @property
-    def k_limit(self) -> int:
-        """The most proposals a round should make on this device (0: unknown; the additive k schedule's limit)."""
-        return int(getattr(self.backend, "k_limit", 0) or 0)
-
-    def offers(self, method: str) -> bool:
-        from .backend import offers
-        return offers(self.backend, method)
+    def wrapped(self):
+        return self.backend
 
     async def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True):
         try:

@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .backend import PassThrough
+
 MAX_PROMPT_CHARS = 1 << 20
 
 
@@ -40,7 +42,7 @@ class LoadedModel:
     json_vocab: Any = None          # exactspec.constrain.TokenVocab, built at the first JSON-mode request
 
 
-class YieldingBackend:
+class YieldingBackend(PassThrough):
     """Wraps a Backend so that each forward first yields to the event loop.
 
     In the browser the worker's message handler (cancel, list, ...) can only run while Python awaits; a numpy
@@ -67,18 +69,11 @@ class YieldingBackend:
             return r                # (n_out, vocab) float32
         return run()
 
-    # the batched step (exactspec.backend), passed through when the inner backend offers it
+    # the batched step (exactspec.backend), passed through when the inner backend offers it (PassThrough: ahead_max,
+    # k_limit, offers)
     @property
-    def ahead_max(self) -> int:
-        return int(getattr(self.inner, "ahead_max", 0) or 0)
-
-    @property
-    def k_limit(self) -> int:
-        return int(getattr(self.inner, "k_limit", 0) or 0)
-
-    def offers(self, method: str) -> bool:
-        from .backend import offers
-        return offers(self.inner, method)
+    def wrapped(self):
+        return self.inner
 
     async def decode_ahead(self, token, start_pos, n, pick, rows=True):
         await asyncio.sleep(0)

@@ -1,8 +1,9 @@
 // engine_env.mjs — what the Node + Dawn scripts share (tests/gpu/driver.mjs, engine_server.mjs, bench/gpu/*.mjs, bench/product/node_host.mjs):
 // Dawn's GPU object, a file/folder reader for loadModel, createEngine options from a test spec or from environment
 // variables, and the one-lane subgroup emulation.
-import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { create, globals } from 'webgpu';
 import { defaultShaderSource } from '../../app/gpu/kernels.js';
 
@@ -41,14 +42,16 @@ export function fileReader(path) {
 }
 
 /** createEngine options of a test spec (tests/gpu/dawn_harness.py): {backend, max_rows, max_binding_bytes, lanes,
- * emulate_sg, ksplit, engine_opts, break_shader}, then env EXACTSPEC_ENGINE_OPTS (variants on a GPU host). */
+ * emulate_sg, ksplit, engine_opts, break_shader, shader_dir}, then env EXACTSPEC_ENGINE_OPTS (variants on a GPU host). */
 export function specEngineOptions(spec) {
-  const base = spec.emulate_sg ? emulateSubgroups : defaultShaderSource(new URL('../../shaders/', import.meta.url));
+  const files = shaderFiles(spec.shader_dir);
+  const base = spec.emulate_sg ? emulatedSubgroups(files) : files;
   return {
     adapterOptions: adapterOptions(spec.backend ?? 'opengl'),
     maxRows: spec.max_rows ?? undefined, maxBindingBytes: spec.max_binding_bytes ?? undefined, lanes: spec.lanes ?? undefined,
-    ...(spec.emulate_sg ? { shaderSource: emulateSubgroups, lanes: 1, subgroups: false, tile8: true, tile1: true,
-      emulatedSubgroups: true, ksplit: spec.ksplit ?? 1 } : {}),
+    ...(spec.emulate_sg || spec.shader_dir ? { shaderSource: base } : {}),
+    ...(spec.emulate_sg ? { lanes: 1, subgroups: false, tile8: true, tile1: true, emulatedSubgroups: true,
+      ksplit: spec.ksplit ?? 1 } : {}),
     ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
     // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected)
     ...(spec.break_shader ? { shaderSource: async (name) => (name === spec.break_shader ? 'fn main( {' : base(name)) } : {}),
@@ -72,17 +75,27 @@ export function fuseOpts(env) {
 
 // spec.emulate_sg: run shaders/matmul_sg.wgsl (the subgroup kernel) on an adapter without subgroups, with
 // subgroups of ONE lane (LANES = 1: subgroupAdd is the identity, the lane is 0): every part of that kernel but the
-// cross-lane sum (tiles, quad/oct slots, norm4, epilogues) runs and is checked.
-export async function emulateSubgroups(name) {
-  const base = new URL('../../shaders/', import.meta.url);
-  // the subgroup kernels: matmul_sg.wgsl (asked for as 'matmul') and the fused engine's matmul_sg_pro / ffn_sg
-  if (!['matmul', 'matmul_sg_pro', 'ffn_sg'].includes(name)) return readFileSync(new URL(`${name}.wgsl`, base), 'utf8');
-  let src = readFileSync(new URL(name === 'matmul' ? 'matmul_sg.wgsl' : `${name}.wgsl`, base), 'utf8');
-  src = src.replace(/^enable subgroups;$/m, '').replace(/^diagnostic\(off, subgroup_uniformity\);$/m, '');
-  src = src.replace(/subgroupAdd\(/g, 'sg_add1(');
-  src = src.replace(/,\s*@builtin\(subgroup_invocation_id\) sid: u32\) \{/, ') {\n  let sid = 0u;   // emulated: one lane');
-  return src + '\nfn sg_add1(v: vec4<f32>) -> vec4<f32> { return v; }\n';
+// cross-lane sum (tiles, quad/oct slots, norm4, epilogues) runs and is checked. A shader source (kernels.js reads
+// every kernel file and fragment through it; the engine asks for 'matmul' where it has no subgroups): 'matmul' is
+// served matmul_sg.wgsl, every file's subgroupAdd becomes sg_add1, and a kernel file that enables subgroups
+// (matmul_sg.wgsl, ffn_sg.wgsl, any new one) loses that line and its subgroup_invocation_id and gains sg_add1.
+export function emulatedSubgroups(base) {
+  return async (name) => {
+    let src = await base(name === 'matmul' ? 'matmul_sg' : name);
+    const kernel = /^enable subgroups;$/m.test(src);
+    src = src.replace(/^enable subgroups;$/gm, '').replace(/^diagnostic\(off, subgroup_uniformity\);$/gm, '');
+    src = src.replace(/subgroupAdd\(/g, 'sg_add1(');
+    src = src.replace(/,\s*@builtin\(subgroup_invocation_id\) sid: u32\) \{/g, ') {\n  let sid = 0u;   // emulated: one lane');
+    return kernel ? `${src}\nfn sg_add1(v: vec4<f32>) -> vec4<f32> { return v; }\n` : src;
+  };
 }
+
+/** The repository's shaders/ (or spec.shader_dir: another folder of kernel files, e.g. a revision's, for tests). */
+function shaderFiles(dir) {
+  return defaultShaderSource(dir ? pathToFileURL(`${dir}/`) : new URL('../../shaders/', import.meta.url));
+}
+
+export const emulateSubgroups = emulatedSubgroups(shaderFiles());
 
 /** createEngine options of the bench variants (bench/gpu/*.mjs, bench/h200/*.sh), from environment variables. */
 export function envEngineOptions(env) {

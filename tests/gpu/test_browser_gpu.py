@@ -61,7 +61,7 @@ def test_chromium_swiftshader_batch_invariance(tmp_path, opts):
     """cpu_path: what SwiftShader runs by default; subgroup_matmul: shaders/matmul_sg.wgsl (the GPU default where
     subgroups have one fixed size), forced here on SwiftShader's 4-wide subgroups; _ksplit2: two subgroups per
     weight-row pair, their sums added through workgroup memory; fused / fused_attn: the fused engine (3 / 4 dispatches
-    per layer: attn_o.wgsl, matmul_sg_pro.wgsl, ffn_sg.wgsl) with real 4-wide subgroups; fused_row_tiles: the same with
+    per layer: attention.wgsl O_PROJ, matmul_sg.wgsl PRO, ffn_sg.wgsl) with real 4-wide subgroups; fused_row_tiles: the same with
     verify blocks of <= 5 rows run row-parallel in 1-row tiles, attention + O projection over 3 workgroups per head and
     the head's input summed once (headSum)."""
     from exactspec.formats import describe

@@ -201,7 +201,7 @@ def test_smollm2_invariance_parity():
     print(f"[SmolLM2 Q4_1] max |diff| vs reference over 10 positions: {diff:.3g}")
 
 
-# ---- the fused engine (opts.fuse: attn_o.wgsl, matmul_sg_pro.wgsl, ffn_sg.wgsl), with one-lane subgroups emulated
+# ---- the fused engine (opts.fuse: attention.wgsl O_PROJ, matmul_sg.wgsl PRO, ffn_sg.wgsl), with one-lane subgroups emulated
 
 def write_bf16_pair(src, ref_path, bf16_path):
     """From an F32 GGUF: ref_path = the same file with every matrix truncated to bfloat16 values (still F32, what the
@@ -247,7 +247,7 @@ SMALL_WG = {"fuseWg": 16, "fuseHeadWg": 16, "fuseHeadPairs": 3, "fuseMatmulWg": 
 def test_fused_invariance_parity(micro_paths, ty, fuse, slice_, more):
     """fuse true (3 dispatches per layer) and 'attn' (4): bitwise batch invariance (one token at a time, verify blocks
     k+1 for k = 1..8, prefill chunks, truncate) and parity with the reference. head_dim 16 puts two heads in one Q4
-    block of W_o (attn_o.wgsl's zero-padded units); slice 96 of hidden 128 leaves a short last FFN slice; SMALL_WG
+    block of W_o (attention.wgsl O_PROJ's zero-padded units); slice 96 of hidden 128 leaves a short last FFN slice; SMALL_WG
     makes each FFN subgroup take 2 gate/up pairs and 4 down passes, the head's subgroups 3 row pairs each (the
     last workgroup partly past the vocabulary) and the qkv / gate-up prologue matmuls stage x in 8-invocation
     workgroups."""

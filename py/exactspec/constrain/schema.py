@@ -150,21 +150,15 @@ def _count(s: dict, key: str, path: str):
     return v
 
 
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+
+
 def _type_of(value) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
+    for py_type, name in _JSON_TYPES:   # bool before int: True is an int in Python
+        if isinstance(value, py_type):
+            return name
     raise SchemaError(f"not a JSON value: {value!r}")
 
 

@@ -1,0 +1,42 @@
+#!/bin/bash
+# A/B of the WGSL as compiled, in ONE device call (the VM's drift then hits both sides alike): today's shaders/
+# (kernel files + shaders/lib/ fragments, expanded by app/gpu/wgsl.js) against the kernel files of revision 30c877a
+# (before the split: matmul_sg_pro.wgsl, attn_o.wgsl), alternating, fused (FUSE=1, the default) and unfused (FUSE=0).
+# The expanded text equals 30c877a's token for token (tests/gpu/test_wgsl_golden.py), so both sides should agree
+# within noise; a gap would mean the compiler saw something else.
+#   here:       bash bench/h200/h200_prep.sh; bash bench/h200/shaders_ab.sh --prep     (writes .devcarry/shaders_30c877a)
+#   on the GPU: bash bench/h200/shaders_ab.sh       carry .devcarry/gpu and .devcarry/shaders_30c877a; ROUNDS (default 2)
+#               rounds of 4 runs (~20 s each, 45 s at most): 3-6 minutes with the setup
+#   -> $OUT/shaders_ab.txt: per run, T_single (wall and GPU), T_verify(k)/T_single, decode tok/s
+set -e
+cd "$(dirname "$0")/../.."
+OLD=.devcarry/shaders_30c877a
+if [ "$1" = --prep ]; then
+  rm -rf $OLD && mkdir -p $OLD
+  git archive 30c877a shaders | tar -x -C $OLD --strip-components=1
+  # a variant that was a file of its own is now a define of the file the engine asks for (app/gpu/kernels.js)
+  wrap() {
+    { echo "// #if $2"; cat $OLD/$3.wgsl; echo; echo "// #else"; cat $OLD/$1.wgsl; echo; echo "// #endif"; } > $OLD/$1.tmp
+    mv $OLD/$1.tmp $OLD/$1.wgsl
+  }
+  wrap matmul_sg PRO matmul_sg_pro
+  wrap attention O_PROJ attn_o
+  ls -la $OLD
+  exit 0
+fi
+O=${OUT:-/tmp}
+source bench/h200/h200_setup.sh
+set +e
+export PATH=/tmp/nb:$PATH
+for round in $(seq ${ROUNDS:-2}); do
+  for fuse in 1 0; do
+    for side in new old; do
+      base=""
+      [ $side = old ] && base=$PWD/$OLD
+      echo "== round $round, FUSE=$fuse, shaders: $side"
+      SHADER_BASE=$base FUSE=$fuse timeout 45 node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 \
+        | grep -E "kernels:|T_single|T_verify|decode alone|Error"
+    done
+  done
+done 2>&1 | tee $O/shaders_ab.txt
+exit 0
