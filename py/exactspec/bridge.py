@@ -103,26 +103,31 @@ class _JsBatched:
         name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify"}.get(method)
         return name is not None and getattr(self._js, name, None) is not None
 
-    def decode_ahead(self, token, start_pos, n, pick, rows=True):
-        from .backend import Ahead
+    def _check_start(self, what: str, start_pos: int) -> None:
         if start_pos != self.length:
-            raise ValueError(f"decode_ahead at start_pos {start_pos} but the KV cache holds {self.length} positions")
+            raise ValueError(f"{what} at start_pos {start_pos} but the KV cache holds {self.length} positions")
+
+    def _ahead(self, pending, n: int, rows: bool):
+        """Ahead(ids (n,), rows (n, vocab) | None) from a JS call's {ids, rows} (decodeAhead, verify)."""
+        from .backend import Ahead
         vocab = self.config.vocab_size
-        pending = self._js.decodeAhead(int(token), int(start_pos), int(n), _pick_to_js(pick), bool(rows))
 
         async def finish():
             r = await pending if inspect.isawaitable(pending) else pending
             ids = _ids_from_js(_get(r, "ids"), n, "ids")
-            rr = _get(r, "rows")
-            return Ahead(ids, logits_from_js(rr, n, vocab) if rows else None)   # rows (n, vocab)
+            return Ahead(ids, logits_from_js(_get(r, "rows"), n, vocab) if rows else None)   # rows (n, vocab)
         return finish()
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True):
+        self._check_start("decode_ahead", start_pos)
+        return self._ahead(self._js.decodeAhead(int(token), int(start_pos), int(n), _pick_to_js(pick), bool(rows)),
+                           n, rows)
 
     def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
         from .backend import Round
         if not isinstance(draft, JsBackend):
             raise TypeError("spec_round needs a draft on the same device (a JsBackend)")
-        if start_pos != self.length:
-            raise ValueError(f"spec_round at start_pos {start_pos} but the KV cache holds {self.length} positions")
+        self._check_start("spec_round", start_pos)
         vocab = self.config.vocab_size
         pending = self._js.specRound(draft._js, _to_js_int32(feed), int(draft_start), int(k), int(token),
                                      int(start_pos), _pick_to_js(pick), bool(rows))
@@ -136,18 +141,9 @@ class _JsBatched:
         return finish()
 
     def verify(self, tokens, start_pos, pick, rows=False):
-        from .backend import Ahead
-        if start_pos != self.length:
-            raise ValueError(f"verify at start_pos {start_pos} but the KV cache holds {self.length} positions")
-        n, vocab = len(tokens), self.config.vocab_size
-        pending = self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows))
-
-        async def finish():
-            r = await pending if inspect.isawaitable(pending) else pending
-            ids = _ids_from_js(_get(r, "ids"), n, "ids")
-            rr = _get(r, "rows")
-            return Ahead(ids, logits_from_js(rr, n, vocab) if rows else None)   # rows (n, vocab)
-        return finish()
+        self._check_start("verify", start_pos)
+        return self._ahead(self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows)),
+                           len(tokens), rows)
 
 
 def json_to_js(text: str):

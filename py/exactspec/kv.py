@@ -28,22 +28,13 @@ class TrackedCache(PassThrough):
     def forward(self, tokens: Sequence[int], start_pos: int, n_out: int | None = None):
         toks = [int(t) for t in tokens]
         res = self.backend.forward(toks, start_pos, n_out)
-
-        def record():
-            del self.tokens[start_pos:]
-            self.tokens.extend(toks)
-
-        if inspect.isawaitable(res):
+        if inspect.isawaitable(res):           # (a synchronous backend's forward stays synchronous)
             async def done():
-                try:
-                    out = await res
-                except Exception:
-                    self.invalidate()
-                    raise
-                record()
+                out = await self._call(res)
+                self._record(start_pos, toks)
                 return out
             return done()
-        record()
+        self._record(start_pos, toks)
         return res
 
     def truncate(self, n: int) -> None:
@@ -56,16 +47,22 @@ class TrackedCache(PassThrough):
     def wrapped(self):
         return self.backend
 
-    async def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True):
+    async def _call(self, res):
+        """Await a backend call's result; a failure leaves the cache unknown, so forget it."""
         try:
-            res = self.backend.decode_ahead(int(token), start_pos, n, pick, rows)
-            if inspect.isawaitable(res):
-                res = await res
+            return (await res) if inspect.isawaitable(res) else res
         except Exception:
             self.invalidate()
             raise
+
+    def _record(self, start_pos: int, toks) -> None:
+        """The cache now holds `toks` from start_pos on."""
         del self.tokens[start_pos:]
-        self.tokens.extend([int(token)] + [int(x) for x in res.ids[: n - 1]])   # what the passes were fed
+        self.tokens.extend(int(t) for t in toks)
+
+    async def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True):
+        res = await self._call(self.backend.decode_ahead(int(token), start_pos, n, pick, rows))
+        self._record(start_pos, [token] + list(res.ids[: n - 1]))               # what the passes were fed
         return res
 
     async def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick,
@@ -81,24 +78,15 @@ class TrackedCache(PassThrough):
                 draft.invalidate()
             raise
         props = [int(x) for x in res.proposals]
-        del self.tokens[start_pos:]
-        self.tokens.extend([int(token)] + props)
+        self._record(start_pos, [token] + props)
         if isinstance(draft, TrackedCache):
-            del draft.tokens[draft_start:]
-            draft.tokens.extend([int(x) for x in feed] + props[: k - 1])
+            draft._record(draft_start, list(feed) + props[: k - 1])
         return res
 
     async def verify(self, tokens: Sequence[int], start_pos: int, pick, rows: bool = False):
         toks = [int(t) for t in tokens]
-        try:
-            res = self.backend.verify(toks, start_pos, pick, rows)
-            if inspect.isawaitable(res):
-                res = await res
-        except Exception:
-            self.invalidate()
-            raise
-        del self.tokens[start_pos:]
-        self.tokens.extend(toks)
+        res = await self._call(self.backend.verify(toks, start_pos, pick, rows))
+        self._record(start_pos, toks)
         return res
 
     def invalidate(self) -> None:
