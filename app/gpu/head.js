@@ -24,15 +24,13 @@
 // row depends only on that row and its absolute position (tested bitwise against other chunkings).
 
 import { GraphBuilder } from './graph.js';
-import { compileKernels, WTYPE_IDS } from './kernels.js';
+import { compileKernels, headKernelFiles, WTYPE_IDS } from './kernels.js';
 import { EngineModel, Submission } from './model.js';
 import { qkPermutation, readVector, repackRows, rowBytes, tensorOf, typeInfo, uploadLinear } from './weights.js';
 
 export const RING_ROWS = 128;          // predicted features kept (by position % RING_ROWS)
 const HEAD_ARCH = 'exactspec-head';
 const K = 'exactspec.head.';
-const HEAD_KERNELS = { head_in: 'head_in', head_attention: 'head_attention', head_out: 'head_out',
-  head_logits: 'head_logits', vocab_mask: 'vocab_mask' };
 const VOCAB_MODES = ['indexed', 'masked'];
 
 /** The head's config from its description: `description.head` (HeadConfig.to_json()) or the GGUF metadata. */
@@ -158,7 +156,8 @@ async function loadHeadWeights(eng, description, readSlice, cfg, mem) {
 /** Compile the head's kernels once per engine (added to engine.kernels). */
 async function headKernels(eng) {
   if (!eng.kernels.head_in) {
-    eng.headKernels ??= compileKernels(eng.device, eng.shaderSource, HEAD_KERNELS).then((k) => Object.assign(eng.kernels, k));
+    const { files, defines } = headKernelFiles();
+    eng.headKernels ??= compileKernels(eng.device, eng.shaderSource, files, defines).then((k) => Object.assign(eng.kernels, k));
     await eng.headKernels;
   }
 }
