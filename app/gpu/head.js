@@ -13,8 +13,8 @@
 //
 // Kernels (shaders/, compiled at the first loadHead): embed (the champion's, for E[x_q]), head_in (source select +
 // the two rmsnorms), matmul (fc, qkv + RoPE + KV write, o, gate/up + SwiGLU, down: the engine's layer ops from
-// graph.js), head_attention (attention.wgsl with the head's window), head_out (the predicted feature to the ring +
-// rmsnorm for the LM head), then the LM head:
+// graph.js), head_attention (attention.wgsl with define WINDOW: the head's window), head_out (the predicted feature
+// to the ring + rmsnorm for the LM head), then the LM head:
 //   vocabulary subset, headVocab 'indexed' (default): head_logits.wgsl over the subset's ids, reading the champion's
 //     embedding rows in place; the logits buffer holds -inf everywhere else (filled once).
 //   vocabulary subset, headVocab 'masked': the full LM head (matmul over all rows), then vocab_mask.wgsl (-inf
@@ -454,7 +454,7 @@ class HeadGraph extends GraphBuilder {
     this.push({ label: 'head_in', bindGroup: bg, select: (rows) => ({ pipeline, grid: [rows, 2, 1] }) });
   }
 
-  /** out = the head's windowed causal attention (head_attention.wgsl): one workgroup per (head, row). */
+  /** out = the head's windowed causal attention (attention.wgsl WINDOW): one workgroup per (head, row). */
   async attentionWin(label, { kv, out }) {
     const K = this.kernels.head_attention;
     const { window, seq_len: seqLen } = this.cfg;

@@ -8,7 +8,7 @@
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl
 //   a draft head's own (headKernelFiles, compiled at its first loadHead, app/gpu/head.js): head_in, head_out,
-//   head_logits, vocab_mask, head_attention (shaders/<same name>.wgsl)
+//   head_logits, vocab_mask (shaders/<same name>.wgsl), head_attention shaders/attention.wgsl with define WINDOW
 
 import { packStruct, parseSignature } from './signature.js';
 import { cachedLoader, expandWgsl } from './wgsl.js';
@@ -106,9 +106,9 @@ export function kernelFiles({ subgroups = false, fuse = false } = {}) {
 
 /** A draft head's own kernels (app/gpu/head.js), as kernelFiles gives the engine's. */
 export function headKernelFiles() {
-  const files = { head_in: 'head_in', head_attention: 'head_attention', head_out: 'head_out',
-    head_logits: 'head_logits', vocab_mask: 'vocab_mask' };
-  return { files, defines: {} };
+  const files = { head_in: 'head_in', head_attention: 'attention', head_out: 'head_out', head_logits: 'head_logits',
+    vocab_mask: 'vocab_mask' };
+  return { files, defines: { head_attention: { WINDOW: true } } };
 }
 
 /** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). */

@@ -23,8 +23,11 @@ and every kernel file is expanded by app/gpu/wgsl.js before it is compiled, two 
    with partials); matmul_sg with KSPLIT 2 and fuse 'attn' (PRO for gate/up) run on two types each. Skipped, saying
    so, where the clone has no history.
 
-The draft head's kernels (kernels.js `headKernelFiles`: head_in, head_attention, head_out, head_logits, vocab_mask)
-are pinned the same way, from revision 10dc6b9 (their pins name it: before they took the shared fragments), and
+The draft head's kernels (kernels.js `headKernelFiles`: head_in, head_out, head_logits, vocab_mask, attention +
+WINDOW) are pinned the same way, from revision 10dc6b9 (their pins name it: before they took the shared fragments):
+the first four expand to that revision's files token for token; attention + WINDOW replaced head_attention.wgsl,
+a copy of attention.wgsl with the head's window, and reads the same keys through other index arithmetic (the
+window's first key moved into koff and voff), so its pin is of today's expansion (`tokens_of: "expansion"`) and
 `test_head_results_bitwise_equal_to_pinned_revision` runs a windowed head (its vocabulary subset by head_logits on
 every weight type of the champion's embedding, 1 and 8 lanes; the masked LM head with vocab_mask; the fused
 champion) with shaders/ and with that revision's files: every logits row bitwise equal.
@@ -203,7 +206,8 @@ CASES = [(ty, v) for ty in TYPES for v in ("cpu", "lanes32", "fused")] + [
 def pinned_shaders(tmp_path_factory):
     """{revision: that revision's shaders/ as a folder the expander reads} for every revision a pin names. Where a
     variant's text was a file of its own then (revision 30c877a: matmul_sg + PRO was matmul_sg_pro.wgsl, attention +
-    O_PROJ was attn_o.wgsl), the file the engine now asks for holds both under #if DEFINE."""
+    O_PROJ was attn_o.wgsl; 10dc6b9: attention + WINDOW was head_attention.wgsl), the file the engine now asks for
+    holds both under #if DEFINE."""
     g = golden()
     out = {}
     for rev in sorted({pin_revision(p) for p in g["kernels"]}):
@@ -268,7 +272,7 @@ def test_results_bitwise_equal_to_pinned_revision(pinned_shaders, typed_models, 
 # the draft head's kernels: a windowed head with a vocabulary subset on a champion of each weight type (head_logits reads
 # the champion's embedding as stored: every WTYPE, one lane and eight), the masked LM head (vocab_mask), the fused
 # champion; the head's rows over the window's edge (13 positions, window 5), past the champion, one by one
-HEAD_VARIANTS = {"head_in", "head_attention", "head_out", "head_logits", "vocab_mask"}   # kernels.js headKernelFiles
+HEAD_VARIANTS = {"head_in", "head_out", "head_logits", "vocab_mask", "attention+WINDOW"}   # kernels.js headKernelFiles
 HEAD_CASES = [(ty, "cpu", {}) for ty in TYPES] + [
     ("Q8_0", "lanes32", {"headLanes": 8}), ("Q4_1", "lanes32", {"headLanes": 8}),
     ("F16", "cpu", {"headVocab": "masked"}), ("Q4_0", "fused", {})]
