@@ -23,13 +23,19 @@
 // slice is read by the n_rows workgroups of a head (from L2). BATCH INVARIANCE: each partial element is one fixed
 // sequence of adds in ascending unit order, whatever chunk the row is in.
 //
+// Define WINDOW (the draft head's `head_attention`, app/gpu/head.js; not with O_PROJ): an attention window W =
+// params.window > 0: position pos attends keys lo .. pos, lo = max(0, pos + 1 - W) (the numpy reference's
+// `keys > pos - window`, py/exactspec/reference.py; a head's GGUF may set exactspec.head.attention.window); W = 0:
+// keys 0 .. pos. Key lo + j is key j of the steps above (koff and voff start at key lo) and scores row entry j (rows
+// of params.span = min(W, seq_len) floats, seq_len when W = 0). lo depends on pos and W only: still batch invariant.
+//
 // Bindings:
 //   0 params  uniform Params
 //   1 step    uniform Step (dynamic offset: one slot per chunk)
 //   2 q       array<vec4<f32>>  (max_rows, q_dim)   RoPE'd queries, q_dim = n_heads * head_dim
 //   3 kv      array<vec4<f32>>  (2, seq_len, kv_dim) K then V of this layer
 //   4 scores  array<f32>        read_write (max_rows, n_heads, seq_len) scratch (O_PROJ: (max_rows, n_heads, split z,
-//                               seq_len))
+//                               seq_len); WINDOW: (max_rows, n_heads, span))
 //   5 out     array<f32>        read_write (max_rows, q_dim)
 //   O_PROJ instead of out: 5 w  array<u32> W_o (dim, q_dim) as stored by weights.js (type WTYPE),
 //                          6 pattn array<f32> read_write (n_heads, max_rows, dim) partials
@@ -54,7 +60,13 @@ struct Params {
   pstride: u32,    // floats from one head's partial to the next (max_rows * dim)
   _p0: u32, _p1: u32, _p2: u32, _p3: u32, _p4: u32,
 // #else
+// #if WINDOW
+  window: u32,     // W: attend to the last W positions (0: all)
+  span: u32,       // scores row length: min(W, seq_len), or seq_len when W == 0
+  _p0: u32, _p1: u32,
+// #else
   _p0: u32,
+// #endif
 // #endif
 };
 
@@ -87,16 +99,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let t = wid.y;
   if (t >= step.n) { return; }              // uniform per workgroup
   let pos = step.start_pos + t;
+// #if WINDOW
+  var lo = 0u;                                            // the window's first key
+  if (params.window > 0u && pos + 1u > params.window) { lo = pos + 1u - params.window; }
+  let nkeys = pos + 1u - lo;
+// #else
   let nkeys = pos + 1u;
+// #endif
   let hd4 = params.head_dim / 4u;
   let kvh = h / (params.n_heads / params.n_kv_heads);
   let kv4 = params.kv_dim / 4u;
+// #if WINDOW
+  let koff = lo * kv4 + kvh * hd4;                        // key lo + j of this kv head at j * kv4 + koff
+  let voff = (params.seq_len + lo) * kv4 + kvh * hd4;     // its value, in the V section
+  let sbase = (t * params.n_heads + h) * params.span;     // scores row (key lo + j at j)
+// #else
   let koff = kvh * hd4;                                   // vec4 offset of this kv head within a key row
   let voff = params.seq_len * kv4 + kvh * hd4;            // V section
 // #if O_PROJ
   let sbase = ((t * params.n_heads + h) * nwg.z + wid.z) * params.seq_len;  // scores row (one per split z)
 // #else
   let sbase = (t * params.n_heads + h) * params.seq_len;  // scores row
+// #endif
 // #endif
 
   for (var i = lid; i < hd4; i = i + WG_SIZE) {

@@ -24,29 +24,10 @@
 //   5 feat_norm  array<vec4<f32>>  (dim) head.feat_norm.weight
 //   6 emb_norm   array<vec4<f32>>  (dim) head.emb_norm.weight
 //   7 out        array<vec4<f32>>  read_write (max_rows, 2 * dim) the fc's input rows
+// Includes: lib/head_params (WG_SIZE, Params, lib/step with src_len: bindings 0-1; shared with head_out.wgsl),
+// lib/wg_rms (the workgroup's tree sum and the rmsnorm scale).
 
-override WG_SIZE: u32 = 64;
-
-struct Params {
-  dim: u32,
-  ring_rows: u32,   // rows of the predicted-feature ring
-  eps: f32,
-  _p0: u32,
-};
-
-// The per-chunk slot every engine kernel reads (see matmul.wgsl); the head's passes set src_len (others: padding).
-struct Step {
-  n: u32,          // rows in this chunk
-  start_pos: u32,  // absolute position of chunk row 0
-  out_lo: u32,     // first chunk row that produces logits
-  out_base: u32,   // logits row of chunk row out_lo
-  tok0: u32,       // index of chunk row 0 in the submission's token list
-  src_len: u32,    // the champion's length at this pass: positions below it read the champion's features
-  _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include head_params
 @group(0) @binding(2) var<storage, read> feat: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> ring: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> emb: array<vec4<f32>>;
@@ -78,13 +59,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let v = value(t, half, i);
     ss = ss + dot(v, v);
   }
-  red[lid] = ss;
-  workgroupBarrier();
-  for (var s = WG_SIZE / 2u; s > 0u; s = s / 2u) {
-    if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
-    workgroupBarrier();
-  }
-  let scale = inverseSqrt(red[0] / f32(params.dim) + params.eps);
+// #include wg_rms
   let ob = t * 2u * K4 + half * K4;
   for (var i = lid; i < K4; i = i + WG_SIZE) {
     var g = emb_norm[i];

@@ -23,6 +23,8 @@
 //   3 ids     array<u32>        (n_subset) ascending token ids of the subset
 //   4 xn      array<vec4<f32>>  (max_rows, K) normalised chunk rows
 //   5 out     array<f32>        read_write (rows, vocab) the head's logits
+// Includes: lib/step (SRC_LEN=1: the head's Step; bindings 0-1), lib/quant (struct Unit, the unpacking, load_unit of
+// binding w) and lib/term: the matmul family's very decoding and per-unit arithmetic.
 
 override WG_SIZE: u32 = 64;
 override WTYPE: u32 = 0;
@@ -37,18 +39,7 @@ struct Params {
   _p0: u32, _p1: u32, _p2: u32,
 };
 
-struct Step {
-  n: u32,
-  start_pos: u32,
-  out_lo: u32,
-  out_base: u32,
-  tok0: u32,
-  src_len: u32,
-  _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include step SRC_LEN=1
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 @group(0) @binding(3) var<storage, read> ids: array<u32>;
 @group(0) @binding(4) var<storage, read> xn: array<vec4<f32>>;
@@ -56,87 +47,8 @@ struct Step {
 
 var<workgroup> red: array<f32, WG_SIZE>;
 
-struct Unit {
-  w0: vec4<f32>,   // weights (or raw quants) for x vec4 i0
-  w1: vec4<f32>,   // for x vec4 i1
-  i0: u32,         // vec4 index within an x row
-  i1: u32,
-  scale: f32,      // value = scale * q + bias (quantised types)
-  bias: f32,
-};
-
-fn nib_lo(q: u32) -> vec4<f32> {
-  return vec4<f32>(f32(q & 15u), f32((q >> 8u) & 15u), f32((q >> 16u) & 15u), f32((q >> 24u) & 15u));
-}
-fn nib_hi(q: u32) -> vec4<f32> {
-  return vec4<f32>(f32((q >> 4u) & 15u), f32((q >> 12u) & 15u), f32((q >> 20u) & 15u), f32(q >> 28u));
-}
-fn i8x4(q: u32) -> vec4<f32> {
-  let v = vec4<i32>(bitcast<i32>(q << 24u), bitcast<i32>(q << 16u), bitcast<i32>(q << 8u), bitcast<i32>(q)) >> vec4<u32>(24u);
-  return vec4<f32>(v);
-}
-fn bf2(q: u32) -> vec2<f32> {
-  return vec2<f32>(bitcast<f32>(q << 16u), bitcast<f32>(q & 0xffff0000u));
-}
-
-// Unit u (8 consecutive-in-storage values) of weight row r (matmul.wgsl's load_unit).
-fn load_unit(r: u32, u: u32) -> Unit {
-  var o: Unit;
-  let K = params.K;
-  o.scale = 1.0;
-  o.bias = 0.0;
-  if (WTYPE == 0u) {
-    let b = r * K + 8u * u;
-    o.w0 = vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + 1u]), bitcast<f32>(w[b + 2u]), bitcast<f32>(w[b + 3u]));
-    o.w1 = vec4<f32>(bitcast<f32>(w[b + 4u]), bitcast<f32>(w[b + 5u]), bitcast<f32>(w[b + 6u]), bitcast<f32>(w[b + 7u]));
-    o.i0 = 2u * u;
-    o.i1 = 2u * u + 1u;
-  } else if (WTYPE == 1u) {
-    let b = r * (K / 2u) + 4u * u;
-    o.w0 = vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + 1u]));
-    o.w1 = vec4<f32>(unpack2x16float(w[b + 2u]), unpack2x16float(w[b + 3u]));
-    o.i0 = 2u * u;
-    o.i1 = 2u * u + 1u;
-  } else if (WTYPE == 30u) {
-    let b = r * (K / 2u) + 4u * u;
-    o.w0 = vec4<f32>(bf2(w[b]), bf2(w[b + 1u]));
-    o.w1 = vec4<f32>(bf2(w[b + 2u]), bf2(w[b + 3u]));
-    o.i0 = 2u * u;
-    o.i1 = 2u * u + 1u;
-  } else if (WTYPE == 8u) {
-    let blk = u / 4u;
-    let sub = u % 4u;
-    let b = (r * (K / 32u) + blk) * 9u;
-    o.scale = unpack2x16float(w[b]).x;
-    o.w0 = i8x4(w[b + 1u + 2u * sub]);
-    o.w1 = i8x4(w[b + 2u + 2u * sub]);
-    o.i0 = blk * 8u + 2u * sub;
-    o.i1 = blk * 8u + 2u * sub + 1u;
-  } else {
-    let blk = u / 4u;
-    let sub = u % 4u;
-    let b = (r * (K / 32u) + blk) * 5u;
-    let dm = unpack2x16float(w[b]);
-    let q = w[b + 1u + sub];
-    o.w0 = nib_lo(q);
-    o.w1 = nib_hi(q);
-    o.i0 = blk * 8u + sub;
-    o.i1 = blk * 8u + 4u + sub;
-    o.scale = dm.x;
-    if (WTYPE == 3u) { o.bias = dm.y; } else { o.bias = -8.0 * dm.x; }
-  }
-  return o;
-}
-
-fn term(p: Unit, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
-  if (WTYPE == 0u || WTYPE == 1u || WTYPE == 30u) {
-    return dot(p.w0, x0) + dot(p.w1, x1);
-  } else if (WTYPE == 8u) {
-    return p.scale * (dot(p.w0, x0) + dot(p.w1, x1));
-  }
-  let sx = dot(x0 + x1, vec4<f32>(1.0));
-  return p.scale * (dot(p.w0, x0) + dot(p.w1, x1)) + p.bias * sx;
-}
+// #include quant
+// #include term
 
 // This lane's partial dot of weight row r with chunk row t: units lane, lane + LANES, ... ascending.
 fn lane_dot(r: u32, t: u32, lane: u32) -> f32 {

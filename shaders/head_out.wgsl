@@ -16,29 +16,10 @@
 //   3 out_norm  array<vec4<f32>>  (dim) output_norm.weight of the champion
 //   4 ring      array<vec4<f32>>  read_write (ring_rows, dim) predicted features by position % ring_rows
 //   5 xn        array<vec4<f32>>  read_write (max_rows, dim) the LM head's input rows
+// Includes: lib/head_params (WG_SIZE, Params, lib/step with src_len: bindings 0-1; shared with head_in.wgsl),
+// lib/wg_rms (the workgroup's tree sum and the rmsnorm scale).
 
-override WG_SIZE: u32 = 64;
-
-struct Params {
-  dim: u32,
-  ring_rows: u32,
-  eps: f32,
-  _p0: u32,
-};
-
-// The per-chunk slot every engine kernel reads (see matmul.wgsl, head_in.wgsl).
-struct Step {
-  n: u32,
-  start_pos: u32,
-  out_lo: u32,
-  out_base: u32,
-  tok0: u32,
-  src_len: u32,
-  _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include head_params
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> out_norm: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> ring: array<vec4<f32>>;
@@ -59,13 +40,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     ss = ss + dot(v, v);
   }
   if (t < step.out_lo) { return; }          // uniform per workgroup: no logits from this row
-  red[lid] = ss;
-  workgroupBarrier();
-  for (var s = WG_SIZE / 2u; s > 0u; s = s / 2u) {
-    if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
-    workgroupBarrier();
-  }
-  let scale = inverseSqrt(red[0] / f32(params.dim) + params.eps);
+// #include wg_rms
   for (var i = lid; i < K4; i = i + WG_SIZE) {
     xn[t * K4 + i] = (x[t * K4 + i] * scale) * out_norm[i];
   }

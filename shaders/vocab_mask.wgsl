@@ -11,6 +11,7 @@
 //   1 step    uniform Step (dynamic offset: the chunk's slot)
 //   2 mask    array<u32>  (ceil(vocab / 32)) bit v % 32 of word v / 32: token v is in the subset
 //   3 out     array<f32>  read_write (rows, vocab) the head's logits
+// Includes: lib/step (SRC_LEN=1: the head's Step; bindings 0-1).
 
 override WG_SIZE: u32 = 64;
 
@@ -20,18 +21,7 @@ struct Params {
   _p0: u32, _p1: u32,
 };
 
-struct Step {
-  n: u32,
-  start_pos: u32,
-  out_lo: u32,
-  out_base: u32,
-  tok0: u32,
-  src_len: u32,
-  _p1: u32, _p2: u32,
-};
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+// #include step SRC_LEN=1
 @group(0) @binding(2) var<storage, read> mask: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 

@@ -13,8 +13,8 @@
 //
 // Kernels (shaders/, compiled at the first loadHead): embed (the champion's, for E[x_q]), head_in (source select +
 // the two rmsnorms), matmul (fc, qkv + RoPE + KV write, o, gate/up + SwiGLU, down: the engine's layer ops from
-// graph.js), head_attention (attention.wgsl with the head's window), head_out (the predicted feature to the ring +
-// rmsnorm for the LM head), then the LM head:
+// graph.js), head_attention (attention.wgsl with define WINDOW: the head's window), head_out (the predicted feature
+// to the ring + rmsnorm for the LM head), then the LM head:
 //   vocabulary subset, headVocab 'indexed' (default): head_logits.wgsl over the subset's ids, reading the champion's
 //     embedding rows in place; the logits buffer holds -inf everywhere else (filled once).
 //   vocabulary subset, headVocab 'masked': the full LM head (matmul over all rows), then vocab_mask.wgsl (-inf
@@ -24,15 +24,13 @@
 // row depends only on that row and its absolute position (tested bitwise against other chunkings).
 
 import { GraphBuilder } from './graph.js';
-import { compileKernels, WTYPE_IDS } from './kernels.js';
+import { compileKernels, headKernelFiles, WTYPE_IDS } from './kernels.js';
 import { EngineModel, Submission } from './model.js';
 import { qkPermutation, readVector, repackRows, rowBytes, tensorOf, typeInfo, uploadLinear } from './weights.js';
 
 export const RING_ROWS = 128;          // predicted features kept (by position % RING_ROWS)
 const HEAD_ARCH = 'exactspec-head';
 const K = 'exactspec.head.';
-const HEAD_KERNELS = { head_in: 'head_in', head_attention: 'head_attention', head_out: 'head_out',
-  head_logits: 'head_logits', vocab_mask: 'vocab_mask' };
 const VOCAB_MODES = ['indexed', 'masked'];
 
 /** The head's config from its description: `description.head` (HeadConfig.to_json()) or the GGUF metadata. */
@@ -158,7 +156,8 @@ async function loadHeadWeights(eng, description, readSlice, cfg, mem) {
 /** Compile the head's kernels once per engine (added to engine.kernels). */
 async function headKernels(eng) {
   if (!eng.kernels.head_in) {
-    eng.headKernels ??= compileKernels(eng.device, eng.shaderSource, HEAD_KERNELS).then((k) => Object.assign(eng.kernels, k));
+    const { files, defines } = headKernelFiles();
+    eng.headKernels ??= compileKernels(eng.device, eng.shaderSource, files, defines).then((k) => Object.assign(eng.kernels, k));
     await eng.headKernels;
   }
 }
@@ -455,7 +454,7 @@ class HeadGraph extends GraphBuilder {
     this.push({ label: 'head_in', bindGroup: bg, select: (rows) => ({ pipeline, grid: [rows, 2, 1] }) });
   }
 
-  /** out = the head's windowed causal attention (head_attention.wgsl): one workgroup per (head, row). */
+  /** out = the head's windowed causal attention (attention.wgsl WINDOW): one workgroup per (head, row). */
   async attentionWin(label, { kv, out }) {
     const K = this.kernels.head_attention;
     const { window, seq_len: seqLen } = this.cfg;

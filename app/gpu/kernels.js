@@ -7,8 +7,8 @@
 //   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl
-//   a draft head's own (compiled at its first loadHead, app/gpu/head.js): head_in, head_attention, head_out,
-//   head_logits, vocab_mask (shaders/<same name>.wgsl)
+//   a draft head's own (headKernelFiles, compiled at its first loadHead, app/gpu/head.js): head_in, head_out,
+//   head_logits, vocab_mask (shaders/<same name>.wgsl), head_attention shaders/attention.wgsl with define WINDOW
 
 import { packStruct, parseSignature } from './signature.js';
 import { cachedLoader, expandWgsl } from './wgsl.js';
@@ -102,6 +102,13 @@ export function kernelFiles({ subgroups = false, fuse = false } = {}) {
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
   const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true } };   // a kernel's variant of its file
   return { files, defines };
+}
+
+/** A draft head's own kernels (app/gpu/head.js), as kernelFiles gives the engine's. */
+export function headKernelFiles() {
+  const files = { head_in: 'head_in', head_attention: 'attention', head_out: 'head_out', head_logits: 'head_logits',
+    vocab_mask: 'vocab_mask' };
+  return { files, defines: { head_attention: { WINDOW: true } } };
 }
 
 /** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). */

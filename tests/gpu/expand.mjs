@@ -1,11 +1,12 @@
 // expand.mjs — WGSL kernels as the engine compiles them (app/gpu/wgsl.js), for tests and for reading:
 //   node tests/gpu/expand.mjs NAME [DEFINES_JSON]     print the expanded text of shaders/NAME.wgsl
 //   node tests/gpu/expand.mjs --kernels               one JSON line: [[file, defines], ...] every kernel variant the
-//                                                     engine compiles (kernels.js kernelFiles, all option sets)
+//                                                     engine compiles (kernels.js kernelFiles, all option sets, and
+//                                                     headKernelFiles: a draft head's)
 //   node tests/gpu/expand.mjs --json VARIANTS [DIR]   one JSON line: [{name, defines, text, origin} | {.., error}] for
 //                                                     VARIANTS = '[[NAME, DEFINES], ...]', files from DIR (default shaders/)
 import { pathToFileURL } from 'node:url';
-import { defaultShaderSource, kernelFiles } from '../../app/gpu/kernels.js';
+import { defaultShaderSource, headKernelFiles, kernelFiles } from '../../app/gpu/kernels.js';
 import { cachedLoader, expandWgsl } from '../../app/gpu/wgsl.js';
 
 const args = process.argv.slice(2);
@@ -14,13 +15,11 @@ const load = cachedLoader(defaultShaderSource(dir ? pathToFileURL(`${dir}/`) : n
 
 if (args[0] === '--kernels') {
   const seen = new Map();
-  for (const subgroups of [false, true]) {
-    for (const fuse of [false, true]) {
-      const { files, defines } = kernelFiles({ subgroups, fuse });
-      for (const [k, file] of Object.entries(files)) {
-        const v = [file, defines[k] ?? {}];
-        seen.set(JSON.stringify(v), v);
-      }
+  const sets = [false, true].flatMap((subgroups) => [false, true].map((fuse) => kernelFiles({ subgroups, fuse })));
+  for (const { files, defines } of [...sets, headKernelFiles()]) {
+    for (const [k, file] of Object.entries(files)) {
+      const v = [file, defines[k] ?? {}];
+      seen.set(JSON.stringify(v), v);
     }
   }
   console.log(JSON.stringify([...seen.values()]));

@@ -22,6 +22,15 @@ and every kernel file is expanded by app/gpu/wgsl.js before it is compiled, two 
    (one-lane subgroups emulated: matmul_sg, matmul_sg PRO for qkv and the head, attention O_PROJ, ffn_sg, residual
    with partials); matmul_sg with KSPLIT 2 and fuse 'attn' (PRO for gate/up) run on two types each. Skipped, saying
    so, where the clone has no history.
+
+The draft head's kernels (kernels.js `headKernelFiles`: head_in, head_out, head_logits, vocab_mask, attention +
+WINDOW) are pinned the same way, from revision 10dc6b9 (their pins name it: before they took the shared fragments):
+the first four expand to that revision's files token for token; attention + WINDOW replaced head_attention.wgsl,
+a copy of attention.wgsl with the head's window, and reads the same keys through other index arithmetic (the
+window's first key moved into koff and voff), so its pin is of today's expansion (`tokens_of: "expansion"`) and
+`test_head_results_bitwise_equal_to_pinned_revision` runs a windowed head (its vocabulary subset by head_logits on
+every weight type of the champion's embedding, 1 and 8 lanes; the masked LM head with vocab_mask; the fused
+champion) with shaders/ and with that revision's files: every logits row bitwise equal.
 """
 from __future__ import annotations
 
@@ -91,6 +100,11 @@ def variant_id(v) -> str:
     return v["file"] + "".join(f"+{k}" for k in sorted(v["defines"]))
 
 
+def pin_revision(pin: dict) -> str:
+    """The revision a pin was taken from (its own, else the file's)."""
+    return pin.get("revision", golden()["revision"])
+
+
 def git_show(rev: str, path: str) -> str | None:
     try:
         r = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -136,10 +150,11 @@ def test_expanded_text_is_pinned(pin):
     toks = wgsl_tokens(r["text"])
     if hashlib.sha256(" ".join(toks).encode()).hexdigest() == pin["sha256"]:
         return
-    was = git_show(golden()["revision"], pin["was"])
+    rev = pin_revision(pin)
+    was = git_show(rev, pin["was"])
     detail = "(no git history here to show the difference)"
-    if was is not None:
-        diff = difflib.unified_diff(wgsl_tokens(was), toks, pin["was"] + "@" + golden()["revision"], "expanded", n=6, lineterm="")
+    if was is not None:   # (tokens_of "expansion": the pinned text is not `was`'s, so the diff shows more than the change)
+        diff = difflib.unified_diff(wgsl_tokens(was), toks, pin["was"] + "@" + rev, "expanded", n=6, lineterm="")
         detail = " ".join(list(diff)[:200])
     pytest.fail(f"{variant_id(pin)}: the expanded tokens are not the pinned kernel's ({len(toks)} vs {pin['tokens']} "
                 f"tokens): {detail}")
@@ -189,29 +204,34 @@ CASES = [(ty, v) for ty in TYPES for v in ("cpu", "lanes32", "fused")] + [
 
 @pytest.fixture(scope="module")
 def pinned_shaders(tmp_path_factory):
-    """The pinned revision's shaders/ as a folder the expander reads. Where a variant's text was a file of its own
-    then (revision 30c877a: matmul_sg + PRO was matmul_sg_pro.wgsl, attention + O_PROJ was attn_o.wgsl), the file the
-    engine now asks for holds both under #if DEFINE."""
+    """{revision: that revision's shaders/ as a folder the expander reads} for every revision a pin names. Where a
+    variant's text was a file of its own then (revision 30c877a: matmul_sg + PRO was matmul_sg_pro.wgsl, attention +
+    O_PROJ was attn_o.wgsl; 10dc6b9: attention + WINDOW was head_attention.wgsl), the file the engine now asks for
+    holds both under #if DEFINE."""
     g = golden()
-    d = tmp_path_factory.mktemp("pinned_shaders")
-    try:
-        arch = subprocess.run(["git", "archive", g["revision"], "shaders"], cwd=ROOT, capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        arch = None
-        print(e)
-    if arch is None or arch.returncode != 0:
-        pytest.skip(f"no git history of revision {g['revision']} in this clone: results not compared")
-    subprocess.run(["tar", "-x", "-C", str(d)], input=arch.stdout, check=True)
-    d = d / "shaders"
-    for pin in g["kernels"]:
-        was = d / Path(pin["was"]).relative_to("shaders")
-        if was.name == f"{pin['file']}.wgsl":
-            continue
-        (define,) = pin["defines"]
-        assert token_sha(was.read_text()) == pin["sha256"], f"{pin['was']}@{g['revision']} is not the pinned text"
-        plain = d / f"{pin['file']}.wgsl"
-        plain.write_text(f"// #if {define}\n{was.read_text()}\n// #else\n{plain.read_text()}\n// #endif\n")
-    return d
+    out = {}
+    for rev in sorted({pin_revision(p) for p in g["kernels"]}):
+        d = tmp_path_factory.mktemp(f"pinned_{rev}")
+        try:
+            arch = subprocess.run(["git", "archive", rev, "shaders"], cwd=ROOT, capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            arch = None
+            print(e)
+        if arch is None or arch.returncode != 0:
+            pytest.skip(f"no git history of revision {rev} in this clone: results not compared")
+        subprocess.run(["tar", "-x", "-C", str(d)], input=arch.stdout, check=True)
+        d = d / "shaders"
+        for pin in (p for p in g["kernels"] if pin_revision(p) == rev):
+            was = d / Path(pin["was"]).relative_to("shaders")
+            if was.name == f"{pin['file']}.wgsl":
+                continue
+            (define,) = pin["defines"]
+            if pin.get("tokens_of") != "expansion":
+                assert token_sha(was.read_text()) == pin["sha256"], f"{pin['was']}@{rev} is not the pinned text"
+            plain = d / f"{pin['file']}.wgsl"
+            plain.write_text(f"// #if {define}\n{was.read_text()}\n// #else\n{plain.read_text()}\n// #endif\n")
+        out[rev] = d
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +257,8 @@ def test_results_bitwise_equal_to_pinned_revision(pinned_shaders, typed_models, 
            {"op": "decode_ahead", "token": toks[1], "start_pos": 16, "n": 2, "pick": {"temperature": 0.8, "seed": 5}, "rows": True},
            {"op": "read_features", "start_pos": 0, "n": 18}]
     a_info, a = run_engine(path, d, ops, features=True, **VARIANTS[variant])
-    b_info, b = run_engine(path, d, ops, features=True, shader_dir=pinned_shaders, **VARIANTS[variant])
+    b_info, b = run_engine(path, d, ops, features=True, shader_dir=pinned_shaders[golden()["revision"]],
+                           **VARIANTS[variant])
     for r in a_info["results"]:
         assert "error" not in r, r
     assert len(a) == len(b) == 5
@@ -246,6 +267,57 @@ def test_results_bitwise_equal_to_pinned_revision(pinned_shaders, typed_models, 
     for ra, rb in zip(a_info["results"], b_info["results"]):
         assert ra.get("ids") == rb.get("ids") and ra.get("features") == rb.get("features"), ra["op"]
         assert ra.get("dispatches") == rb.get("dispatches")
+
+
+# the draft head's kernels: a windowed head with a vocabulary subset on a champion of each weight type (head_logits reads
+# the champion's embedding as stored: every WTYPE, one lane and eight), the masked LM head (vocab_mask), the fused
+# champion; the head's rows over the window's edge (13 positions, window 5), past the champion, one by one
+HEAD_VARIANTS = {"head_in", "head_out", "head_logits", "vocab_mask", "attention+WINDOW"}   # kernels.js headKernelFiles
+HEAD_CASES = [(ty, "cpu", {}) for ty in TYPES] + [
+    ("Q8_0", "lanes32", {"headLanes": 8}), ("Q4_1", "lanes32", {"headLanes": 8}),
+    ("F16", "cpu", {"headVocab": "masked"}), ("Q4_0", "fused", {})]
+
+
+@pytest.fixture(scope="module")
+def head_file(tmp_path_factory):
+    """A head for the typed micro models (one config): window 5, every third token id, Q8_0."""
+    from exactspec.drafters.head import HeadConfig, random_head_weights, write_head_gguf
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config
+
+    cfg = micro_config()
+    hc = HeadConfig.for_champion(cfg, window=5)
+    p = tmp_path_factory.mktemp("head") / "head.gguf"
+    write_head_gguf(p, hc, random_head_weights(hc, 4, feature_scale=2.0), tensor_type="Q8_0",
+                    vocab_ids=np.arange(1, cfg.vocab_size, 3))
+    return p, describe(p)
+
+
+@pytest.mark.skipif(_why is not None, reason=f"WebGPU engine cannot run here: {_why}")
+@pytest.mark.parametrize("ty,variant,opts", HEAD_CASES,
+                         ids=[f"{t}-{v}" + "".join(f"-{x}" for x in o.values()) for t, v, o in HEAD_CASES])
+def test_head_results_bitwise_equal_to_pinned_revision(pinned_shaders, typed_models, head_file, ty, variant, opts):
+    (rev,) = {pin_revision(p) for p in golden()["kernels"] if variant_id(p) in HEAD_VARIANTS}
+    path, d = typed_models[ty]
+    vocab = d["config"]["vocab_size"]
+    T = [int(t) for t in np.random.default_rng(13).integers(0, vocab, 16)]
+    C, P = T[:13], T[13:]
+    ops = [{"op": "forward", "tokens": C, "start_pos": 0, "n_out": 1},
+           {"op": "forward", "tokens": C[:9], "start_pos": 0, "n_out": 9, "on": "head"},
+           {"op": "forward", "tokens": C[9:], "start_pos": 9, "n_out": 4, "on": "head"},
+           {"op": "forward", "tokens": P, "start_pos": 13, "n_out": 3, "on": "head"},
+           {"op": "truncate", "n": 13, "on": "head"},
+           *[{"op": "forward", "tokens": [t], "start_pos": 13 + i, "n_out": 1, "on": "head"} for i, t in enumerate(P)]]
+    head = (*head_file, opts)
+    a_info, a = run_engine(path, d, ops, head=head, **VARIANTS[variant])
+    b_info, b = run_engine(path, d, ops, head=head, shader_dir=pinned_shaders[rev], **VARIANTS[variant])
+    for r in a_info["results"] + b_info["results"]:
+        assert "error" not in r, r
+    assert len(a) == len(b) == 7
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), f"output {i} differs"
+    assert np.isinf(a[1][:, 0]).all() and np.isfinite(a[1][:, 1]).all()   # the subset: -inf outside it
+    assert [r.get("dispatches") for r in a_info["results"]] == [r.get("dispatches") for r in b_info["results"]]
 
 
 # ---- re-pinning --------------------------------------------------------------------------------------------------
