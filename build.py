@@ -72,7 +72,8 @@ def cmd_test(args) -> int:
     extra = list(args.pytest_args or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
-    return subprocess.call([sys.executable, "-m", "pytest", "-q", *extra], cwd=ROOT)
+    # the slowest tests named at the end, so a run that grows past its budget says where the time went
+    return subprocess.call([sys.executable, "-m", "pytest", "-q", "--durations=25", *extra], cwd=ROOT)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,7 +130,7 @@ def test_foreign_run_converts_the_answers_in_a_pool(prepared, tmp_path):
     out = tmp_path / "out"
     assert foreign_run.main(["--budget-s", "120", "--gen", str(gen), "--data", str(data), "--out", str(out),
                              "--workload", str(WORKLOAD), "--tiny", "--workers", "2", "--gen-wait-s", "30",
-                             "--max-epochs", "0.5"]) == 0
+                             "--max-epochs", "0.5", "--corpus-epochs-first", "0.25"]) == 0
     run = json.loads((out / "run.json").read_text())
     assert run["gen"]["status"] == "ok" and run["gen"]["answers"] == 70
     assert run["epochs"] <= 0.6 and "epoch cap" in (out / "log.txt").read_text()
