@@ -162,7 +162,7 @@ class Panel {
     const ttftSettings = ttft ? [['none', 0], ...drafters.filter((d) => d !== 'none').map((d) => [d, ttft.k])] : [];
     const total = sub.runs * items.length * (1 + groups.length * (1 + configs.length)) + sub.runs * ttftSettings.length * items.length;
     let done = 0;
-    const records = [], cold = [], memory = [], warmups = [], errors = [];
+    const records = [], cold = [], memory = [], warmups = [], errors = [], skipped = [];
     this.bar.max = total;
     this.bar.value = 0;
     const tick = (what) => {
@@ -189,8 +189,17 @@ class Panel {
           for (const it of sItems) {
             const maxNew = Math.min(it.max_new_tokens, sub.max_new_tokens);
             const base = { chat: it.messages, max_new_tokens: maxNew };
-            const w = await gen({ ...base, max_new_tokens: 2, temperature: 0,
-              ...(drafters.includes('model') ? { drafter: 'model', k: 1 } : { drafter: 'none' }) });
+            let w;
+            try {
+              w = await gen({ ...base, max_new_tokens: 2, temperature: 0,
+                ...(drafters.includes('model') ? { drafter: 'model', k: 1 } : { drafter: 'none' }) });
+            } catch (e) {     // a prompt longer than this champion's context: skipped, and said so
+              if (!/context length/.test(e.message || '')) throw e;
+              if (run === 0) skipped.push({ prompt_id: it.id, stratum, reason: e.message.replace(/^\w*Error: /, '') });
+              done += groups.length * (1 + configs.length);
+              tick(`${stratum}, skipped`);
+              continue;
+            }
             warmups.push({ run, stratum, prompt_id: it.id, prompt_tokens: w.prompt_tokens ?? null, ttft_ms: w.stats.ttft_ms ?? null });
             tick(`${stratum}, warm-up`);
             for (const [mode, seed] of groups) {
@@ -222,6 +231,7 @@ class Panel {
         const group = [];
         for (const [drafter, k] of order) {
           for (const it of items) {
+            if (skipped.some((x) => x.prompt_id === it.id)) { tick(`${it.stratum}, skipped`); continue; }
             const maxNew = Math.min(it.max_new_tokens, ttft.max_new_tokens);
             const out = await gen({ chat: it.messages, max_new_tokens: maxNew, ...modeSettings('greedy', sub.seeds[0], 0), drafter, k });
             group.push(record(out, { run, stratum: it.stratum, prompt_id: it.id, mode: 'greedy', seed: sub.seeds[0],
@@ -253,14 +263,14 @@ class Panel {
     const adapter = gpuStage.adapter || null;
     this.receipt = {
       kind: 'exactspec.bench_matrix.receipt', schema: 1,
-      spec: { ...p.spec, departures },
+      spec: { ...p.spec, departures: [...departures, ...skipped.map((x) => `${x.prompt_id} skipped: ${x.reason}`)] },
       meta: { host: 'page', backend: st.backend, adapter, started: new Date(Date.now() - wall * 1000).toISOString(),
         wall_s: wall, cancelled: cancelledAt !== null, answers_done: done, answers_planned: total,
         user_agent: navigator.userAgent, logical_cores: navigator.hardwareConcurrency ?? null,
         device_memory_gb: navigator.deviceMemory ?? null,
         artifacts: { champion: art('champion'), draft: art('draft'), workload: { sha256: p.workload.sha256 },
           spec: { sha256: p.spec.sha256 } } },
-      records: doc.records, ttft: doc.ttft, warmups, memory, errors, summary: fig.summary, figures: fig.figures,
+      records: doc.records, ttft: doc.ttft, warmups, memory, errors, skipped, summary: fig.summary, figures: fig.figures,
     };
     this.render(fig, cancelledAt, total, wall);
   }
