@@ -115,6 +115,7 @@ class Panel {
     this.cancelBtn.disabled = !on;
     const composer = $('composer');            // no chat answer while the benchmark runs (one session, one answer)
     if (composer) composer.inert = on;
+    if (on) this.cancelBtn.focus();              // Escape or Enter cancels from here
   }
 
   cancel() {
@@ -150,10 +151,23 @@ class Panel {
     const ready = await exactspec.ready();
     const st = await exactspec.status();
     const departures = [];
-    const drafters = sub.drafters.filter((d) => {
+    let drafters = sub.drafters.filter((d) => {
       if ((d === 'model' || d === 'head') && !st.active.draft) { departures.push(`drafter '${d}' skipped: no draft loaded`); return false; }
       return true;
     });
+    if (drafters.includes('model')) {   // the loaded draft may be a draft head: it then stands in for the draft model
+      try {
+        await exactspec.generate({ prompt: 'a', chat: false, max_new_tokens: 1, drafter: 'model', k: 1 });
+      } catch (e) {
+        if (/'head'/.test(e.message || '') && !drafters.includes('head')) {
+          drafters = drafters.map((d) => (d === 'model' ? 'head' : d));
+          departures.push("the loaded draft is a draft head: drafter 'head' in place of 'model'");
+        } else {
+          drafters = drafters.filter((d) => d !== 'model');
+          departures.push(`drafter 'model' skipped: ${e.message}`);
+        }
+      }
+    }
     const groups = sub.modes.flatMap((m) => (m === 'coupled' ? sub.seeds : sub.seeds.slice(0, 1)).map((s) => [m, s]));
     const configs = drafters.filter((d) => d !== 'none').flatMap((d) => sub.ks.map((k) => ({ drafter: d, k, adaptive: false })));
     const items = p.items;
