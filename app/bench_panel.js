@@ -82,7 +82,9 @@ class Panel {
     if (!this.panel) {
       const res = await fetch('/bench/panel.json', { cache: 'no-cache' });
       if (!res.ok) throw new Error(`cannot read /bench/panel.json (HTTP ${res.status})`);
-      this.panel = await res.json();
+      const p = await res.json();
+      if (p.error) throw new Error(p.error);
+      this.panel = p;
     }
     return this.panel;
   }

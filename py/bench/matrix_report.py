@@ -2,8 +2,8 @@
 matrix document's `figures` (exactspec.benchmatrix computes them; app/bench_charts.js draws the same figures in the
 page's benchmark panel with the same geometry).
 
-Every mark carries its number: bars are <rect class="bar" data-series data-category data-value>, line and scatter
-points <circle class="pt" data-series data-category|data-x data-value|data-y>, so a test can check each plot against
+Every mark carries its number: bars are <rect class="chart-bar" data-series data-category data-value>, line and scatter
+points <circle class="chart-pt" data-series data-category|data-x data-value|data-y>, so a test can check each plot against
 the JSON (values, and that heights / positions are linear in them)."""
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ def nice_max(v: float) -> float:
         if v <= m * e:
             return m * e
     return 10 * e
+
+
+def tick_text(t: float) -> str:
+    """A tick label (both renderers: 3 significant digits, whole numbers from 1000 up)."""
+    return f"{t:.0f}" if t >= 1000 else f"{t:.3g}"
 
 
 def ticks(vmax: float, n: int = 5) -> list[float]:
@@ -70,7 +75,7 @@ def _axis(out, top, vmax, unit, y_label, plot_h):
     for t in ticks(vmax):
         y = top + plot_h - plot_h * t / vmax
         out.append(f'<line class="grid" x1="{ML}" x2="{W - MR}" y1="{y:.2f}" y2="{y:.2f}"/>'
-                   f'<text class="tick" x="{ML - 6}" y="{y + 4:.2f}" text-anchor="end">{t:.3g}</text>')
+                   f'<text class="tick" x="{ML - 6}" y="{y + 4:.2f}" text-anchor="end">{tick_text(t)}</text>')
     out.append(f'<text class="axis" x="14" y="{top + plot_h / 2:.1f}" transform="rotate(-90 14 {top + plot_h / 2:.1f})"'
                f' text-anchor="middle">{esc(y_label)}</text>')
 
@@ -105,7 +110,7 @@ def svg_bars(fig: dict) -> str:
                 continue
             h = plot_h * v / vmax
             x = x0 + si * bw
-            out.append(f'<rect class="bar" data-series="{esc(s["name"])}" data-category="{esc(c)}" data-value="{num(v)}"'
+            out.append(f'<rect class="chart-bar" data-series="{esc(s["name"])}" data-category="{esc(c)}" data-value="{num(v)}"'
                        f' x="{x:.2f}" y="{base - h:.3f}" width="{bw:.2f}" height="{h:.3f}"'
                        f' fill="{COLORS[si % len(COLORS)]}"><title>{esc(s["name"])}, {esc(c)}: {v:.4g}</title></rect>')
             lo, hi = (s.get("lo") or [None] * len(cats))[ci], (s.get("hi") or [None] * len(cats))[ci]
@@ -132,14 +137,14 @@ def svg_hbars(fig: dict) -> str:
     for i, t in enumerate(ticks(vmax, 4)):
         x = lw + pw * t / vmax
         out.append(f'<line class="grid" x1="{x:.2f}" x2="{x:.2f}" y1="10" y2="{h - 24}"/>'
-                   f'<text class="tick" x="{x:.2f}" y="{h - 8}" text-anchor="middle">{t:.3g}</text>')
+                   f'<text class="tick" x="{x:.2f}" y="{h - 8}" text-anchor="middle">{tick_text(t)}</text>')
     for i, (c, v) in enumerate(zip(cats, s["values"])):
         y = 12 + row * i
         out.append(f'<text class="cat" data-category="{esc(c)}" x="{lw - 8}" y="{y + 14}" text-anchor="end">{esc(c)}</text>')
         if v is None:
             continue
         w = pw * v / vmax
-        out.append(f'<rect class="bar" data-series="{esc(s["name"])}" data-category="{esc(c)}" data-value="{num(v)}"'
+        out.append(f'<rect class="chart-bar" data-series="{esc(s["name"])}" data-category="{esc(c)}" data-value="{num(v)}"'
                    f' x="{lw}" y="{y}" width="{w:.3f}" height="{row - 6}" fill="{COLORS[0]}"><title>{esc(c)}: {v:.4g}'
                    f' {esc(fig.get("unit", ""))}</title></rect>'
                    f'<text class="val" x="{lw + w + 4:.2f}" y="{y + 13}">{v:.4g}</text>')
@@ -166,7 +171,7 @@ def svg_lines(fig: dict) -> str:
         out.append(f'<polyline class="line" data-series="{esc(s["name"])}" fill="none" stroke="{col}"{dash}'
                    f' points="{" ".join(f"{x:.2f},{y:.3f}" for x, y, _, _ in pts)}"/>')
         for x, y, c, v in pts:
-            out.append(f'<circle class="pt" data-series="{esc(s["name"])}" data-category="{esc(c)}" data-value="{num(v)}"'
+            out.append(f'<circle class="chart-pt" data-series="{esc(s["name"])}" data-category="{esc(c)}" data-value="{num(v)}"'
                        f' cx="{x:.2f}" cy="{y:.3f}" r="3" fill="{col}"><title>{esc(s["name"])}, {esc(fig.get("x_label", ""))}'
                        f' {esc(c)}: {v:.3f}</title></circle>')
     out.append(f'<line class="axisline" x1="{ML}" x2="{W - MR}" y1="{base}" y2="{base}"/>')
@@ -192,11 +197,11 @@ def svg_scatter(fig: dict) -> str:
     pw = W - ML - MR
     for t in ticks(xmax, 4):
         x = ML + pw * t / xmax
-        out.append(f'<text class="tick" x="{x:.2f}" y="{base + 16}" text-anchor="middle">{t:.3g}</text>')
+        out.append(f'<text class="tick" x="{x:.2f}" y="{base + 16}" text-anchor="middle">{tick_text(t)}</text>')
     for si, s in enumerate(series):
         col = COLORS[si % len(COLORS)]
         for x, y in s["points"]:
-            out.append(f'<circle class="pt" data-series="{esc(s["name"])}" data-x="{num(x)}" data-y="{num(y)}"'
+            out.append(f'<circle class="chart-pt" data-series="{esc(s["name"])}" data-x="{num(x)}" data-y="{num(y)}"'
                        f' cx="{ML + pw * x / xmax:.3f}" cy="{base - plot_h * y / ymax:.3f}" r="3" fill="{col}"'
                        f' fill-opacity="0.7"><title>{esc(s["name"])}: {x} tokens, {y:.1f} tok/s</title></circle>')
     out.append(f'<line class="axisline" x1="{ML}" x2="{W - MR}" y1="{base}" y2="{base}"/>')

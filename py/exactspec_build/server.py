@@ -102,7 +102,10 @@ def make_server(port: int = 0, models: list[dict] | None = None, host: str = "12
         "models": listed,
     }).encode()
     roots = {"app": ROOT / "app", "static": STATIC, "shaders": ROOT / "shaders"}
-    panel = bench_panel_json()
+    try:
+        panel = bench_panel_json()
+    except (OSError, ValueError, KeyError) as e:   # the page still works; its benchmark panel says why it cannot
+        panel = json.dumps({"error": f"the bench matrix spec cannot be read: {e}"}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "exactspec"
