@@ -176,7 +176,9 @@ class Panel {
     const strata = [...new Set(items.map((it) => it.stratum))];
     const ttft = sub.ttft;
     const ttftSettings = ttft ? [['none', 0], ...drafters.filter((d) => d !== 'none').map((d) => [d, ttft.k])] : [];
-    const total = sub.runs * items.length * (1 + groups.length * (1 + configs.length)) + sub.runs * ttftSettings.length * items.length;
+    const ttftRuns = ttft ? (ttft.runs ?? sub.runs) : 0;        // exactspec.benchmatrix.ttft_runs / ttft_items
+    const ttftItems = ttft ? items.filter((it) => (ttft.strata ?? 'all') === 'all' || ttft.strata.includes(it.stratum)) : [];
+    const total = sub.runs * items.length * (1 + groups.length * (1 + configs.length)) + ttftRuns * ttftSettings.length * ttftItems.length;
     let done = 0;
     const records = [], cold = [], memory = [], warmups = [], errors = [], skipped = [];
     this.bar.max = total;
@@ -241,12 +243,12 @@ class Panel {
           await sample(`${stratum} run ${run + 1}`);
         }
       }
-      for (let run = 0; run < (ttft ? sub.runs : 0); run++) {
+      for (let run = 0; run < ttftRuns; run++) {
         const shift = run % ttftSettings.length;
         const order = [...ttftSettings.slice(shift), ...ttftSettings.slice(0, shift)];
         const group = [];
         for (const [drafter, k] of order) {
-          for (const it of items) {
+          for (const it of ttftItems) {
             if (skipped.some((x) => x.prompt_id === it.id)) { tick(`${it.stratum}, skipped`); continue; }
             const maxNew = Math.min(it.max_new_tokens, ttft.max_new_tokens);
             const out = await gen({ chat: it.messages, max_new_tokens: maxNew, ...modeSettings('greedy', sub.seeds[0], 0), drafter, k });

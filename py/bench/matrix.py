@@ -183,17 +183,19 @@ def cold_ttft(host, items, a, pa, t_start, log=progress) -> tuple[list, list]:
     every prompt once in the workload's order (each answer pays its own prefill); the order of the settings rotates
     by run. Returns (records, errors)."""
     t = a.sub.get("ttft")
-    if not t:
+    items = bm.ttft_items(items, a.sub)
+    runs = bm.ttft_runs(a.sub)
+    if not t or not items:
         return [], []
     settings = [("none", 0)] + [(d, int(t["k"])) for d in a.sub["drafters"] if d != "none"]
     seed = int(a.sub["seeds"][0])
     recs, errors = [], []
-    n_total = a.sub["runs"] * len(settings) * len(items)
+    n_total = runs * len(settings) * len(items)
     done = 0
     t0 = time.perf_counter()
-    for run in range(a.sub["runs"]):
+    for run in range(runs):
         if a.deadline and time.perf_counter() - t_start > a.deadline:
-            log(f"deadline reached: cold-TTFT runs {run + 1}..{a.sub['runs']} skipped")
+            log(f"deadline reached: cold-TTFT runs {run + 1}..{runs} skipped")
             break
         shift = run % len(settings)
         order = settings[shift:] + settings[:shift]
@@ -213,10 +215,10 @@ def cold_ttft(host, items, a, pa, t_start, log=progress) -> tuple[list, list]:
                     continue
                 group.append(product.record(out, **where))
                 done += 1
-            el = time.perf_counter() - t0
-            log(f"cold TTFT run {run + 1}/{a.sub['runs']}, {bm.config_name(d, k)}: "
-                f"median {bm._med([r['ttft_ms'] for r in group if r['drafter'] == d]) or 0:.0f} ms "
-                f"[{done}/{n_total}, {el:.0f} s, ~{el / max(done, 1) * (n_total - done):.0f} s left]")
+                el = time.perf_counter() - t0
+                log(f"cold TTFT run {run + 1}/{runs}, {bm.config_name(d, k)}, {it['id']} "
+                    f"({group[-1]['prompt_tokens']} prompt tokens): {group[-1]['ttft_ms'] or 0:.0f} ms "
+                    f"[{done}/{n_total}, {el:.0f} s, ~{el / max(done, 1) * (n_total - done):.0f} s left]")
         alone = {r["prompt_id"]: r["token_ids"] for r in group if r["drafter"] == "none"}
         for r in group:
             r["identical"] = None if r["drafter"] == "none" else (
@@ -310,7 +312,7 @@ def main(argv=None) -> int:
     groups = bm.mode_groups(s)
     n_cfg = 1 + len([d for d in s["drafters"] if d != "none"]) * len(s["ks"])
     n_ans = s["runs"] * len(pa.items) * len(groups) * n_cfg
-    n_ttft = (s["runs"] * len(s["drafters"]) * len(pa.items)) if s.get("ttft") else 0
+    n_ttft = bm.ttft_runs(s) * len(s["drafters"]) * len(bm.ttft_items(pa.items, s))
     progress(f"spec {a.spec_doc['name']} v{a.spec_doc['version']} (sha256 {a.spec_sha[:16]}...), subset {a.subset}"
              + (f", departures: {'; '.join(a.departures)}" if a.departures else ", as preregistered"))
     progress(f"{len(pa.items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in pa.items))} strata; "

@@ -68,7 +68,21 @@ def check_subset(sub: dict, name: str = "subset") -> dict:
     t = sub["ttft"]
     if t and (int(t.get("k", 0)) < 1 or int(t.get("max_new_tokens", 0)) < 2):
         raise ValueError(f"matrix subset {name!r}: ttft needs k >= 1 and max_new_tokens >= 2 (a round to propose in)")
+    if t and (int(t.get("runs", 1)) < 1 or not (t.get("strata", "all") == "all" or isinstance(t.get("strata"), list))):
+        raise ValueError(f"matrix subset {name!r}: ttft runs must be >= 1 and its strata 'all' or a list")
     return sub
+
+
+def ttft_items(items: list[dict], sub: dict) -> list[dict]:
+    """The cold time-to-first-token phase's prompts: those of the matrix in the strata ttft.strata."""
+    t = sub.get("ttft") or {}
+    want = t.get("strata", "all")
+    return [it for it in items if want == "all" or it["stratum"] in want] if t else []
+
+
+def ttft_runs(sub: dict) -> int:
+    t = sub.get("ttft") or {}
+    return int(t.get("runs", sub["runs"])) if t else 0
 
 
 def select_items(items: list[dict], sub: dict) -> list[dict]:

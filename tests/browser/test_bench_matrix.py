@@ -29,7 +29,7 @@ def test_bench_matrix_chromium_cpu_slice(test_models, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "py"))
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "[matrix] cold TTFT run 2/2" in r.stderr and "~" in r.stderr          # progress with time left
+    assert "[matrix] cold TTFT run 1/1" in r.stderr and "s left]" in r.stderr      # progress with time left
     doc = json.loads((out / "matrix.json").read_text())
     spec = json.loads(SPEC.read_text())
     sub = spec["subsets"]["full"]
@@ -46,13 +46,13 @@ def test_bench_matrix_chromium_cpu_slice(test_models, tmp_path):
         assert len(art[key]["sha256"]) == 64, key
     assert art["workload"]["sha256"] == spec["workload"]["sha256"]
     assert art["champion"]["sha256"] == hashlib.sha256(test_models["micro-chat"].read_bytes()).hexdigest()
-    # answers: 2 runs x 2 prompts x (greedy, coupled) x (alone, ngram k=3, model k=3); cold TTFT 2 x 3 x 2
+    # answers: 2 runs x 2 prompts x (greedy, coupled) x (alone, ngram k=3, model k=3); cold TTFT (ttft.runs 1) 3 x 2
     n_cfg = 1 + 2 * len(sub["ks"])
     assert len(doc["records"]) == 2 * 2 * 2 * n_cfg
     for x in doc["records"]:
         assert RECORD_FIELDS <= set(x), RECORD_FIELDS - set(x)
         assert x["identical"] is True          # (the champion alone: against itself)
-    assert len(doc["ttft"]) == 2 * 3 * 2 and all(x["phase"] == "ttft" and x["ttft_ms"] > 0 for x in doc["ttft"])
+    assert sub["ttft"]["runs"] == 1 and len(doc["ttft"]) == 1 * 3 * 2 and all(x["phase"] == "ttft" and x["ttft_ms"] > 0 for x in doc["ttft"])
     assert {(x["drafter"], x["k"]) for x in doc["ttft"]} == {("none", 0), ("ngram", sub["ttft"]["k"]),
                                                              ("model", sub["ttft"]["k"])}
     assert len(doc["warmups"]) == 4 and doc["errors"] == []
