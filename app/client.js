@@ -9,6 +9,9 @@
 //   loadModel(name, role), on(kind, fn) for 'stage' | 'progress' | 'tokens' | 'log' (returns an unsubscribe).
 //   await exactspec.timings({chat | prompt, ks, reps, drafters, temperature, seed})
 //                                      -> pass times of the loaded models (exactspec.timing; py/bench/product.py)
+//   await exactspec.memory()           -> bytes per model (weights, kv, features, scratch) on its backend, GPU buffers,
+//                                         WebAssembly heap, JS heap (the bench matrix's peak memory)
+//   await exactspec.benchFigures({records, ttft, memory}) -> {summary, figures} (exactspec.benchmatrix)
 
 import { REQ, EVT } from './protocol.js';
 
@@ -111,6 +114,18 @@ export class ExactSpecClient {
   async timings(params = {}) {
     await this.ready();
     return this.request(REQ.TIMINGS, { chat: true, ...params });
+  }
+
+  async memory() {
+    await this.ready();
+    const out = await this.request(REQ.MEMORY);
+    const pm = globalThis.performance && globalThis.performance.memory;   // Chromium's, on the page's thread
+    out.page_js_heap_used = pm ? pm.usedJSHeapSize : null;
+    return out;
+  }
+  async benchFigures(doc) {
+    await this.ready();
+    return this.request(REQ.BENCH_FIGURES, doc);
   }
 
   // {url} (this site's own) | {file: File} | {files: File[]}; optional name, role, size, sha256.

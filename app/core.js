@@ -305,6 +305,45 @@ export class Core {
     return { cancelled: this.state.session ? Boolean(this.state.session.cancel()) : false };
   }
 
+  // Memory in use (exactspec.memory(); the bench matrix): per role its model's bytes on its backend (the engine's
+  // GPU buffers, or the numpy arrays Python reports: weights, kv, features, scratch, total), all GPU buffers of the
+  // loaded models, the WebAssembly heap (Pyodide's; it only grows, so it is also its peak) and the JS heap where the
+  // runtime reports one (Chromium's performance.memory, Node's process.memoryUsage()).
+  memory() {
+    const state = this.state;
+    const models = state.session ? JSON.parse(state.session.memory_json()) : {};
+    let gpu = null;
+    for (const role of ['champion', 'draft']) {
+      const m = state.gpuModels[role];
+      if (!m || state.modelBackend[role] !== 'webgpu' || typeof m.memoryReport !== 'function') continue;
+      const r = m.memoryReport();
+      models[role] = { ...(models[role] || {}), ...r, backend: 'webgpu' };
+      gpu = (gpu || 0) + r.total;
+    }
+    const mod = state.py && state.py._module;
+    const out = { models, gpu_buffers: gpu, wasm_heap: mod && mod.HEAP8 ? mod.HEAP8.buffer.byteLength : null,
+      js_heap_used: null, js_heap_total: null };
+    const pm = globalThis.performance && globalThis.performance.memory;
+    if (pm) Object.assign(out, { js_heap_used: pm.usedJSHeapSize, js_heap_total: pm.totalJSHeapSize });
+    else if (typeof process !== 'undefined' && process.memoryUsage) {
+      const u = process.memoryUsage();
+      Object.assign(out, { js_heap_used: u.heapUsed, js_heap_total: u.heapTotal });
+    }
+    return out;
+  }
+
+  // The bench matrix's summary and figures from its records (exactspec.benchmatrix: the page's benchmark panel
+  // draws what the CLI report draws, from one computation).
+  benchFigures(doc = {}) {
+    this.needReady();
+    const m = this.state.py.pyimport('exactspec.benchmatrix');
+    try {
+      return JSON.parse(m.figures_json(JSON.stringify(doc)));
+    } finally {
+      m.destroy();
+    }
+  }
+
   // Pass times of the loaded models for the break-even formula (benchmarks; exactspec.timing.measure_json).
   async timings(params = {}) {
     this.needReady();
@@ -330,6 +369,8 @@ export function coreHandlers(core, onTokens) {
       return core.loadModel(name, role);
     },
     async [REQ.TIMINGS](msg) { return core.timings(msg.params || {}); },
+    async [REQ.MEMORY]() { core.needReady(); return core.memory(); },
+    async [REQ.BENCH_FIGURES](msg) { return core.benchFigures(msg.params || {}); },
   };
 }
 

@@ -116,11 +116,13 @@ export async function loadModel(eng, description, readSlice, lopts) {
   try {
     const W = await loadWeights(device, description, readSlice, cfg, { maxBinding: eng.weightBinding,
       alloc: (label, n) => mem.create(label, n * 4), own: (b) => mem.own(b) });
+    const weightBufs = new Set(mem.buffers);   // what memoryReport() counts as weights
     for (const [i, L] of W.layers.entries()) L.kv = mem.create(`blk.${i}.kv`, 2 * seqLen * cfg.n_kv_heads * cfg.head_dim * 4);   // (2, seq_len, kv_dim)
     const wgMem = device.limits.maxComputeWorkgroupStorageSize;
     const plan = { ...eng.plan, fuse: modelFuse(eng.plan, W, cfg.dim, wgMem, eng.weightBinding),
       maxRows: Math.max(1, Math.min(eng.plan.maxRows, seqLen)) };
     const model = new EngineModel(eng, cfg, W, plan, mem, wgMem, !!lopts.features);
+    model.weightBufs = weightBufs;
     await model.build();
     return model;
   } catch (e) {
@@ -208,6 +210,20 @@ export class EngineModel {
     for (const dest of ['tokens', 'ids']) await this.builder(picks[dest]).pick(dest);
     Object.assign(this, { headOps: head, pickOps: picks, outCap: cap });
     this.gen++;
+  }
+
+  /** Bytes of this model's GPU buffers (exactspec.memory(); the bench matrix): weights (as packed on the device),
+   * kv (every layer's cache, allocated at load for seq_len positions: also its peak), features (the rows a draft
+   * head reads, where kept), scratch (activations, logits, staging, picks, uniforms), total. */
+  memoryReport() {
+    const out = { weights: 0, kv: 0, features: 0, scratch: 0 };
+    for (const b of this.mem.buffers) {
+      const part = this.weightBufs && this.weightBufs.has(b) ? 'weights'
+        : /^blk\.\d+\.kv$/.test(b.label) ? 'kv' : b.label === 'features' ? 'features' : 'scratch';
+      out[part] += Number(b.size);
+    }
+    return { ...out, total: out.weights + out.kv + out.features + out.scratch, kv_positions: this.config.seq_len,
+      buffers: this.mem.buffers.length };
   }
 
   // ---- the public API (engine.js): every call holds the engine's lock, so submissions never interleave

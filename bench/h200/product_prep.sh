@@ -18,6 +18,9 @@
 #   2. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/product", ".devcarry/champ1"], timeout_s=120)
 #   3. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ2"], timeout_s=600)
 #      (or `bash bench/h200/product_run.sh --quick` for the quick slice only, ~1 minute)
+#      (or `bash bench/h200/product_run.sh --matrix`: the preregistered bench matrix, subsets full and gpu, whose
+#      answers also give bench product's figures: $OUT/matrix-full/, $OUT/matrix-gpu/, ~6 minutes; it can also follow
+#      call 3 as a fourth call with carry=[] while the machine is warm)
 # Call 3 stops with a message naming the call to repeat if the machine was given back in between.
 # Usage here: bash bench/h200/product_prep.sh   (after `python build.py setup`; needs apt-get download for the debs)
 set -e

@@ -6,6 +6,8 @@
 #   1. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/gpu", ".devcarry/champ0"], timeout_s=120)
 #   2. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/product", ".devcarry/champ1"], timeout_s=120)
 #   3. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ2"], timeout_s=600)
+#      or, for the preregistered bench matrix and bench product's figures from the same answers:
+#      run(command="bash bench/h200/product_run.sh --matrix", carry=[".devcarry/champ2"], timeout_s=600)
 # --stage   only unpack what this call carries into $X (/tmp/exactspec): node, Dawn, the Vulkan loader debs (into /,
 #           then ldconfig, on the GPU host), the Pyodide runtime + wheels, champion parts. Idempotent.
 # (none)    stage, check everything is there (else name the call to repeat), join the champion and check its
@@ -25,6 +27,17 @@
 #   product_head_coupled.*  coupled (T 0.7), seeds 0 and 1, none/head, k 2 and 4, 1 prompt per stratum, 1 run
 #   (as call 4 after calls 1-3, or as call 3 instead: run(command="bash bench/h200/product_run.sh --head",
 #   carry=[".devcarry/champ2"], timeout_s=600); the head file travels with the tree when tracked, else carry it)
+# --matrix  stage, check, then the preregistered bench matrix (py/bench/matrix.py, bench/matrix/spec.json) instead of
+#           the three runs above; its answers also give bench product's figures (product.txt: measured next to
+#           predicted speedup, per stratum, drafter and k), so this one call replaces them. Writes (8 files at most
+#           come back):
+#   matrix-full/{matrix.json,report.html,product.txt}  subset full (every stratum, greedy + coupled, k 3, 24 tokens,
+#                      3 runs, cold TTFT): the CPU fallback's matrix, here on the GPU           ~1.5 min, cut at 200 s
+#   matrix-gpu/{matrix.json,report.html,product.txt}   subset gpu (2 prompts per stratum, k = 1..4, 64 tokens,
+#                      greedy + coupled, 3 runs, cold TTFT), a deadline of 200 s (whole strata only; the report says
+#                      where it stopped)                                                        ~4.5 min, cut at 330 s
+#   matrix.log         both runs' progress
+#   Whole call: about 6 minutes. Redraw a report here: python build.py bench matrix --redraw DIR
 # Whole call 3: about 6 minutes (measured on llvmpipe and extrapolated: see the README's bench product section).
 # Testing here (llvmpipe): BACKEND=opengl X=/tmp/exactspec-test OUT=/tmp/out EXTRA="--strata repetitive --max-new-tokens 8"
 #   bash bench/h200/product_run.sh --quick      (EXTRA: bench product options appended to every command)
@@ -103,6 +116,22 @@ if [ "$MODE" = "--head" ]; then
     --runs 1 --max-new-tokens 64 --deadline 45 --out $O/product_head_coupled.json --table $O/product_head_coupled.txt $EXTRA
   echo "coupled with the head: rc $? $(date -u +%T)"
   ls -la $O/head_engine.* $O/product_head*
+  exit 0
+fi
+
+if [ "$MODE" = "--matrix" ]; then
+  M="python3 py/bench/matrix.py --host node --backend $BACKEND --node $X/node/node --champion $C"
+  export PYTHONUNBUFFERED=1
+  {
+    echo "== matrix, subset full $(date -u +%T)"
+    timeout 200 $M --subset full --deadline ${MATRIX_FULL_DEADLINE:-150} --out $O/matrix-full $EXTRA
+    echo "matrix full: rc $? $(date -u +%T)"
+    echo "== matrix, subset gpu $(date -u +%T)"
+    timeout 330 $M --subset gpu --deadline ${MATRIX_DEADLINE:-200} --out $O/matrix-gpu $EXTRA
+    echo "matrix gpu: rc $? $(date -u +%T)"
+  } 2>&1 | tee $O/matrix.log
+  rm -f $O/matrix-full/product.json $O/matrix-gpu/product.json $O/matrix-*/*.part
+  ls -la $O/matrix-full $O/matrix-gpu
   exit 0
 fi
 

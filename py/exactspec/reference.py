@@ -355,6 +355,24 @@ class ReferenceModel:
             return logits, np.ascontiguousarray(x[n - n_out:])                   # (n_out, dim)
         return logits
 
+    def memory(self) -> dict:
+        """Bytes this model holds in numpy arrays (exactspec.memory(), the bench matrix): weights (float32 as
+        multiplied; a tied head and shared arrays counted once), the KV cache as allocated (it grows in whole
+        attention buckets and never shrinks, so this is also its peak), the kept features, scratch (rope tables)."""
+        seen, weights = set(), 0
+        arrays = [self.embed, self.out_norm, self.out]
+        for L in self.layers:
+            arrays += [v.w if isinstance(v, _RowBlocks) else v for v in L.values()]
+        for a in arrays:
+            if id(a) not in seen:
+                seen.add(id(a))
+                weights += a.nbytes
+        kv = sum(a.nbytes for a in self._k) + sum(a.nbytes for a in self._vt)
+        feat = 0 if self._feat is None else self._feat.nbytes
+        scratch = self._cos.nbytes + self._sin.nbytes
+        return {"weights": int(weights), "kv": int(kv), "features": int(feat), "scratch": int(scratch),
+                "total": int(weights + kv + feat + scratch), "kv_positions": int(self._cap)}
+
     def feature_rows(self, start: int, stop: int) -> np.ndarray:
         """(stop - start, dim) float32: the final hidden states kept (keep_features) for positions start..stop-1,
         all below `length`."""

@@ -341,6 +341,26 @@ class Session:
             info["differences"].append(ctx)
         return json.dumps({"draft": d.name, **info})
 
+    def memory_json(self) -> str:
+        """Per role, the bytes its model holds where Python can see them (exactspec.memory(); the bench matrix):
+        {role: {"name", "backend", "weights", "kv", "features", "scratch", "total"}}. The numpy reference reports its
+        arrays; a draft head its device-style figure (weights as stored + KV + scratch); a model on the WebGPU
+        engine only its backend here (app/core.js adds the engine's buffers)."""
+        out = {}
+        for role, name in (("champion", self.champion), ("draft", self.draft)):
+            m = self.models.get(name or "")
+            if m is None:
+                continue
+            be = m.backend
+            rep = {"backend": m.backend_name}
+            if hasattr(be, "memory"):
+                rep.update(be.memory())
+            elif hasattr(be, "memory_bytes"):
+                mb = be.memory_bytes()
+                rep.update({k: mb.get(k) for k in ("weights", "kv", "scratch", "total")})
+            out[role] = rep
+        return json.dumps(out)
+
     def loaded(self) -> str:
         return json.dumps([{"name": m.name, "role": m.role, "config": m.config.to_json()}
                            for m in self.models.values()])

@@ -59,6 +59,25 @@ CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'se
 IMMUTABLE = "public, max-age=31536000, immutable"
 
 
+def bench_panel_json() -> bytes:
+    """/bench/panel.json: the preregistered bench matrix's page subset (bench/matrix/spec.json, subset 'panel') with its
+    workload prompts, for the page's "Benchmark this machine" panel (app/bench_panel.js). Refuses (an error
+    document) a workload whose sha256 is not the one the spec names."""
+    import json
+    from exactspec.benchmatrix import load_spec, select_items
+    spec, sha = load_spec(ROOT / "bench" / "matrix" / "spec.json")
+    wl = ROOT / spec["workload"]["path"]
+    got = sha256_file(wl)
+    if got != spec["workload"]["sha256"]:
+        return json.dumps({"error": f"the workload's sha256 {got} is not the spec's {spec['workload']['sha256']}"}).encode()
+    items = [json.loads(x) for x in wl.read_text(encoding="utf-8").splitlines() if x.strip()]
+    sub = spec["subsets"]["panel"]
+    chosen = [{k: it[k] for k in ("id", "stratum", "messages", "max_new_tokens")} for it in select_items(items, sub)]
+    return json.dumps({"spec": {"name": spec["name"], "version": spec["version"], "sha256": sha, "subset": "panel",
+                                "definition": sub, "procedure": spec.get("procedure")},
+                       "workload": {"sha256": got}, "items": chosen}).encode()
+
+
 def make_server(port: int = 0, models: list[dict] | None = None, host: str = "127.0.0.1"):
     """A threading HTTP server for the page. Serves / (app/index.html), /app/, /static/, /shaders/, the models
     (/models/NAME.gguf) and /manifest.json (runtime and wheel paths, default models with size and sha256).
@@ -83,6 +102,10 @@ def make_server(port: int = 0, models: list[dict] | None = None, host: str = "12
         "models": listed,
     }).encode()
     roots = {"app": ROOT / "app", "static": STATIC, "shaders": ROOT / "shaders"}
+    try:
+        panel = bench_panel_json()
+    except (OSError, ValueError, KeyError) as e:   # the page still works; its benchmark panel says why it cannot
+        panel = json.dumps({"error": f"the bench matrix spec cannot be read: {e}"}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "exactspec"
@@ -98,6 +121,8 @@ def make_server(port: int = 0, models: list[dict] | None = None, host: str = "12
                 return ROOT / "app" / "index.html", "no-cache"
             if path == "/manifest.json":
                 return manifest, "no-cache"
+            if path == "/bench/panel.json":
+                return panel, "no-cache"
             parts = [p for p in path.split("/") if p]
             if any(p in ("..", ".") or p.startswith(".") or "\\" in p for p in parts) or len(parts) < 2:
                 return None
