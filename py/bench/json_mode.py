@@ -101,18 +101,25 @@ async def answer(s, row, rf, conf: dict) -> dict:
     return out
 
 
-def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_split: str = "tokenizer") -> int:
+def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_split: str = "tokenizer",
+                    use_forced: bool = True, draft_rows=None, prompt=(), lookup: bool = True) -> int:
     """Target passes of a greedy JSON-mode answer under the decode loop's round rules (exactspec.decode with
     exactspec.constrain.drafter.GrammarDrafter, adaptive off), simulated along the champion's own answer: greedy
-    accepts a proposal iff it is the champion's token, so only the proposals matter, not the model.
-    free: "none" (no free proposals: forced drafting alone; checked against the measured figure) or "oracle" (every
-    free proposal is the champion's own token: the most any draft can give at k = 4 with these forced runs).
-    forced_split: "tokenizer" (forced runs as Constraint.forced proposes them) or "champion" (the champion's own
-    tokens while they stay inside the forced bytes: what a perfect guess of its tokenisation would give)."""
+    accepts a proposal iff it is the champion's token, so only the proposals up to the first wrong one matter, and
+    each of those sees the champion's own prefix.
+    free: "none" (no free proposals: forced drafting alone), "draft" (GrammarDrafter's free proposals: the lookup of
+    the text so far when `lookup`, else the draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows
+    along prompt + answer) or "oracle" (every free proposal is the champion's own token: the most any draft can give
+    at k = 4 with these forced runs). forced_split: "tokenizer" (forced runs as Constraint.forced proposes them) or
+    "champion" (the champion's own tokens where the grammar forces the bytes: a perfect guess of its tokenisation).
+    The bench checks the simulation against the measured passes of every configuration it also measures."""
+    import numpy as np
     from exactspec.constrain.drafter import MAX_ROUND
+    from exactspec.drafters.ngram import NgramDrafter
     vocab = c.vocab
     eos = vocab.eos_ids[0]
     A = list(answer) + [eos]        # after the last token the champion's row allows only EOS (or the budget is out)
+    look = NgramDrafter(max_ngram=3, min_ngram=2) if (free == "draft" and lookup) else None
     pos = passes = 0
     st = c.start
     while pos < len(answer) and not c.done(st):
@@ -123,13 +130,14 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
         s = st
         n_free = 0
         while n < cap and not c.done(s):
-            f = c.forced(s)
+            f = c.forced(s) if use_forced else []
             if f and forced_split == "champion":
-                fb, got = b"".join(vocab.token_bytes[t] for t in f), b""
-                f = []
-                while pos + n + len(f) < len(answer) and fb.startswith(got + (vocab.token_bytes[A[pos + n + len(f)]] or b"\0")):
+                fb, got, f = b"".join(vocab.token_bytes[t] for t in f), b"", []
+                while pos + n + len(f) < len(answer) and \
+                        fb.startswith(got + (vocab.token_bytes[A[pos + n + len(f)]] or b"\0")):
                     got += vocab.token_bytes[A[pos + n + len(f)]]
                     f.append(A[pos + n + len(f)])
+                f = f or [A[pos + n]]       # its token runs past the forced bytes: a perfect guess proposes it
             if f:
                 f = f[:cap - n]
                 m = next((i for i, t in enumerate(f) if t != A[pos + n + i]), len(f))
@@ -141,7 +149,19 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                 continue
             if n_free >= kk:
                 break
-            tok = A[pos + n]                # the oracle's free proposal
+            if free == "oracle":
+                tok = A[pos + n]
+            else:
+                mask = c.mask(s, remaining - n)                            # (vocab,) bool
+                got = look.lookup(list(prompt) + A[:pos + n], 1) if look is not None else []
+                if got and mask[got[0]]:
+                    tok = int(got[0])
+                else:
+                    tok = int(np.argmax(np.where(mask, draft_rows[pos + n], -np.inf)))
+                if not mask[tok]:
+                    break
+            if tok != A[pos + n]:
+                break                       # the round's first wrong proposal
             n += 1
             n_free += 1
             if tok == eos:
@@ -246,23 +266,39 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
     res["mask_ms_per_token_cold"] = cold
     res["mask_ms_per_token_warm"] = warm
     if simulate:
-        # the bound behind the combined figure: simulated along the answers (checked: forced drafting alone, the
-        # simulation gives the measured passes on every prompt)
-        sim = {"forced (simulated)": ("none", "tokenizer"), "oracle free": ("oracle", "tokenizer"),
-               "oracle free + champion's splits": ("oracle", "champion")}
+        # the bound behind the combined figure, simulated along the answers; the simulation of each measured
+        # configuration must give its measured passes on every prompt (checked here)
+        dm = s.models.get(s.draft) if draft else None
+        sim = {"forced": dict(free="none"), "draft-only": dict(free="draft", use_forced=False, lookup=False),
+               "draft": dict(free="draft", use_forced=False), "combined": dict(free="draft"),
+               "forced+draft-only": dict(free="draft", lookup=False),
+               "combined, the champion's splits of forced text": dict(free="draft", forced_split="champion"),
+               "oracle free proposals": dict(free="oracle"),
+               "oracle free proposals and the champion's splits": dict(free="oracle", forced_split="champion")}
+        if dm is None:
+            sim = {name: kw for name, kw in sim.items() if kw["free"] != "draft"}
         tot = {name: 0 for name in sim}
         for row, _sch in rows:
             c = Constraint(Grammar(parse_response_format(rfs[row["id"]])), m.json_vocab)
             ids = answers_ids[row["id"]]
-            for name, (free, split) in sim.items():
-                tot[name] += simulate_passes(c, ids, row["max_new_tokens"], K, free, split)
-            if "forced" in forced_passes:
-                got = simulate_passes(c, ids, row["max_new_tokens"], K, "none")
-                if got != forced_passes["forced"][row["id"]]:
-                    raise AssertionError(f"{row['id']}: simulated {got} passes, measured "
-                                         f"{forced_passes['forced'][row['id']]}")
+            rows_d = None
+            if dm is not None:
+                p_ids = s.prompt_ids({"chat": row["messages"]})
+                dm.backend.truncate(0)
+                rows_d = dm.backend.forward(p_ids + ids, 0, len(ids) + 1)      # (len(ids) + 1, vocab)
+                dm.backend.truncate(0)
+                dm.cache.truncate(0)
+            else:
+                p_ids = ()
+            for name, kw in sim.items():
+                got = simulate_passes(c, ids, row["max_new_tokens"], K, draft_rows=rows_d, prompt=p_ids, **kw)
+                tot[name] += got
+                if name in forced_passes and got != forced_passes[name][row["id"]]:
+                    raise AssertionError(f"{row['id']} {name}: simulated {got} passes, measured "
+                                         f"{forced_passes[name][row['id']]}")
         n_tok = sum(len(v) for v in answers_ids.values())
         res["simulated_tau"] = {name: n_tok / max(1, v) for name, v in tot.items()}
+        res["simulated_checked"] = [name for name in sim if name in forced_passes]
     if coupled_seeds:
         # coupled sampling (T = 0.7): plain and combined answers identical, every answer valid
         res["coupled"] = {"answers": 0, "identical": 0, "valid": 0, "tokens": 0, "passes": 0}
@@ -326,7 +362,8 @@ def report(label: str, res: dict) -> None:
         print(f"| {name} | {p['tau']:.2f} | {p['forced_accepted']} / {p['forced_proposed']} | {p['draft_passes']} | "
               f"{p['tokens']} | {p['passes']} |")
     for name, v in res.get("simulated_tau", {}).items():
-        print(f"simulated along the answers, k = {K}: {name}: tau {v:.2f}")
+        ok = " (= measured, every prompt)" if name in res.get("simulated_checked", ()) else ""
+        print(f"simulated along the answers, k = {K}: {name}: tau {v:.2f}{ok}")
     if res.get("coupled"):
         cp = res["coupled"]
         print(f"coupled T = 0.7: {cp['identical']} / {cp['answers']} answers identical (plain vs combined), "
