@@ -547,3 +547,48 @@ def test_speculation_off_rule_turns_forced_drafting_off_only_with_speculation():
     s = normalise({"drafter": "none"})
     assert s["grammar_draft"] is True and s["drafter"] == "none" and s["k"] == 0
     assert normalise({"k": 0, "grammar_draft": False})["grammar_draft"] is False
+
+
+def test_the_bench_simulation_of_rounds_matches_the_decode_loop():
+    """bench json_mode's bound (tau if every free proposal were the champion's own token) comes from a simulation
+    of the decode loop's rounds along the answer: it must give the measured passes for forced drafting alone and
+    for a draft that IS the champion (its masked proposals are the champion's tokens: the oracle)."""
+    from bench.json_mode import simulate_passes
+    from exactspec.constrain.drafter import GrammarDrafter
+    vocab = toy_vocab()
+    V = vocab.vocab_size
+    checked = 0
+    for si, schema in enumerate(TOY_SCHEMAS[:4]):
+        rf = {"type": "json_schema", "schema": schema}
+        c = Constraint(Grammar(parse_response_format(rf)), vocab)
+        for seed in range(3):
+            prompt = [5 + seed, 40, 41]
+            for budget in (c.min_tokens(c.start) + 3, 60):
+                forced = generate(ToyLM(V, seed=seed), prompt, GenerateConfig(
+                    adaptive=False, response_format=rf, max_new_tokens=budget, drafter="none", k=0),
+                    constraint=c, eos_ids=vocab.eos_ids)
+                assert simulate_passes(c, forced.token_ids, budget, 4, "none") == forced.stats["target_passes"]
+                GrammarDrafter.lookup_with_draft = False
+                try:
+                    oracle = generate(ToyLM(V, seed=seed), prompt, GenerateConfig(
+                        adaptive=False, response_format=rf, max_new_tokens=budget, drafter="model", k=4),
+                        draft=ToyLM(V, seed=seed), constraint=c, eos_ids=vocab.eos_ids)
+                finally:
+                    GrammarDrafter.lookup_with_draft = True
+                assert oracle.token_ids == forced.token_ids
+                assert simulate_passes(c, oracle.token_ids, budget, 4, "oracle") == oracle.stats["target_passes"], \
+                    (si, seed, budget)
+                checked += 1
+    assert checked == 24
+
+
+def test_mask_time_counts_cache_hits():
+    vocab = toy_vocab()
+    c = Constraint(Grammar(parse_schema(TOY_SCHEMAS[0])), vocab)
+    c.mask(c.start)
+    t = c.seconds
+    for _ in range(50):
+        c.mask(c.start, 10)
+        c.done(c.start)
+        c.forced(c.start)
+    assert c.seconds > t

@@ -221,16 +221,24 @@ def test_workload_strict_json_answers_are_valid_and_speculation_changes_nothing(
 
 
 def test_coupled_sampling_and_own_schemas(session):
+    """Every own schema (nested objects, enums, arrays, numbers, any JSON object): greedy and coupled answers valid
+    and the same with speculation off, forced drafting alone, the n-gram drafter and the draft model."""
     own = schemas()["own"]
-    for name in ("nested", "enums", "numbers"):
+    confs = [{"speculation": False}, {"drafter": "ngram", "k": 4, "adaptive": False},
+             {"drafter": "none", "grammar_draft": True}]
+    if DRAFT.exists():
+        confs.append({"drafter": "model", "k": 4, "adaptive": False})
+    for name in ("nested", "enums", "arrays", "numbers", "any_object"):
         e = own[name]
         rf = rf_of(e)
         msgs = [{"role": "user", "content": e["prompt"]}]
-        outs = [ask(session, msgs, rf, max_new_tokens=160, temperature=0.7, seed=5, **conf)
-                for conf in ({"speculation": False}, {"drafter": "ngram", "k": 4, "adaptive": False},
-                             {"drafter": "none", "grammar_draft": True})]
-        assert outs[0]["token_ids"] == outs[1]["token_ids"] == outs[2]["token_ids"], name
-        validator(rf).validate(json.loads(outs[0]["text"]))
+        for temperature, seed, cs in ((0.7, 5, confs), (0.0, 0, [confs[0], confs[-1]])):
+            outs = [ask(session, msgs, rf, max_new_tokens=160, temperature=temperature, seed=seed, **conf)
+                    for conf in cs]
+            for o, conf in zip(outs[1:], cs[1:]):
+                assert o["token_ids"] == outs[0]["token_ids"], (name, temperature, conf)
+            validator(rf).validate(json.loads(outs[0]["text"]))
+            assert outs[-1]["stats"]["forced_proposed"] > 0 or name == "any_object", name
 
 
 # ---- the same masks in Pyodide ------------------------------------------------------------------------------------

@@ -1,13 +1,20 @@
 """JSON mode on the workload's strict-JSON-extraction stratum (SmolLM2, the frozen schemas of tests/data/json_schemas.json):
 
-- tau at k = 4, greedy: grammar-forced drafting alone, the shipped draft alone, both (and the n-gram drafter with
-  forcing), every answer checked identical to plain decoding and valid for its schema;
+- tau at k = 4, greedy: grammar-forced drafting alone, the shipped draft alone ("draft-only"; "draft" adds the
+  JSON-mode drafter's lookup of the text so far before the draft), both ("combined", the product's JSON mode with
+  the draft; "forced+draft-only" without the lookup), and the n-gram drafter with forcing; every answer checked
+  identical to plain decoding and valid for its schema;
+- the bound behind those figures, simulated along the champion's answers under the decode loop's round rules: tau
+  if every free proposal were the champion's own token (checked: the simulation of forced drafting alone gives the
+  measured passes on every prompt);
+- coupled sampling (T = 0.7, --coupled-seeds seeds per prompt): plain and combined answers identical and valid;
 - the constraint engine's cost per emitted token as a fraction of a champion pass, first answer per schema (cold
   caches) and later answers (warm), in CPython and in Pyodide 0.27.7 under Node (the page's CPU fallback);
 - tokens/s in JSON mode vs free text on the same prompts (plain decoding and with the draft + forcing), decode only
   (each prompt's prefill is timed apart: JSON answers are short, so a prefill inside the figure would dominate).
 
-    python build.py bench json_mode [--runs 3] [--prompts 12] [--pyodide-prompts 4] [--no-pyodide] [--out FILE]
+    python build.py bench json_mode [--runs 3] [--prompts 12] [--speed-prompts 6] [--coupled-seeds 1]
+                                    [--configs plain,forced,...] [--pyodide-prompts 4] [--no-pyodide] [--out FILE]
 
 Everything goes through exactspec.session.Session.generate, the page's own code path. Each answer starts from an
 empty KV cache, prefilled apart, so timings compare like with like. Timing figures: median and range
@@ -34,13 +41,17 @@ WORKLOAD = ROOT / "tests" / "data" / "workload.jsonl"
 SCHEMAS = ROOT / "tests" / "data" / "json_schemas.json"
 
 # greedy throughout; k = 4; adaptive off so that k is what it says (the tau figures)
+# ("_lookup": False turns off the JSON-mode drafter's text-so-far lookup before the draft model: the draft alone)
 TAU_CONFIGS = {
     "plain": {"speculation": False},
     "forced": {"drafter": "none", "grammar_draft": True},
+    "draft-only": {"drafter": "model", "k": 4, "grammar_draft": False, "adaptive": False, "_lookup": False},
     "draft": {"drafter": "model", "k": 4, "grammar_draft": False, "adaptive": False},
     "combined": {"drafter": "model", "k": 4, "grammar_draft": True, "adaptive": False},
+    "forced+draft-only": {"drafter": "model", "k": 4, "grammar_draft": True, "adaptive": False, "_lookup": False},
     "ngram+forced": {"drafter": "ngram", "k": 4, "grammar_draft": True, "adaptive": False},
 }
+K = 4
 SPEED_CONFIGS = ("plain", "forced", "combined")   # timed in JSON mode and in free text, --runs times
 
 
@@ -66,8 +77,11 @@ def make_session(champion: str, draft: str | None, max_len: int = 1024):
 async def answer(s, row, rf, conf: dict) -> dict:
     """One answer from empty caches. The champion's prefill runs first, timed on its own (prefill_s); the answer's
     wall time (wall_s) is then the decode alone (generate reuses the prefilled prefix), draft catch-up included."""
+    from exactspec.constrain.drafter import GrammarDrafter
     for m in s.models.values():
         m.cache.truncate(0)
+    conf = dict(conf)
+    lookup = conf.pop("_lookup", True)
     req = {"chat": row["messages"], "max_new_tokens": row["max_new_tokens"], "temperature": 0.0, **conf}
     if rf is not None:
         req["response_format"] = rf
@@ -77,10 +91,89 @@ async def answer(s, row, rf, conf: dict) -> dict:
     if asyncio.iscoroutine(r):
         await r
     t1 = time.perf_counter()
-    out = await s.generate(req)
+    GrammarDrafter.lookup_with_draft = lookup
+    try:
+        out = await s.generate(req)
+    finally:
+        GrammarDrafter.lookup_with_draft = True
     out["wall_s"] = time.perf_counter() - t1
     out["prefill_s"] = t1 - t0
     return out
+
+
+def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_split: str = "tokenizer",
+                    use_forced: bool = True, draft_rows=None, prompt=(), lookup: bool = True) -> int:
+    """Target passes of a greedy JSON-mode answer under the decode loop's round rules (exactspec.decode with
+    exactspec.constrain.drafter.GrammarDrafter, adaptive off), simulated along the champion's own answer: greedy
+    accepts a proposal iff it is the champion's token, so only the proposals up to the first wrong one matter, and
+    each of those sees the champion's own prefix.
+    free: "none" (no free proposals: forced drafting alone), "draft" (GrammarDrafter's free proposals: the lookup of
+    the text so far when `lookup`, else the draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows
+    along prompt + answer) or "oracle" (every free proposal is the champion's own token: the most any draft can give
+    at k = 4 with these forced runs). forced_split: "tokenizer" (forced runs as Constraint.forced proposes them) or
+    "champion" (the champion's own tokens where the grammar forces the bytes: a perfect guess of its tokenisation).
+    The bench checks the simulation against the measured passes of every configuration it also measures."""
+    import numpy as np
+    from exactspec.constrain.drafter import MAX_ROUND
+    from exactspec.drafters.ngram import NgramDrafter
+    vocab = c.vocab
+    eos = vocab.eos_ids[0]
+    A = list(answer) + [eos]        # after the last token the champion's row allows only EOS (or the budget is out)
+    look = NgramDrafter(max_ngram=3, min_ngram=2) if (free == "draft" and lookup) else None
+    pos = passes = 0
+    st = c.start
+    while pos < len(answer) and not c.done(st):
+        remaining = max_new_tokens - pos
+        kk = 0 if free == "none" else min(k, remaining - 1)
+        cap = min(remaining - 1, MAX_ROUND)
+        n = 0                           # proposals so far, all equal to the champion's tokens
+        s = st
+        n_free = 0
+        while n < cap and not c.done(s):
+            f = c.forced(s) if use_forced else []
+            if f and forced_split == "champion":
+                fb, got, f = b"".join(vocab.token_bytes[t] for t in f), b"", []
+                while pos + n + len(f) < len(answer) and \
+                        fb.startswith(got + (vocab.token_bytes[A[pos + n + len(f)]] or b"\0")):
+                    got += vocab.token_bytes[A[pos + n + len(f)]]
+                    f.append(A[pos + n + len(f)])
+                f = f or [A[pos + n]]       # its token runs past the forced bytes: a perfect guess proposes it
+            if f:
+                f = f[:cap - n]
+                m = next((i for i, t in enumerate(f) if t != A[pos + n + i]), len(f))
+                for t in f[:m]:
+                    s = c.advance(s, t)
+                n += m
+                if m < len(f):
+                    break                   # a forced proposal the champion writes otherwise: the round ends
+                continue
+            if n_free >= kk:
+                break
+            if free == "oracle":
+                tok = A[pos + n]
+            else:
+                mask = c.mask(s, remaining - n)                            # (vocab,) bool
+                got = look.lookup(list(prompt) + A[:pos + n], 1) if look is not None else []
+                if got and mask[got[0]]:
+                    tok = int(got[0])
+                else:
+                    tok = int(np.argmax(np.where(mask, draft_rows[pos + n], -np.inf)))
+                if not mask[tok]:
+                    break
+            if tok != A[pos + n]:
+                break                       # the round's first wrong proposal
+            n += 1
+            n_free += 1
+            if tok == eos:
+                break
+            s = c.advance(s, tok)
+        emitted = A[pos:pos + n + 1]
+        for t in emitted:
+            if t != eos:
+                st = c.advance(st, t)
+        pos += len(emitted)
+        passes += 1
+    return passes
 
 
 def pass_ms(s, n: int = 12) -> list[float]:
@@ -99,11 +192,28 @@ def pass_ms(s, n: int = 12) -> list[float]:
     return out
 
 
+def mask_apply_us(V: int, n: int = 200) -> dict:
+    """Applying a mask to a logits row (sampling.scaled_logits, greedy): microseconds with and without a mask."""
+    import numpy as np
+    from exactspec.sampling import SamplingParams, scaled_logits
+    rng = np.random.default_rng(0)
+    row = rng.standard_normal(V).astype(np.float32)           # (vocab,)
+    mask = rng.random(V) < 0.01                               # (vocab,) bool
+    params = SamplingParams(0.0)
+    out = {}
+    for name, mk in (("no_mask", None), ("mask", mask)):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            scaled_logits(row, params, mk)
+        out[name] = (time.perf_counter() - t0) / n * 1e6
+    return out
+
+
 async def measure(champion: str, draft: str | None, n_prompts: int | None, runs: int, tau_configs, check=None,
-                  log=print, speed_prompts: int | None = None) -> dict:
+                  log=print, speed_prompts: int | None = None, simulate: bool = False, coupled_seeds: int = 0) -> dict:
     """Runs in CPython and in Pyodide (no imports beyond exactspec, numpy and the standard library)."""
     rows = stratum(n_prompts)
-    from exactspec.constrain import TokenVocab
+    from exactspec.constrain import Constraint, Grammar, TokenVocab, parse_response_format
     t0 = time.perf_counter()
     s = make_session(champion, draft)
     load_s = time.perf_counter() - t0
@@ -116,14 +226,19 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
     # tau configurations, once (greedy: deterministic); the first JSON answer per schema runs on cold caches
     per = {name: {"tokens": 0, "passes": 0, "forced_proposed": 0, "forced_accepted": 0, "mask_ms": 0.0,
                   "draft_passes": 0} for name in tau_configs}
-    cold = []
+    cold, warm = [], []
+    res["pass_ms_before"] = statistics.median(pass_ms(s))
+    answers_ids: dict = {}
+    forced_passes: dict = {}
     for i, (row, _sch) in enumerate(rows):
         ref = None
         for name in tau_configs:
             out = await answer(s, row, rfs[row["id"]], TAU_CONFIGS[name])
             st = out["stats"]
+            forced_passes.setdefault(name, {})[row["id"]] = st["target_passes"]
             if ref is None:
                 ref = out
+                answers_ids[row["id"]] = list(out["token_ids"])
                 doc = json.loads(out["text"])
                 if check is not None:
                     check(doc, rfs[row["id"]]["schema"])
@@ -132,6 +247,8 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
                 cold.append(st["mask_ms"] / max(1, st["new_tokens"]))
             elif out["token_ids"] != ref["token_ids"]:
                 raise AssertionError(f"{row['id']} {name}: speculation changed the answer")
+            else:
+                warm.append(st["mask_ms"] / max(1, st["new_tokens"]))
             p = per[name]
             p["tokens"] += st["new_tokens"]
             p["passes"] += st["target_passes"]
@@ -147,20 +264,82 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
         p["tau"] = p["tokens"] / max(1, p["passes"])
     res["tau"] = per
     res["mask_ms_per_token_cold"] = cold
-    # speed: JSON mode vs free text, --runs times
+    res["mask_ms_per_token_warm"] = warm
+    if simulate:
+        # the bound behind the combined figure, simulated along the answers; the simulation of each measured
+        # configuration must give its measured passes on every prompt (checked here)
+        dm = s.models.get(s.draft) if draft else None
+        sim = {"forced": dict(free="none"), "draft-only": dict(free="draft", use_forced=False, lookup=False),
+               "draft": dict(free="draft", use_forced=False), "combined": dict(free="draft"),
+               "forced+draft-only": dict(free="draft", lookup=False),
+               "combined, the champion's splits of forced text": dict(free="draft", forced_split="champion"),
+               "oracle free proposals": dict(free="oracle"),
+               "oracle free proposals and the champion's splits": dict(free="oracle", forced_split="champion")}
+        if dm is None:
+            sim = {name: kw for name, kw in sim.items() if kw["free"] != "draft"}
+        tot = {name: 0 for name in sim}
+        for row, _sch in rows:
+            c = Constraint(Grammar(parse_response_format(rfs[row["id"]])), m.json_vocab)
+            ids = answers_ids[row["id"]]
+            rows_d = None
+            if dm is not None:
+                p_ids = s.prompt_ids({"chat": row["messages"]})
+                dm.backend.truncate(0)
+                rows_d = dm.backend.forward(p_ids + ids, 0, len(ids) + 1)      # (len(ids) + 1, vocab)
+                dm.backend.truncate(0)
+                dm.cache.truncate(0)
+            else:
+                p_ids = ()
+            for name, kw in sim.items():
+                got = simulate_passes(c, ids, row["max_new_tokens"], K, draft_rows=rows_d, prompt=p_ids, **kw)
+                tot[name] += got
+                if name in forced_passes and got != forced_passes[name][row["id"]]:
+                    raise AssertionError(f"{row['id']} {name}: simulated {got} passes, measured "
+                                         f"{forced_passes[name][row['id']]}")
+        n_tok = sum(len(v) for v in answers_ids.values())
+        res["simulated_tau"] = {name: n_tok / max(1, v) for name, v in tot.items()}
+        res["simulated_checked"] = [name for name in sim if name in forced_passes]
+    if coupled_seeds:
+        # coupled sampling (T = 0.7): plain and combined answers identical, every answer valid
+        res["coupled"] = {"answers": 0, "identical": 0, "valid": 0, "tokens": 0, "passes": 0}
+        for row, _sch in rows:
+            for seed in range(coupled_seeds):
+                outs = [await answer(s, row, rfs[row["id"]], {**TAU_CONFIGS[name], "temperature": 0.7, "seed": seed})
+                        for name in ("plain", "combined" if draft else "forced")]
+                cp = res["coupled"]
+                cp["answers"] += 1
+                cp["identical"] += outs[0]["token_ids"] == outs[1]["token_ids"]
+                cp["tokens"] += outs[1]["stats"]["new_tokens"]
+                cp["passes"] += outs[1]["stats"]["target_passes"]
+                try:
+                    doc = json.loads(outs[0]["text"])
+                    if check is not None:
+                        check(doc, rfs[row["id"]]["schema"])
+                    cp["valid"] += 1
+                except Exception as e:      # counted, and shown
+                    log(json.dumps({"prompt": row["id"], "seed": seed, "invalid": str(e)[:200]}))
+                log(json.dumps({"prompt": row["id"], "seed": seed, "coupled_identical":
+                                outs[0]["token_ids"] == outs[1]["token_ids"], "tau": round(outs[1]["stats"]["tau"], 3)}))
+        res["coupled"]["tau"] = res["coupled"]["tokens"] / max(1, res["coupled"]["passes"])
+    res["mask_apply_us"] = mask_apply_us(m.config.vocab_size)
+    # speed: JSON mode vs free text, --runs times; per prompt the configurations run back to back, their order
+    # rotating (the machine's load changes by the minute: ratios come from neighbouring answers)
+    keys = [(mode, name) for mode in ("json", "free") for name in SPEED_CONFIGS
+            if not (mode == "free" and name == "forced")]          # forced without a grammar = plain
     for run in range(runs):
         one = {"pass_ms": statistics.median(pass_ms(s))}
-        for mode in ("json", "free"):
-            for name in SPEED_CONFIGS:
-                if mode == "free" and name == "forced":
-                    continue                     # the same as plain without a grammar
-                toks = wall = mask = 0.0
-                for row, _sch in rows[:speed_prompts]:
-                    out = await answer(s, row, rfs[row["id"]] if mode == "json" else None, TAU_CONFIGS[name])
-                    toks += len(out["token_ids"])
-                    wall += out["wall_s"]
-                    mask += out["stats"]["mask_ms"]
-                one[f"{mode}/{name}"] = {"tokens": toks, "tok_s": toks / wall, "mask_ms_per_token": mask / max(1, toks)}
+        acc = {f"{mode}/{name}": [0, 0.0, 0.0] for mode, name in keys}     # tokens, wall s, mask ms
+        for j, (row, _sch) in enumerate(rows[:speed_prompts]):
+            r = (run + j) % len(keys)
+            for mode, name in keys[r:] + keys[:r]:
+                out = await answer(s, row, rfs[row["id"]] if mode == "json" else None, TAU_CONFIGS[name])
+                a = acc[f"{mode}/{name}"]
+                a[0] += len(out["token_ids"])
+                a[1] += out["wall_s"]
+                a[2] += out["stats"]["mask_ms"]
+        one["pass_ms_after"] = statistics.median(pass_ms(s))
+        for key, (toks, wall, mask) in acc.items():
+            one[key] = {"tokens": toks, "tok_s": toks / wall, "mask_ms_per_token": mask / max(1, toks)}
         res["runs"].append(one)
         log(json.dumps({"run": run, **{k: (round(v, 2) if isinstance(v, float) else
                                           {a: round(b, 3) for a, b in v.items()}) for k, v in one.items()}}))
@@ -182,18 +361,34 @@ def report(label: str, res: dict) -> None:
     for name, p in res["tau"].items():
         print(f"| {name} | {p['tau']:.2f} | {p['forced_accepted']} / {p['forced_proposed']} | {p['draft_passes']} | "
               f"{p['tokens']} | {p['passes']} |")
+    for name, v in res.get("simulated_tau", {}).items():
+        ok = " (= measured, every prompt)" if name in res.get("simulated_checked", ()) else ""
+        print(f"simulated along the answers, k = {K}: {name}: tau {v:.2f}{ok}")
+    if res.get("coupled"):
+        cp = res["coupled"]
+        print(f"coupled T = 0.7: {cp['identical']} / {cp['answers']} answers identical (plain vs combined), "
+              f"{cp['valid']} / {cp['answers']} valid, tau {cp['tau']:.2f}")
     runs = res["runs"]
+    pm = [(r["pass_ms"] + r.get("pass_ms_after", r["pass_ms"])) / 2 for r in runs] or [res["pass_ms_before"]]
+    print(f"champion pass: {spread(pm)} ms (12 single-token passes before and after each run, {len(runs)} runs; before the "
+          f"tau answers: {res['pass_ms_before']:.3g} ms)")
+    cold, warm = res["mask_ms_per_token_cold"], res["mask_ms_per_token_warm"]
+    p0 = statistics.median(pm)
+    print(f"constraint engine per emitted token, first answer per schema (new caches; the first prompt also builds "
+          f"the vocabulary's string tables): {spread(cold)} ms = {spread([c / p0 for c in cold])} of a champion pass "
+          "(over prompts)")
+    print(f"the same, later answers with the schema (cached states; every other configuration): {spread(warm)} ms = "
+          f"{spread([c / p0 for c in warm])} of a pass")
+    ap = res.get("mask_apply_us")
+    if ap:
+        print(f"applying a mask to a logits row (scaled_logits, greedy): {ap['mask']:.0f} us vs {ap['no_mask']:.0f} "
+              "us without (per verified row)")
     if not runs:
         return
-    pm = [r["pass_ms"] for r in runs]
-    print(f"champion pass: {spread(pm)} ms (median of 12 single-token passes per run, {len(runs)} runs)")
-    cold = res["mask_ms_per_token_cold"]
-    print(f"mask cost per token, first answer per schema (cold caches): {spread(cold)} ms = "
-          f"{spread([c / statistics.median(pm) for c in cold])} of a champion pass (over prompts)")
     for key in [k for k in runs[0] if "/" in k]:
         tps = [r[key]["tok_s"] for r in runs]
         mk = [r[key]["mask_ms_per_token"] for r in runs]
-        rel = [r[key]["mask_ms_per_token"] / r["pass_ms"] for r in runs]
+        rel = [r[key]["mask_ms_per_token"] / p for r, p in zip(runs, pm)]
         print(f"{key:16s} tok/s {spread(tps)}; mask {spread(mk)} ms/token = {spread(rel)} of a pass (timed runs: "
               "the first may rebuild caches of schemas the session dropped, it keeps 4)")
     for name in SPEED_CONFIGS:
@@ -268,6 +463,8 @@ def main() -> None:
     ap.add_argument("--no-pyodide", action="store_true")
     ap.add_argument("--no-draft", action="store_true", help="skip the draft-model configurations")
     ap.add_argument("--out", default=None, help="write every figure as JSON here")
+    ap.add_argument("--coupled-seeds", type=int, default=1, help="coupled T = 0.7 answers per prompt (0: none)")
+    ap.add_argument("--configs", default=None, help="comma-separated tau configurations (default all)")
     a = ap.parse_args()
     try:
         import jsonschema
@@ -278,9 +475,12 @@ def main() -> None:
         print("jsonschema not installed: answers are checked to parse, not validated")
         check = None
     draft = None if a.no_draft else str(DRAFT)
-    configs = [c for c in TAU_CONFIGS if not (a.no_draft and "drafter" in TAU_CONFIGS[c]
-                                               and TAU_CONFIGS[c]["drafter"] == "model")]
-    res = asyncio.run(measure(str(CHAMPION), draft, a.prompts, a.runs, configs, check, speed_prompts=a.speed_prompts))
+    configs = [c for c in (a.configs.split(",") if a.configs else TAU_CONFIGS)
+               if not (a.no_draft and TAU_CONFIGS[c].get("drafter") == "model")]
+    if configs[0] != "plain":
+        configs.insert(0, "plain")
+    res = asyncio.run(measure(str(CHAMPION), draft, a.prompts, a.runs, configs, check, speed_prompts=a.speed_prompts,
+                              simulate=True, coupled_seeds=a.coupled_seeds))
     report("CPython", res)
     out = {"cpython": res}
     if not a.no_pyodide:

@@ -71,3 +71,23 @@ def test_json_mode_panel_equals_cli(session, models_dir, tmp_path):
     assert got["token_ids"] == cli_json(models_dir["micro-chat"], "Describe a cat.", "--json-object")["token_ids"]
     assert isinstance(json.loads(got["text"]), dict)
     assert session.errors == []
+
+
+def test_json_mode_default_backend_equals_cli(session, models_dir, tmp_path):
+    """The page's JSON mode on its default backend (WebGPU where there is an adapter: the masks and forced runs in
+    Pyodide, the logits from the WGSL engine) gives the CLI's answers, greedy and coupled-sampled."""
+    r = session.open("")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"},
+                                               "tag": {"enum": ["red", "green"]}},
+              "required": ["ok", "n", "tag"], "additionalProperties": False}
+    f = tmp_path / "schema.json"
+    f.write_text(json.dumps(schema))
+    rf = {"type": "json_schema", "schema": schema}
+    for sampled in ({}, {"temperature": 0.9, "seed": 7}):
+        flags = [x for k, v in sampled.items() for x in (f"--{k}", str(v))]
+        want = cli_json(models_dir["micro-chat"], "Describe a cat.", "--json-schema", str(f), *flags)
+        got = session.generate(prompt="Describe a cat.", chat=True, max_new_tokens=60, response_format=rf, **sampled)
+        assert got["token_ids"] == want["token_ids"], (r["backend"], sampled)
+        jsonschema.validate(json.loads(got["text"]), schema)
+        assert got["stats"]["backend"] == r["backend"] and got["stats"]["forced_proposed"] > 0
+    assert session.errors == []

@@ -27,6 +27,8 @@ class GrammarDrafter:
     reads states / forced_flags after it."""
 
     name = "grammar"
+    lookup_with_draft = True     # the text-so-far lookup before the draft model (bench json_mode turns it off to
+                                 # measure the draft model alone)
 
     def __init__(self, base, constraint, use_forced: bool = True):
         self.base = base
@@ -34,7 +36,8 @@ class GrammarDrafter:
         self.use_forced = use_forced
         # with a draft model, a free position first looks for a continuation in the text so far (extraction copies
         # from the prompt): a match of 2+ tokens is proposed without a draft pass
-        self.lookup = NgramDrafter(max_ngram=3, min_ngram=2) if getattr(base, "draft", None) is not None else None
+        self.lookup = NgramDrafter(max_ngram=3, min_ngram=2) \
+            if self.lookup_with_draft and getattr(base, "draft", None) is not None else None
         self.states: list = []           # (g + 1,) grammar state before each proposal, and after the last
         self.forced_flags: list = []     # (g,) True where the grammar forced the proposal
         self._budget = None

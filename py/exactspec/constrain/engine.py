@@ -46,7 +46,7 @@ class Constraint:
         self._cost: OrderedDict = OrderedDict()      # state -> (vocab,) int16, or (ids, costs) when few are allowed
         self._exits: dict = {}                       # (enclosing state, lexer state) -> [(ids, nchars, cost)]
         self._forced: dict = {}                      # state -> [ids]
-        self.seconds = 0.0                           # time spent in this object (masks, steps, forced runs)
+        self.seconds = 0.0          # time spent in this object (masks, steps, forced runs; cache hits included)
         self._check_vocab()
 
     def _check_vocab(self) -> None:
@@ -69,6 +69,13 @@ class Constraint:
     # ---- masks ------------------------------------------------------------------------------------------------
     def cost(self, state: tuple) -> np.ndarray:
         """(vocab,) int16: shortest completion (bytes) after each token, NO where the grammar refuses it."""
+        t0 = time.perf_counter()
+        c = self._row(state)
+        self.seconds += time.perf_counter() - t0
+        return c
+
+    def _row(self, state: tuple) -> np.ndarray:
+        """cost(state), untimed (the public methods time themselves, cache hits included)."""
         c = self._cost.get(state)
         if c is not None:
             self._cost.move_to_end(state)
@@ -78,7 +85,6 @@ class Constraint:
                 dense.setflags(write=False)
                 return dense
             return c
-        t0 = time.perf_counter()
         top = state[-1] if state else None
         if top is not None and self.grammar.kind[top[0]] == STR and top[1] == 1:
             c = self._string_cost(state)
@@ -92,16 +98,16 @@ class Constraint:
         self._cost[state] = (ids.astype(np.int32), c[ids]) if ids.size * 3 < c.size else c
         if len(self._cost) > self.cache_size:
             self._cost.popitem(last=False)
-        self.seconds += time.perf_counter() - t0
         return c
 
     def mask(self, state: tuple, budget: int | None = None) -> np.ndarray:
         """(vocab,) bool: the tokens allowed at `state` when `budget` tokens at most may still be emitted
         (counting this one; None: no limit)."""
-        c = self.cost(state)
-        if budget is None or budget > CAP:
-            return c < NO
-        return c <= budget - 1
+        t0 = time.perf_counter()
+        c = self._row(state)
+        m = (c < NO) if budget is None or budget > CAP else (c <= budget - 1)
+        self.seconds += time.perf_counter() - t0
+        return m
 
     def _walk_cost(self, state: tuple) -> np.ndarray:
         g, vocab = self.grammar, self.vocab
@@ -171,11 +177,14 @@ class Constraint:
 
     def done(self, state: tuple) -> bool:
         """Complete, and nothing may follow: the answer ends here (only EOS is allowed)."""
-        if not self.grammar.accepting(state):
-            return False
-        allowed = self.cost(state) < NO
-        allowed[self.vocab.eos_ids] = False
-        return not allowed.any()
+        t0 = time.perf_counter()
+        out = False
+        if self.grammar.accepting(state):
+            allowed = self._row(state) < NO
+            allowed[self.vocab.eos_ids] = False
+            out = not allowed.any()
+        self.seconds += time.perf_counter() - t0
+        return out
 
     def min_tokens(self, state: tuple) -> int:
         """Tokens needed at most to complete the document (one per byte of a shortest completion)."""
@@ -195,10 +204,11 @@ class Constraint:
     def forced(self, state: tuple) -> list[int]:
         """Token ids spelling the longest byte string the grammar forces from `state` (nothing else is possible
         and the document is not complete), tokenised the way the model writes text; [] when nothing is forced."""
+        t0 = time.perf_counter()
         got = self._forced.get(state)
         if got is not None:
+            self.seconds += time.perf_counter() - t0
             return got
-        t0 = time.perf_counter()
         g = self.grammar
         data = bytearray()
         s = state
