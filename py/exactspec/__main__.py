@@ -11,13 +11,25 @@ import sys
 
 
 def _load(path: str, max_len: int | None, keep_features: bool = False):
+    """(ReferenceModel, tokenizer or None) of a GGUF file (parsed once) or a Hugging Face folder, the tokenizer
+    checked against the model's vocabulary (session.fit_tokenizer)."""
+    import os
     from .reference import ReferenceModel
+    from .session import fit_tokenizer
     from .tokenizer import Tokenizer
-
+    with open(path, "rb") if os.path.isfile(path) else open(os.devnull, "rb") as f:
+        gguf = f.read(4) == b"GGUF"
+    if gguf:
+        from .formats.gguf import GGUFFile
+        g = GGUFFile(path)
+        model = ReferenceModel(g.config(), g.lazy_weights(), max_len=max_len, keep_features=keep_features)
+        tok = Tokenizer.from_gguf_metadata(g.metadata) if "tokenizer.ggml.tokens" in g.metadata else None
+        return model, fit_tokenizer(tok, model.config, "gguf")
     model = ReferenceModel.from_file(path, max_len=max_len, keep_features=keep_features)
-    tok = Tokenizer.from_gguf(path) if str(path).endswith(".gguf") else Tokenizer.from_tokenizer_json(
-        f"{path}/tokenizer.json")
-    return model, tok
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    tj = os.path.join(folder, "tokenizer.json")
+    tok = Tokenizer.from_tokenizer_json(tj) if os.path.isfile(tj) else None
+    return model, fit_tokenizer(tok, model.config, "hf")
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool, system: str | None = None) -> list[int]:
@@ -59,8 +71,21 @@ def cmd_generate(a) -> int:
     cfg.validate()
     if a.drafter in ("model", "head") and not a.draft:
         raise ValueError(f"--drafter {a.drafter} needs --draft PATH")
+    if a.max_len is not None and a.max_len < 1:
+        raise ValueError(f"--max-len {a.max_len} must be at least 1")
     champion, tok = _load(a.model, a.max_len, keep_features=a.drafter == "head")
+    if tok is None:
+        raise ValueError(f"{a.model}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json)")
     ids = prompt_ids(tok, a.prompt, a.chat, a.system)
+    room = champion.max_len - len(ids)          # KV positions left after the prompt (--max-len, else the context)
+    if room < 1:
+        raise ValueError(f"the prompt is {len(ids)} tokens but the model's context holds {champion.max_len} "
+                         f"positions{' (--max-len)' if a.max_len else ''}: shorten the prompt"
+                         + (" or raise --max-len" if a.max_len else ""))
+    if cfg.max_new_tokens > room:
+        print(f"note: --max-new-tokens {cfg.max_new_tokens} capped at {room}: the KV cache holds "
+              f"{champion.max_len} positions and the prompt takes {len(ids)}", file=sys.stderr)
+        cfg.max_new_tokens = room
     draft = dtok = None
     if a.drafter == "head":
         import os
@@ -91,6 +116,9 @@ def cmd_generate(a) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write(stream.flush() + "\n")
+        if res.finish_reason == "error":
+            print(f"error: {res.error or 'the backend failed'} (the answer ends at its last committed token)",
+                  file=sys.stderr)
         s = res.stats
         forced = f", forced {s['forced_accepted']}/{s['forced_proposed']}" if cfg.response_format else ""
         print(f"[{res.finish_reason}] {s['new_tokens']} tokens, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tok/s, "

@@ -92,14 +92,14 @@ class YieldingBackend:
         return (await r) if inspect.isawaitable(r) else r
 
 
-def inspect_model(path: str) -> dict:
+def inspect_model(path: str, gguf=None) -> dict:
     """Validate a stored model without loading weights: a GGUF file (header, tensor extents, config, tokenizer) or a
     Hugging Face folder (config.json, safetensors headers, tokenizer.json). Returns a JSON-able summary; raises a
-    ValueError subclass naming the problem."""
+    ValueError subclass naming the problem. gguf: the file already parsed (formats.GGUFFile), else it is parsed."""
     if os.path.isdir(path):
         return _inspect_hf(path)
     from .formats.gguf import GGUFFile
-    g = GGUFFile(path)                                          # raises FormatError on a truncated/corrupt file
+    g = gguf if gguf is not None else GGUFFile(path)            # raises FormatError on a truncated/corrupt file
     md = g.metadata
     from .drafters.head import HEAD_ARCH, head_config_of
     if md.get("general.architecture") == HEAD_ARCH:             # a draft head: it runs on a champion's features
@@ -118,59 +118,70 @@ def inspect_model(path: str) -> dict:
 
 
 def _inspect_hf(folder: str) -> dict:
+    from .formats.layout import load_json
     from .formats.quant import FormatError
-    from .formats.safetensors import SafetensorsFile, config_from_hf, hf_to_gguf_name
-    cfg_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(cfg_path):
+    from .formats.safetensors import hf_tensor_table
+    if not os.path.isfile(os.path.join(folder, "config.json")):
         raise FormatError("a Hugging Face folder needs config.json")
-    try:
-        with open(cfg_path, encoding="utf-8") as f:
-            cfg = config_from_hf(json.load(f))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FormatError(f"config.json is not valid JSON: {e}") from None
-    files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
-    if not files:
+    if not any(n.endswith(".safetensors") for n in os.listdir(folder)):
         raise FormatError("a Hugging Face folder needs at least one .safetensors file")
-    names = set()
-    size = 0
-    for n in files:
-        st = SafetensorsFile(os.path.join(folder, n))          # raises FormatError on truncation
-        names.update(x for x in (hf_to_gguf_name(t) for t in st.tensors) if x)
-        size += os.path.getsize(os.path.join(folder, n))
-    if "token_embd.weight" not in names:
-        raise FormatError("the safetensors files hold no model.embed_tokens.weight: not a llama checkpoint")
+    cfg, table = hf_tensor_table(folder)      # config.json, every shard's header, the tensors checked
+    size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".safetensors"))
     has_tok = os.path.isfile(os.path.join(folder, "tokenizer.json"))
     template = None
     tc = os.path.join(folder, "tokenizer_config.json")
     if os.path.isfile(tc):
-        try:
-            with open(tc, encoding="utf-8") as f:
-                template = json.load(f).get("chat_template")
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
-            raise FormatError(f"tokenizer_config.json is not a valid JSON object: {e}") from None
+        with open(tc, "rb") as f:
+            tcfg = load_json(f.read(), "tokenizer_config.json")
+        if not isinstance(tcfg, dict):
+            raise FormatError("tokenizer_config.json is not a JSON object")
+        template = tcfg.get("chat_template")
     return {"format": "hf", "kind": "model", "arch": cfg.arch, "model_name": os.path.basename(folder.rstrip("/")),
-            "config": cfg.to_json(), "n_tensors": len(names), "has_tokenizer": has_tok,
+            "config": cfg.to_json(), "n_tensors": len(table), "has_tokenizer": has_tok,
             "has_chat_template": isinstance(template, str), "file_size": size}
 
 
-def load_model_files(path: str, backend=None, keep_features: bool = False):
+def fit_tokenizer(tok, config, fmt: str):
+    """The tokenizer checked against the model's vocabulary (FormatError if they cannot go together): larger than
+    the model is refused; smaller is refused for a GGUF file (its tokenizer and embedding describe one vocabulary),
+    and for a Hugging Face folder the embedding's extra rows are padding: ids past the tokenizer decode to nothing
+    (as Hugging Face does) instead of failing mid-answer."""
+    if tok is None:
+        return None
+    from .formats.quant import FormatError
+    if tok.vocab_size > config.vocab_size:
+        raise FormatError(f"the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}")
+    if tok.vocab_size < config.vocab_size:
+        if fmt == "gguf":
+            raise FormatError(f"the file's tokenizer has {tok.vocab_size} tokens but its model's vocabulary is "
+                              f"{config.vocab_size}: the model could emit ids no token spells (a GGUF's tokenizer and "
+                              "embedding must agree)")
+        tok.pad_vocab(config.vocab_size)
+    return tok
+
+
+def load_model_files(path: str, backend=None, keep_features: bool = False, gguf=None):
     """(backend, tokenizer, chat_template, config, summary) for a GGUF file or a Hugging Face folder; backend
     defaults to the numpy ReferenceModel (the CPU fallback; keep_features: it keeps the features a draft head
-    reads)."""
+    reads). A GGUF file is parsed once (or not at all: `gguf`, formats.GGUFFile of it)."""
     from .tokenizer import Tokenizer
-    summary = inspect_model(path)
-    if summary["format"] == "hf":
+    if os.path.isdir(path):
+        summary = _inspect_hf(path)
         tok = Tokenizer.from_tokenizer_json(os.path.join(path, "tokenizer.json")) if summary["has_tokenizer"] else None
         template = getattr(tok, "chat_template", None)
+        if backend is None:
+            from .reference import ReferenceModel
+            backend = ReferenceModel.from_file(path, keep_features=keep_features)
     else:
         from .formats.gguf import GGUFFile
-        template = GGUFFile(path).metadata.get("tokenizer.chat_template")
-        tok = Tokenizer.from_gguf(path) if summary["has_tokenizer"] else None
-    if backend is None:
-        from .reference import ReferenceModel
-        backend = ReferenceModel.from_file(path, keep_features=keep_features)
-    if tok is not None and tok.vocab_size > backend.config.vocab_size:
-        raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model only {backend.config.vocab_size}")
+        g = gguf if gguf is not None else GGUFFile(path)
+        summary = inspect_model(path, gguf=g)
+        template = g.metadata.get("tokenizer.chat_template")
+        tok = Tokenizer.from_gguf_metadata(g.metadata) if summary["has_tokenizer"] else None
+        if backend is None:
+            from .reference import ReferenceModel
+            backend = ReferenceModel(g.config(), g.lazy_weights(), keep_features=keep_features)
+    tok = fit_tokenizer(tok, backend.config, summary["format"])
     return backend, tok, template if isinstance(template, str) else None, backend.config, summary
 
 
@@ -186,14 +197,45 @@ class Session:
         self._busy = False
         self._clock = clock
         self._cont: dict | None = None      # state for `continue`: ids so far and the live stream decoder
+        self._parsed: dict = {}             # path -> ((size, mtime_ns), formats.GGUFFile): one parse per file
         self._constraints: dict = {}        # (champion, schema) -> exactspec.constrain.Constraint (its mask caches)
 
     # -- models -----------------------------------------------------------------------------------------------
+    def _gguf(self, path: str):
+        """The parsed GGUF file at `path` (formats.GGUFFile), or None for a folder / another format: parsed once while
+        the file stays the same (describe, inspect and load of one model share it)."""
+        if os.path.isdir(path):
+            return None
+        try:
+            st = os.stat(path)
+            with open(path, "rb") as f:
+                if f.read(4) != b"GGUF":
+                    return None
+        except OSError:
+            return None
+        key = (st.st_size, st.st_mtime_ns)
+        hit = self._parsed.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        from .formats.gguf import GGUFFile
+        g = GGUFFile(path)
+        self._parsed.pop(path, None)
+        self._parsed[path] = (key, g)
+        while len(self._parsed) > 4:
+            self._parsed.pop(next(iter(self._parsed)))
+        return g
+
     def inspect(self, path: str) -> str:
-        return json.dumps(inspect_model(path))
+        return json.dumps(inspect_model(path, gguf=self._gguf(path)))
 
     def describe(self, path: str) -> str:
         """formats.describe() JSON (tensor offsets, config; a GGUF file or a Hugging Face folder) for the WebGPU engine."""
+        g = self._gguf(path)
+        if g is not None:
+            d = g.describe()
+            if d.get("config") is None:
+                g.config()               # a file the reader refuses: say why (formats.layout) instead of "no config"
+            return json.dumps(d)
         from .formats import describe
         return json.dumps(describe(path))
 
@@ -202,14 +244,16 @@ class Session:
             raise SessionError(f"role must be 'champion' or 'draft', not {role!r}")
         if self._busy:
             raise SessionError("cannot load a model while an answer is being generated: stop it first")
-        from .drafters.head import is_head_gguf
-        if os.path.isfile(path) and is_head_gguf(path):
+        from .drafters.head import HEAD_ARCH
+        parsed = self._gguf(path)
+        if parsed is not None and parsed.metadata.get("general.architecture") == HEAD_ARCH:
             if role != "draft":
                 raise SessionError(f"{name} is a draft head: it can only be loaded as the draft")
             be, tok, template, cfg, summary = self._load_head(path, backend)
         else:
             # a CPU champion keeps its features: a draft head may read them
-            be, tok, template, cfg, summary = load_model_files(path, backend, keep_features=role == "champion")
+            be, tok, template, cfg, summary = load_model_files(path, backend, keep_features=role == "champion",
+                                                               gguf=parsed)
         if role == "champion" and tok is None:
             raise SessionError(f"{name}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json): "
                                "it can only be a draft")
