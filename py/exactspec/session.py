@@ -160,6 +160,16 @@ def fit_tokenizer(tok, config, fmt: str):
     return tok
 
 
+class _Count:
+    """A tokenizer's size only (fit_tokenizer on a tokenizer not built)."""
+
+    def __init__(self, n: int):
+        self.vocab_size = n
+
+    def pad_vocab(self, n: int) -> None:
+        self.vocab_size = n
+
+
 def load_model_files(path: str, backend=None, keep_features: bool = False, gguf=None):
     """(backend, tokenizer, chat_template, config, summary) for a GGUF file or a Hugging Face folder; backend
     defaults to the numpy ReferenceModel (the CPU fallback; keep_features: it keeps the features a draft head
@@ -226,7 +236,31 @@ class Session:
         return g
 
     def inspect(self, path: str) -> str:
-        return json.dumps(inspect_model(path, gguf=self._gguf(path)))
+        """inspect_model's summary JSON, after checking the tokenizer too (an import refuses a file whose tokenizer
+        cannot work with its model: an unsupported kind, fewer tokens than the vocabulary, ...)."""
+        g = self._gguf(path)
+        summary = inspect_model(path, gguf=g)
+        if summary.get("kind") == "model" and summary.get("has_tokenizer"):
+            from .backend import ModelConfig
+            from .tokenizer import Tokenizer, gguf_tokenizer_args
+            cfg = ModelConfig(**summary["config"])
+            if g is not None:          # the cheap checks (no tables): SmolLM2's are built at load
+                n = len(gguf_tokenizer_args(g.metadata)["tokens"])
+                fit_tokenizer(_Count(n), cfg, "gguf")
+            else:
+                fit_tokenizer(Tokenizer.from_tokenizer_json(os.path.join(path, "tokenizer.json")), cfg, "hf")
+        # every weight finite (read once, not dequantised): a NaN/Inf weight is refused here, not at a load
+        from .formats.layout import check_finite
+        if g is not None:
+            check_finite(path, [(t.name, t.type_name, t.offset, t.nbytes) for t in g.tensors.values()])
+        elif summary.get("format") == "hf":
+            from .formats.safetensors import hf_tensor_table
+            by_file: dict = {}
+            for gname, (fp, _n, dtype, _shape, off, nbytes) in hf_tensor_table(path)[1].items():
+                by_file.setdefault(fp, []).append((gname, dtype, off, nbytes))
+            for fp, ts in by_file.items():
+                check_finite(fp, ts)
+        return json.dumps(summary)
 
     def describe(self, path: str) -> str:
         """formats.describe() JSON (tensor offsets, config; a GGUF file or a Hugging Face folder) for the WebGPU engine."""

@@ -171,6 +171,10 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, meta: dict):
+        return cls(**gguf_tokenizer_args(meta))
+
+    @staticmethod
+    def _gguf_args(meta: dict) -> dict:
         model = meta.get("tokenizer.ggml.model")
         if model not in ("gpt2", "llama"):
             raise TokenizerUnsupported(
@@ -218,11 +222,12 @@ class Tokenizer:
                 raise TokenizerError(f"{key} must be an integer, got {v!r}")
             return v
 
-        return cls(tokens=tokens, merges=pairs, kind="bytelevel" if model == "gpt2" else "spm", pre=pre, added=added,
-                   bos_id=opt_id("tokenizer.ggml.bos_token_id"), eos_id=opt_id("tokenizer.ggml.eos_token_id"),
-                   unk_id=opt_id("tokenizer.ggml.unknown_token_id"),
-                   ignore_merges=(pre == "llama3"), chat_template=meta.get("tokenizer.chat_template"),
-                   add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)), fuse_unk=(model == "llama"))
+        template = meta.get("tokenizer.chat_template")
+        return dict(tokens=tokens, merges=pairs, kind="bytelevel" if model == "gpt2" else "spm", pre=pre, added=added,
+                    bos_id=opt_id("tokenizer.ggml.bos_token_id"), eos_id=opt_id("tokenizer.ggml.eos_token_id"),
+                    unk_id=opt_id("tokenizer.ggml.unknown_token_id"),
+                    ignore_merges=(pre == "llama3"), chat_template=template if isinstance(template, str) else None,
+                    add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)), fuse_unk=(model == "llama"))
 
     @classmethod
     def from_tokenizer_json(cls, path, config_path=None):
@@ -905,6 +910,13 @@ def _pre_from_json(pt):
 
 
 # ---------------------------------------------------------------------- GGUF metadata
+def gguf_tokenizer_args(meta: dict) -> dict:
+    """The Tokenizer constructor's arguments from GGUF tokenizer.ggml.* metadata, every field checked
+    (TokenizerError / TokenizerUnsupported): the cheap half of from_gguf_metadata (no tables built), which an import
+    runs to refuse a file whose tokenizer cannot work."""
+    return Tokenizer._gguf_args(meta)
+
+
 def _gguf_metadata(path):
     """Metadata key/values of a GGUF file, read by exactspec.formats (the one GGUF parser)."""
     from .formats import FormatError, GGUFFile

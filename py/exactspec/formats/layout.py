@@ -147,3 +147,51 @@ def json_number(cfg: Mapping, key: str, default, *, low=None, high=None, low_ope
         bounds = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
         raise FormatError(f"{what} {key} = {v!r} must be a finite number {bounds}")
     return x
+
+
+def _nonfinite(raw, type_name: str) -> bool:
+    """True when the stored bytes of a tensor (uint8 array, whole blocks / elements) dequantise to a NaN or an Inf:
+    the float elements, or the f16 scales of quantised blocks (their integer parts are always finite)."""
+    import numpy as np
+    if type_name == "F32":
+        u = raw.view("<u4")
+        return bool(np.any((u & np.uint32(0x7F800000)) == np.uint32(0x7F800000)))
+    if type_name in ("F16", "BF16"):
+        u = raw.view("<u2")
+        mask = np.uint16(0x7C00) if type_name == "F16" else np.uint16(0x7F80)
+        return bool(np.any((u & mask) == mask))
+    per = {"Q8_0": (34, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 2))}.get(type_name)
+    if per is None:
+        return False
+    size, scales = per
+    blocks = raw.reshape(-1, size)
+    m = np.uint16(0x7C00)
+    for s in scales:
+        u = blocks[:, s:s + 2].view("<u2")          # (n_blocks, 1) the f16 scale, a strided view
+        if np.any((u & m) == m):
+            return True
+    return False
+
+
+def check_finite(path: str, tensors, chunk: int = 8 << 20) -> None:
+    """tensors: (name, type name, absolute offset, nbytes) in one file. Refuses (FormatError) a file with a weight that
+    would be NaN or Inf, reading it in pieces of about `chunk` bytes (whole blocks) without dequantising."""
+    import numpy as np
+    block = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "F32": 4, "F16": 2, "BF16": 2}
+    with open(path, "rb") as f:
+        for name, tname, off, nbytes in tensors:
+            b = block.get(tname)
+            if b is None:
+                continue
+            step = max(b, chunk // b * b)
+            f.seek(off)
+            left = nbytes
+            while left > 0:
+                n = min(step, left)
+                raw = np.frombuffer(f.read(n), dtype=np.uint8)
+                if raw.size != n:
+                    raise FormatError(f"tensor {name!r}: the file ends inside it")
+                if _nonfinite(raw, tname):
+                    raise FormatError(f"tensor {name!r} holds non-finite values (NaN or Inf): a damaged or crafted "
+                                      "file")
+                left -= n
