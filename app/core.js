@@ -19,8 +19,16 @@
 //   await core.loadModel(name, role, want?)  -> {name, role, config, summary, backend, draft_provenance}
 //   await core.generate(params, onTokens?)   -> the session's answer {text, token_ids, finish_reason, stats, ...}
 //   core.cancel(), core.status(), await core.timings(params) (exactspec.timing: pass times for benchmarks)
+//     host.faults?                             an app/faults.js WorkerFaults (the armed faults; issue 12)
+//     host.kill?()                             end this worker as a crash would (an armed worker_killed)
+// Recovery (issue 12; app/recovery.js): a lost GPU device mid-answer -> a new device, else the CPU fallback, and the
+// answer goes on from its last committed token (exactspec.session drives it through `recover`); an allocation
+// failure at load -> the draft dropped (answers go on without it) or the champion on the CPU fallback; every answer's
+// receipt gets the GPU buffer and wasm heap sizes.
 
 import { REQ, EVT } from './protocol.js';
+import { WorkerFaults } from './faults.js';
+import { DeviceRecovery, isLost, isOutOfMemory, loadOnGpu } from './recovery.js';
 
 export const GPU_MAX_CONTEXT = 2048;   // KV capacity on the GPU (SmolLM2's 8192 would take ~380 MB of KV)
 // The files of a Hugging Face folder a model needs (others are ignored).
@@ -48,6 +56,8 @@ export class Core {
       backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null },
       mounted: new Set(), gpuModels: {}, modelBackend: {}, draftProvenance: null,
     };
+    this.faults = host.faults || new WorkerFaults();
+    this.recovery = new DeviceRecovery(this);     // app/recovery.js: device loss, allocation failures, draft loss
   }
 
   log(level, message) { this.host.log(level, message); }
@@ -96,6 +106,7 @@ export class Core {
   // The WebGPU engine on `gpu` (navigator.gpu, or Dawn's GPU object in Node); the CPU fallback when there is none.
   async initGpu(gpu, params = {}, engineOptions = {}) {
     const state = this.state;
+    this.recovery.gpuArgs = { gpu, engineOptions };     // a new device after a loss is made the same way
     if (params.force_cpu) { state.gpuReason = 'CPU requested'; return { backend: 'cpu', reason: state.gpuReason }; }
     if (!gpu) { state.gpuReason = 'no WebGPU in this browser'; return { backend: 'cpu', reason: state.gpuReason }; }
     let mod;
@@ -187,6 +198,7 @@ export class Core {
   async loadModel(name, role, want = null) {
     const state = this.state;
     const log = (level, message) => this.log(level, message);
+    this.recovery.beforeLoad(name, role);        // armed load-phase faults: worker_killed, draft_only
     const { meta, files } = await state.host.files(name);
     const hf = meta.format === 'hf';
     const dir = this.mount(name, meta, files);
@@ -202,16 +214,19 @@ export class Core {
           return f.slice(off, off + n).arrayBuffer();
         };
         const seqLen = Math.min(desc.config.seq_len, GPU_MAX_CONTEXT);
-        const jsModel = await state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen });
+        // (an out-of-memory error scope around it; armed device_lost / gpu_alloc faults fire here)
+        const jsModel = await loadOnGpu(this, name, () => state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen }));
         if (state.gpuModels[role]) { try { state.gpuModels[role].destroy(); } catch (e) { /* gone */ } }
         state.gpuModels[role] = jsModel;
         backend = state.py.pyimport('exactspec.bridge').JsBackend(jsModel);
         backendName = 'webgpu';
       } catch (e) {
+        if (isOutOfMemory(e) || isLost(e)) return this.recovery.gpuLoadFailed(e, name, role, want);
         log('warn', `${name}: the WebGPU engine could not load it (${errorText(e)}); using the CPU fallback`);
       }
     }
     const out = JSON.parse(state.session.load(name, path, role, backend, backendName));
+    await this.recovery.loaded(name, role, meta);   // the stored sha256s for receipts; the draft is available again
     out.backend = backendName;
     const other = role === 'champion' ? 'draft' : 'champion';
     if (state.active[other] === name) {          // a model holds one role at a time (the session dropped the other)
@@ -249,13 +264,15 @@ export class Core {
     const want = params.backend;
     if (want !== undefined && want !== null) await this.useBackend(want);
     const emit = (json) => { if (onTokens) onTokens(JSON.parse(json)); };
-    const out = JSON.parse(await state.session.generate_json(JSON.stringify(params), emit));
+    const run = this.recovery.beginAnswer(params);   // the decode faults, a dropped draft's notice, host callbacks
+    const out = JSON.parse(await state.session.generate_json(JSON.stringify(run.params), emit, run.faultHost,
+      run.recover, run.onFault));
     if (out.finish_reason === 'error' && state.modelBackend.champion === 'webgpu' &&
         /device lost|gpu error/i.test(out.error || '')) {
       await this.fallbackToCpu(out.error);
       out.fallback = 'cpu';
     }
-    return out;
+    return this.recovery.endAnswer(run, out);
   }
 
   cancel() {

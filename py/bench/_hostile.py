@@ -86,33 +86,47 @@ def _str(s: str | bytes) -> bytes:
     return struct.pack("<Q", len(b)) + b
 
 
+def _num(v, integer: bool):
+    """Any value as a number a field can hold (a mutation may leave a string where a number goes: 0 then)."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if integer:
+            return int(v) if v == v and abs(v) != float("inf") else 0
+        return v
+    return 0
+
+
 def _scalar(vtype: int, v) -> bytes:
     dt = np.dtype(_SCALAR[vtype])
     with np.errstate(all="ignore"):
-        if dt.kind in "iu":
-            v = int(v) % (1 << (8 * dt.itemsize))
+        if dt.kind in "iub":
+            v = _num(v, True) % (1 << (8 * dt.itemsize))
             return v.to_bytes(dt.itemsize, "little")
-        return np.asarray(v, dtype=dt).tobytes()
+        return np.asarray(_num(v, False), dtype=dt).tobytes()
 
 
 def _value(vtype: int, v, etype=None, count=None) -> bytes:
     if vtype in _SCALAR:
         return _scalar(vtype, v)
     if vtype == T_STRING:
-        return _str(v)
+        return _str(v if isinstance(v, (str, bytes)) else str(v))
     if vtype == T_ARRAY:
         items = list(v)
         n = len(items) if count is None else count
         head = struct.pack("<IQ", (etype or 0) & 0xFFFFFFFF, n & 0xFFFFFFFFFFFFFFFF)
         if etype in _SCALAR:
-            if np.dtype(_SCALAR[etype]).kind in "iu":
+            if np.dtype(_SCALAR[etype]).kind in "iub":
                 return head + b"".join(_scalar(etype, x) for x in items)
             with np.errstate(all="ignore"):
-                return head + np.asarray(items, dtype=_SCALAR[etype]).tobytes()
+                return head + np.asarray([_num(x, False) for x in items], dtype=_SCALAR[etype]).tobytes()
         if etype == T_STRING:
-            return head + b"".join(_str(x) for x in items)
+            return head + b"".join(_str(x if isinstance(x, (str, bytes)) else str(x)) for x in items)
         if etype == T_ARRAY:
-            return head + b"".join(_value(T_ARRAY, x.value, x.etype, x.count) for x in items)
+            return head + b"".join(_value(T_ARRAY, x.value, x.etype, x.count) if isinstance(x, KV) else
+                                   struct.pack("<IQ", 0, 0) for x in items)
         return head
     return b""
 
@@ -230,3 +244,10 @@ def write_folder(folder, files: dict) -> None:
 
 def deep_json(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth
+
+
+def load_json_or(data, default):
+    try:
+        return json.loads(data)
+    except (ValueError, TypeError, RecursionError):
+        return default

@@ -473,7 +473,7 @@ class Tokenizer:
                     try:
                         raw = piece.encode("utf-8")
                     except UnicodeEncodeError as e:
-                        raise ValueError(f"text contains a lone surrogate at {pos + e.start}: cannot be "
+                        raise TokenizerError(f"text contains a lone surrogate at {pos + e.start}: cannot be "
                                          "tokenized") from None
                     out.append((pos, pos + len(piece), self._bpe_word("".join([bc[b] for b in raw]))))
                     pos += len(piece)
@@ -571,7 +571,7 @@ class Tokenizer:
             try:
                 raw = piece.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise ValueError(f"text contains a lone surrogate at {e.start}: cannot be tokenized") from None
+                raise TokenizerError(f"text contains a lone surrogate at {e.start}: cannot be tokenized") from None
             out.extend(self._bpe_word("".join([bc[b] for b in raw])))
 
     def _bpe_word(self, word):
