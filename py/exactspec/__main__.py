@@ -108,6 +108,8 @@ def cmd_generate(a) -> int:
         on_tokens = None
     res = generate(champion, ids, cfg, draft=draft, tokenizer=tok, draft_tokenizer=dtok, on_tokens=on_tokens)
     text = res.text if res.text is not None else tok.decode(res.token_ids)
+    if a.receipt:
+        write_receipt(a, cfg, s, res, ids, tok)
     if a.json:
         out = {"text": text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
                "prompt_tokens": len(ids), "stats": dict(res.stats, backend="cpu-reference")}
@@ -125,6 +127,39 @@ def cmd_generate(a) -> int:
               f"target passes {s['target_passes']}, draft passes {s['draft_passes']}{forced}"
               + (f", bridge {s['bridge']}" if s.get("bridge") else ""), file=sys.stderr)
     return 0 if res.finish_reason != "error" else 3
+
+
+def write_receipt(a, cfg, settings: dict, res, ids, tok) -> None:
+    """--receipt FILE: the answer's privacy-safe receipt (exactspec.receipts; no prompt, output, names or paths)."""
+    from .receipts import artifact_of, make_receipt, tokenizer_sha256, validate
+    from .session import _rss_peak
+    stats = dict(res.stats, attempts=1)
+    r = make_receipt(
+        settings={**settings, "response_format": cfg.response_format}, stats=stats,
+        finish_reason=res.finish_reason, failed=res.failed, seed=cfg.seed, prompt_tokens=len(ids),
+        champion=artifact_of(a.model), draft=artifact_of(a.draft, "head" if a.drafter == "head" else "model")
+        if a.drafter in ("model", "head") and a.draft else None,
+        tokenizer={"sha256": tokenizer_sha256(tok), "vocab_size": tok.vocab_size},
+        backend={"champion": "cpu-reference", "draft": "cpu-reference" if a.drafter in ("model", "head") else None},
+        memory={"rss_peak_bytes": _rss_peak()}, versions={"engine": "cpu-reference"},
+        policy={"bridge_used": res.stats.get("bridge")})
+    problems = validate(r)
+    if problems:                      # (a bug here, never a user's input)
+        raise RuntimeError(f"the receipt does not match its schema: {problems[:3]}")
+    with open(a.receipt, "w", encoding="utf-8") as f:
+        json.dump(r, f, indent=1)
+        f.write("\n")
+
+
+def cmd_receipt_schema(a) -> int:
+    from .receipts import schema_json
+    text = schema_json()
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -160,7 +195,12 @@ def main(argv=None) -> int:
                    help="JSON mode: the grammar proposes the tokens it forces (default on)")
     g.add_argument("--max-len", type=int, default=None, help="KV cache length to allocate (default: model context)")
     g.add_argument("--json", action="store_true", help='print {"text", "token_ids", "stats"} as JSON')
+    g.add_argument("--receipt", metavar="FILE", help="write the answer's privacy-safe receipt (JSON) to FILE")
+    rs = sub.add_parser("receipt-schema", help="print the receipt's JSON schema (py/exactspec/receipt.schema.json)")
+    rs.add_argument("--out", help="write it to this file instead")
     a = ap.parse_args(argv)
+    if a.cmd == "receipt-schema":
+        return cmd_receipt_schema(a)
     try:
         return cmd_generate(a)
     except (SettingsError, ValueError, OSError) as e:

@@ -189,6 +189,20 @@ def tokenizer_sha256(tok) -> str:
     return h.hexdigest()
 
 
+def artifact_of(path: str, kind: str = "model") -> dict:
+    """{sha256, format, kind, bytes, files} of a model file (its sha256) or a Hugging Face folder (the sha256 of its
+    files' sha256s in file-name order; no names kept)."""
+    import os
+    from .formats import sha256_file
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if n.endswith((".safetensors", ".json")))
+        files = [{"sha256": sha256_file(os.path.join(path, n)), "bytes": os.path.getsize(os.path.join(path, n))}
+                 for n in names]
+        sha = hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest()
+        return {"sha256": sha, "format": "hf", "kind": kind, "bytes": sum(f["bytes"] for f in files), "files": files}
+    return {"sha256": sha256_file(path), "format": "gguf", "kind": kind, "bytes": os.path.getsize(path), "files": []}
+
+
 def _num(x):
     if x is None or isinstance(x, bool):
         return None

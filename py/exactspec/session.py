@@ -720,16 +720,8 @@ class Session:
             return None
         art = lm.summary.get("artifact")
         if art is None:                        # hash the files once (CPython; the page passes what OPFS knows)
-            from .formats import sha256_file
-            if os.path.isdir(lm.path):
-                names = sorted(n for n in os.listdir(lm.path) if n.endswith((".safetensors", ".json")))
-                files = [{"sha256": sha256_file(os.path.join(lm.path, n)),
-                          "bytes": os.path.getsize(os.path.join(lm.path, n))} for n in names]
-                import hashlib
-                sha = hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest()
-                art = {"sha256": sha, "bytes": sum(f["bytes"] for f in files), "files": files}
-            else:
-                art = {"sha256": sha256_file(lm.path), "bytes": os.path.getsize(lm.path), "files": []}
+            from .receipts import artifact_of
+            art = artifact_of(lm.path)
             lm.summary["artifact"] = art
         return {**art, "format": lm.summary.get("format", "gguf"), "kind": lm.summary.get("kind", "model")}
 
