@@ -88,7 +88,7 @@ export class ExactSpecClient {
         this._boot = null;
         this.stages = [];
         try {
-          await this.boot({ ...this.bootParams, ...(this.active.champion ? { champion: this.active.champion } : {}),
+          await this._bootOnce({ ...this.bootParams, ...(this.active.champion ? { champion: this.active.champion } : {}),
             ...(this.active.draft ? { draft: this.active.draft } : {}) });
           this._emit('worker', { state: 'restarted', why, ms: performance.now() - t0 });
           return performance.now() - t0;
@@ -121,7 +121,7 @@ export class ExactSpecClient {
         }
         return;
       }
-      if (msg.kind === EVT.FAULT) this._faults.fired(msg);
+      if (msg.kind === EVT.FAULT) this._faults.fired(msg.fault);
       this._emit(EVENT_NAMES[msg.kind] || msg.kind, msg);
       return;
     }
@@ -156,10 +156,15 @@ export class ExactSpecClient {
     });
   }
 
-  // Boot the worker (once; again after a restart). params: {champion?, draft?, force_cpu?}.
+  // Boot the worker (once; a new worker boots again after a restart). params: {champion?, draft?, force_cpu?}.
+  // Resolves when a worker is ready (after restarts, if the worker dies while it boots).
   boot(params = {}) {
+    if (this.generation === 1 && !this.bootResult && !this._boot) this.bootParams = { ...params };
+    return this.ready();
+  }
+
+  _bootOnce(params) {
     if (!this._boot) {
-      if (this.generation === 1 && !this.bootResult) this.bootParams = { ...params };
       const armed = this._faults.armed();
       this.sentFaults = armed.map((f) => f.id);
       this._boot = this.request(REQ.BOOT, { ...params, faults: armed }).then(async (r) => {
@@ -179,7 +184,7 @@ export class ExactSpecClient {
     for (let i = 0; ; i++) {
       if (this.restarting) await this.restarting;
       try {
-        return await this.boot(this.bootParams);
+        return await this._bootOnce(this.bootParams);
       } catch (e) {
         if (!e.workerLost || i >= MAX_RESTARTS) throw e;
         await new Promise((r) => setTimeout(r, 0));       // the death handler starts the restart
@@ -227,7 +232,8 @@ export class ExactSpecClient {
         this._emit('notice', { level: 'warn', code: 'worker_lost', message: 'The worker stopped mid-answer: ' +
           `restarting it and resuming from the last committed token (${earlier.ids.length} tokens in)…` });
         await this.ready();
-        restarts.push({ why: e.message.replace(/^the worker stopped \((.*)\)$/, '$1'), at_token: earlier.ids.length,
+        restarts.push({ why: fired ? 'an armed worker_killed fault ended it'
+          : e.message.replace(/^the worker stopped \((.*)\)$/, '$1'), at_token: earlier.ids.length,
           cause: fired ? 'worker_killed' : 'worker_lost', ms: performance.now() - t0,
           fault: fired ? { phase: fired.phase, round: fired.round, at_round: (fired.fired || {}).at_round } : null });
         send = this.conv.resumeRequest(plan, earlier.ids);

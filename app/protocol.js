@@ -33,7 +33,7 @@ export const EVT = Object.freeze({
   TOKENS: 'event.tokens',       // {request_id, text, token_ids}  (newly committed tokens, decoded text delta)
   LOG: 'event.log',             // {level, message}
   ALIVE: 'event.alive',         // {lock}: the worker holds its liveness lock (Web Locks; released when it dies)
-  FAULT: 'event.fault',         // {id, kind, phase, round, at_round, at_token, detail}: an armed fault fired
+  FAULT: 'event.fault',         // {fault: {id, kind, phase, round, at_round, at_token, detail}}: an armed fault fired
   NOTICE: 'event.notice',       // {level, code, message, name?}: what the status line should say (a recovery at load,
                                 //  a damaged stored file and its re-import offer, a refused import)
 });

@@ -195,7 +195,7 @@ export class DeviceRecovery {
         }
       },
       recover: async (json) => JSON.stringify(await this.recoverDevice((JSON.parse(json) || {}).error || 'device lost')),
-      onFault: (json) => core.host.event(EVT.FAULT, JSON.parse(json)),
+      onFault: (json) => core.host.event(EVT.FAULT, { fault: JSON.parse(json) }),
     };
   }
 

@@ -16,11 +16,13 @@ function log(level, message) { event(EVT.LOG, { level, message }); }
 // Liveness: this worker holds a Web Lock named after it until it ends; the page (app/client.js) waits on the same
 // lock and so learns of a crash, a kill or a close at once, however busy the worker was.
 if (self.navigator.locks && self.name) {
-  self.navigator.locks.request(self.name, () => new Promise(() => {})).catch(() => {});
-  event(EVT.ALIVE, { lock: self.name });
+  self.navigator.locks.request(self.name, () => {
+    event(EVT.ALIVE, { lock: self.name });      // only once held: the page's request then waits behind it
+    return new Promise(() => {});
+  }).catch(() => {});
 }
 
-const faults = new WorkerFaults((rec) => event(EVT.FAULT, rec));
+const faults = new WorkerFaults((rec) => event(EVT.FAULT, { fault: rec }));
 
 const core = new Core({
   log, event, faults,
