@@ -76,7 +76,16 @@ export class DeviceRecovery {
   }
 
   dropDraft(name, why) {
+    const state = this.core.state;
     this.draftUnavailable = { name, why };
+    if (state.active.draft) {           // no half state: the draft role is empty until a draft loads again
+      const old = state.active.draft;
+      try { state.session.unload(old); } catch (e) { /* not loaded */ }
+      this.core.unmount(old);
+      if (state.gpuModels.draft) { try { state.gpuModels.draft.destroy(); } catch (e) { /* gone */ } delete state.gpuModels.draft; }
+      delete state.modelBackend.draft;
+      state.active.draft = null;
+    }
     this.notice('warn', 'draft_dropped', `The draft model ${name} could not be loaded (${why}): answers go on without ` +
       'speculation.', { name });
   }

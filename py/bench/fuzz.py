@@ -130,13 +130,39 @@ def exercise_tokenizer_meta(meta: dict, text: str | None):
 
 
 # ---- mutations ---------------------------------------------------------------------------------------------------------
+def _cached(fn):
+    """Memoise the unmutated bases (a case mutates a deep copy): building and quantising weights is most of a case's
+    cost otherwise. (The fuzzer's own cache: the product code under test keeps none.)"""
+    import copy
+    import functools
+    memo = functools.lru_cache(maxsize=64)(fn)
+
+    def get(*a):
+        return copy.deepcopy(memo(*a))
+    return get
+
+
+@_cached
+def _base_gguf(ttype, n_layers, tied, seed_):
+    return H.micro_parts(H.fuzz_config(n_layers=n_layers, tied_embeddings=tied), seed_, tensor_type=ttype)
+
+
+@_cached
+def _base_hf(n_layers, tied, dtype, seed_):
+    return H.micro_hf(H.fuzz_config(n_layers=n_layers, tied_embeddings=tied), seed_, dtype)
+
+
+@_cached
+def _base_tokjson():
+    return H.micro_tokenizer_json(300)
+
+
 def _gguf_case(draw):
     """(GGUF bytes, description) drawn from the micro-model's parts and a list of mutations."""
     ttype = draw(st.sampled_from(["F32", "F16", "Q8_0", "Q4_0", "Q4_1"]))
     n_layers = draw(st.sampled_from([1, 1, 2]))
     tied = draw(st.booleans())
-    cfg = H.fuzz_config(n_layers=n_layers, tied_embeddings=tied)
-    parts = H.micro_parts(cfg, draw(st.integers(0, 3)), tensor_type=ttype)
+    parts = _base_gguf(ttype, n_layers, tied, draw(st.integers(0, 3)))
     ops = draw(st.lists(st.sampled_from(GGUF_OPS), min_size=0, max_size=4))
     desc = [f"base {ttype} layers={n_layers} tied={tied}"]
     cut = None
@@ -324,9 +350,10 @@ GGUF_OPS = [op_kv_value, op_kv_array, op_kv_struct, op_tensor, op_tensor, op_dat
 
 
 def _hf_case(draw):
-    cfg = H.fuzz_config(n_layers=draw(st.sampled_from([1, 2])), tied_embeddings=draw(st.booleans()))
+    n_layers, tied = draw(st.sampled_from([1, 2])), draw(st.booleans())
+    cfg = H.fuzz_config(n_layers=n_layers, tied_embeddings=tied)
     dtype = draw(st.sampled_from(["F32", "F16", "BF16"]))
-    files = H.micro_hf(cfg, draw(st.integers(0, 3)), dtype)
+    files = _base_hf(n_layers, tied, dtype, draw(st.integers(0, 3)))
     desc = [f"hf {dtype}"]
     for _ in range(draw(st.integers(0, 3))):
         desc.append(_apply(draw(st.sampled_from(HF_OPS)), draw, files, cfg))
@@ -422,7 +449,7 @@ HF_OPS = [hf_config_op, hf_config_op, hf_doc_op, hf_header_op, hf_header_op, hf_
 
 
 def _tokenizer_case(draw):
-    tj, tc = H.micro_tokenizer_json(300)
+    tj, tc = _base_tokjson()
     desc = []
     for _ in range(draw(st.integers(0, 4))):
         desc.append(_apply(draw(st.sampled_from(TOK_OPS)), draw, tj, tc))
@@ -546,44 +573,53 @@ class Runner:
         stats.record(outcome, dt, peak, detail)
 
 
+def _case_strategy(target: str):
+    """One case of `target` as a single Hypothesis strategy (st.composite: its draws are cheap, unlike st.data's)."""
+    @st.composite
+    def case(draw):
+        text = draw(hostile_text)
+        if target == "gguf":
+            blob, desc = _gguf_case(draw)
+            return ("gguf", blob, text), desc
+        if target == "hf":
+            files, desc = _hf_case(draw)
+            return ("hf", files, text), desc
+        if draw(st.integers(0, 3)) == 0:
+            md, desc = _tokenizer_meta_case(draw)
+            return ("meta", md, text), desc
+        tj, tc, desc = _tokenizer_case(draw)
+        return ("tokjson", (tj, tc), text), desc
+    return case()
+
+
 def run_target(target: str, cases: int, seed_: int, runner: Runner, progress=None) -> Stats:
     stats = Stats(target)
 
     @hseed(seed_)
     @settings(max_examples=cases, database=None, deadline=None, phases=[Phase.generate], derandomize=False,
               suppress_health_check=list(HealthCheck))
-    @given(st.data())
-    def one(data):
-        draw = data.draw
-        if target == "gguf":
-            blob, desc = _gguf_case(draw)
-            text = draw(hostile_text)
-
+    @given(_case_strategy(target))
+    def one(drawn):
+        (kind, payload, text), desc = drawn
+        if kind == "gguf":
             def fn():
                 with open(runner.path, "wb") as f:
-                    f.write(blob)
+                    f.write(payload)
                 exercise_model(runner.path, text)
-        elif target == "hf":
-            files, desc = _hf_case(draw)
-            text = draw(hostile_text)
+        elif kind == "hf":
+            def fn():
+                H.write_folder(runner.folder, payload)
+                exercise_model(runner.folder, text)
+        elif kind == "meta":
+            def fn():
+                exercise_tokenizer_meta(payload, text)
+        else:
+            tj, tc = payload
 
             def fn():
-                H.write_folder(runner.folder, files)
-                exercise_model(runner.folder, text)
-        else:
-            text = draw(hostile_text)
-            if draw(st.integers(0, 3)) == 0:
-                md, desc = _tokenizer_meta_case(draw)
-
-                def fn():
-                    exercise_tokenizer_meta(md, text)
-            else:
-                tj, tc, desc = _tokenizer_case(draw)
-
-                def fn():
-                    H.write_folder(runner.folder, {"tokenizer.json": json.dumps(tj, allow_nan=True).encode(),
-                                                   "tokenizer_config.json": json.dumps(tc, allow_nan=True).encode()})
-                    exercise_tokenizer_json(runner.folder, text)
+                H.write_folder(runner.folder, {"tokenizer.json": json.dumps(tj, allow_nan=True).encode(),
+                                               "tokenizer_config.json": json.dumps(tc, allow_nan=True).encode()})
+                exercise_tokenizer_json(runner.folder, text)
         runner.run(stats, fn, desc)
         if progress is not None and stats.cases % 1000 == 0:
             progress(stats)
