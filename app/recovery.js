@@ -70,14 +70,14 @@ export class DeviceRecovery {
     }
     if (role === 'draft' && f.take('draft_only', 'load', name)) {
       const why = "its backend failed while it loaded (an armed draft_only fault)";
-      this.dropDraft(name, why);
+      this.dropDraft(name, why, 'draft_only');
       throw new Error(`draft ${name}: ${why}; answers go on without speculation`);
     }
   }
 
-  dropDraft(name, why) {
+  dropDraft(name, why, cause = 'backend_error') {
     const state = this.core.state;
-    this.draftUnavailable = { name, why };
+    this.draftUnavailable = { name, why, cause };
     if (state.active.draft) {           // no half state: the draft role is empty until a draft loads again
       const old = state.active.draft;
       try { state.session.unload(old); } catch (e) { /* not loaded */ }
@@ -105,7 +105,7 @@ export class DeviceRecovery {
       return core.loadModel(name, role, 'cpu');
     }
     if (role === 'draft') {
-      this.dropDraft(name, `the GPU ran out of memory for it: ${why}`);
+      this.dropDraft(name, `the GPU ran out of memory for it: ${why}`, /injected/.test(why) ? 'gpu_alloc' : 'backend_error');
       throw new Error(`draft ${name} did not fit in GPU memory (${why}): answers go on without speculation`);
     }
     state.backend = 'cpu';
@@ -184,17 +184,18 @@ export class DeviceRecovery {
   beginAnswer(params) {
     const core = this.core, state = core.state;
     const p = { ...params };
-    const notices = [];
+    const notices = [], recovery = [];
     if ((p.drafter === 'model' || p.drafter === 'head') && !state.active.draft && this.draftUnavailable) {
       notices.push(`The draft model ${this.draftUnavailable.name} is not loaded (${this.draftUnavailable.why}): this ` +
         'answer went without speculation.');
+      recovery.push({ cause: this.draftUnavailable.cause, action: 'draft_dropped', at_token: 0, backend: null });
       p.drafter = 'none';
     }
     const faults = core.faults.decodeFaults();
     if (faults.length) p.faults = faults;
     this.answerLosses = 0;
     return {
-      params: p, notices, faults,
+      params: p, notices, faults, recovery,
       faultHost: (kind) => {
         if (kind === 'device_lost') {
           const e = state.gpu && state.gpu.engine;
@@ -211,8 +212,10 @@ export class DeviceRecovery {
   endAnswer(run, out) {
     const state = this.core.state;
     if (run.notices.length) out.notices = [...run.notices, ...(out.notices || [])];
+    if (run.recovery.length) out.recovery = [...run.recovery, ...(out.recovery || [])];
     const r = out.receipt;
     if (r) {
+      r.recovery = [...run.recovery, ...r.recovery].slice(0, 64);
       const heap = state.py && state.py._module && state.py._module.HEAPU8 ? state.py._module.HEAPU8.byteLength : null;
       this.gpuBytes();
       r.memory.gpu_buffers_bytes = state.gpu ? this.peakGpu : null;

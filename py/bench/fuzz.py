@@ -621,7 +621,7 @@ def run_target(target: str, cases: int, seed_: int, runner: Runner, progress=Non
                                                "tokenizer_config.json": json.dumps(tc, allow_nan=True).encode()})
                 exercise_tokenizer_json(runner.folder, text)
         runner.run(stats, fn, desc)
-        if progress is not None and stats.cases % 1000 == 0:
+        if progress is not None and stats.cases % 500 == 0:
             progress(stats)
 
     one()
@@ -684,9 +684,15 @@ def main(argv=None) -> int:
         ap.error(f"unknown targets {bad}: choose from {', '.join(TARGETS)}")
     cap = cap_memory(a.mem_limit_mb)
 
+    partial: dict = {}
+
     def progress(s: Stats):
         print(f"  {s.target}: {s.cases} cases, {len(s.unexpected)} unexpected, worst {s.worst_s * 1000:.0f} ms / "
               f"{s.worst_bytes / 1e6:.1f} MB", flush=True)
+        if a.json:                   # the figures so far (a long run can be read while it goes)
+            partial[s.target] = s.to_json()
+            with open(a.json + ".partial", "w") as f:
+                json.dump(partial, f, indent=1)
     res = fuzz(a.cases, a.seed, targets, a.timeout_s, progress)
     res["address_space_cap_bytes"] = cap
     print(json.dumps({k: v for k, v in res.items() if k != "targets"}, indent=1))

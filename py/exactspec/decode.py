@@ -432,24 +432,31 @@ async def generate_async(
                         del seq[len(seq) - drop:]
                         emitted = emitted[: len(emitted) - drop]
                     finish = "stop"
-            # streamed as soon as committed: the caller's text is always exactly the committed tokens
-            if emitted and t_first is None:
-                t_first = clock()
-            if on_tokens is not None and emitted:
-                on_tokens(list(emitted))
-            if faults is not None:
-                faults.tokens = len(generated)
-                try:
-                    hit("commit")        # committed and streamed; the caches not yet rolled back to them
-                except DraftFault as e:
-                    raise BackendError(f"draft rollback failed: {e}", "draft") from e
-            champion.truncate(max(0, min(champion.length, len(seq) - 1)))
+            # roll both caches back to what is committed (O(1)), then stream it; a rollback that fails still lets the
+            # round's committed tokens be streamed first (the caller's text is always exactly the committed tokens)
+            rollback_error = None
+            try:
+                champion.truncate(max(0, min(champion.length, len(seq) - 1)))
+            except Exception as e:
+                rollback_error = BackendError(f"champion rollback failed: {e}", "champion")
             try:
                 drafter.update(len(seq))
             except Exception as e:
                 if not isinstance(drafter, ModelDrafter):
                     raise
-                raise BackendError(f"draft rollback failed: {e}", "draft") from e
+                rollback_error = rollback_error or BackendError(f"draft rollback failed: {e}", "draft")
+            if emitted and t_first is None:
+                t_first = clock()
+            if on_tokens is not None and emitted:
+                on_tokens(list(emitted))
+            if rollback_error is not None:
+                raise rollback_error
+            if faults is not None:
+                faults.tokens = len(generated)
+                try:
+                    hit("commit")        # the round's tokens committed, the caches rolled back, the tokens streamed
+                except DraftFault as e:
+                    raise BackendError(f"draft rollback failed: {e}", "draft") from e
             if finish in ("eos", "stop"):
                 break
             await asyncio.sleep(0)  # let the host (Pyodide's event loop) deliver cancel requests

@@ -15,8 +15,8 @@ phases each applies to (APPLIES; the page's app/faults.js holds the same table, 
 
 Phases of one answer: `load` (a model is loaded: boot, a model switch, a reload after recovery), `prefill` (the
 prompt goes into the champion's cache), and per round `draft` (the drafter proposes), `verify` (the champion's pass
-over the proposals), `commit` (the round's tokens are committed and streamed; the KV caches are then rolled back to
-them). The decode loop calls `FaultPlan.hit(phase)`; kinds the loop acts on itself raise here (`exception`:
+over the proposals), `commit` (the round's tokens are committed, both KV caches rolled back to them and the tokens
+streamed). The decode loop calls `FaultPlan.hit(phase)`; kinds the loop acts on itself raise here (`exception`:
 InjectedFault, `draft_only`: DraftFault), the host's kinds (worker, device, allocation, storage) are handed to the
 host callback, which acts (app/core.js destroys the device, app/worker.js ends the worker).
 

@@ -219,6 +219,8 @@ def test_draft_only_at_load_goes_on_without_the_draft(cpu):
     res, chunks = gen(cpu)
     same(res, chunks, cpu.clean["greedy"])
     assert res["stats"]["draft_passes"] == 0 and "without speculation" in " ".join(res["notices"])
+    assert res["recovery"][0] == {"cause": "draft_only", "action": "draft_dropped", "at_token": 0, "backend": None}
+    assert cpu.js("exactspec.receipt()")["recovery"][0]["action"] == "draft_dropped"
     cpu.js("exactspec.loadModel('micro-draft', 'draft')")             # fired once: it loads now
     res, chunks = gen(cpu)
     same(res, chunks, cpu.clean["greedy"])
@@ -259,8 +261,9 @@ def gpu(browser, server):
     a, _ = gen(s, drafter="none")
     b, _ = gen(s)
     c, _ = gen(s, drafter="none", backend="cpu")                   # the CPU oracle agrees
-    assert a["token_ids"] == b["token_ids"] == c["token_ids"] and a["stats"]["backend"] == "cpu"
-    s.js("(async () => { await exactspec.generate({prompt: 'x', max_new_tokens: 1, backend: 'webgpu'}); })()")
+    assert a["token_ids"] == b["token_ids"] == c["token_ids"]
+    assert a["stats"]["backend"] == "webgpu" and c["stats"]["backend"] == "cpu"
+    s.generate(prompt="x", max_new_tokens=1, backend="webgpu")     # back on the GPU
     s.clean = {"greedy": a}
     yield s
     s.close()
@@ -276,7 +279,7 @@ def test_device_lost_mid_answer_new_device_or_cpu(gpu, phase):
     assert "GPU device was lost" in " ".join(res["notices"])
     private(gpu, gpu.js("exactspec.receipt()"))
     if rec["action"] == "cpu_fallback":
-        gpu.js("exactspec.generate({prompt: 'x', max_new_tokens: 1, backend: 'webgpu'})")
+        gpu.generate(prompt="x", max_new_tokens=1, backend="webgpu")
 
 
 @pytest.mark.parametrize("kind,phase", [("exception", "draft"), ("exception", "verify"), ("draft_only", "draft"),
@@ -305,6 +308,7 @@ def test_gpu_alloc_failure_at_load_drops_the_draft_or_moves_the_champion(gpu):
     res, chunks = gen(gpu)                                     # drafter 'model' asked for: the champion alone
     same(res, chunks, gpu.clean["greedy"])
     assert "without speculation" in " ".join(res["notices"]) and res["stats"]["draft_passes"] == 0
+    assert res["recovery"][0]["cause"] == "gpu_alloc" and res["recovery"][0]["action"] == "draft_dropped"
     arm(gpu, {"kind": "gpu_alloc", "phase": "load"})
     out = gpu.js("exactspec.loadModel('micro-chat', 'champion')")
     assert out["backend"] == "cpu"

@@ -94,19 +94,26 @@ class SkippedArray:
 
 
 class _Cursor:
-    """Bounded little-endian reads from a file: never reads (or allocates) past the file's end."""
+    """Bounded little-endian reads from a file: never reads (or allocates) past the file's end. Reads go through a
+    window of up to WINDOW bytes (a header of 100k strings is parsed from memory, not with 200k file reads)."""
+
+    WINDOW = 1 << 20
 
     def __init__(self, f, size: int):
         self.f = f
         self.size = size
-        self.pos = 0
+        self.pos = 0                         # logical position in the file
+        self.buf = b""                       # file bytes [self.base, self.base + len(self.buf))
+        self.base = 0
         self.budget = MAX_META_ELEMENTS      # metadata array elements still allowed to become Python values
         self.nested = MAX_NESTED_ARRAYS
 
+    def _short(self, n: int, what: str):
+        return FormatError(f"truncated GGUF: {what} needs {n} bytes at offset {self.pos}, file has {self.size}")
+
     def skip(self, n: int, what: str) -> None:
         if n < 0 or n > self.size - self.pos:
-            raise FormatError(f"truncated GGUF: {what} needs {n} bytes at offset {self.pos}, file has {self.size}")
-        self.f.seek(n, 1)
+            raise self._short(n, what)
         self.pos += n
 
     def spend(self, n: int, what: str) -> None:
@@ -117,12 +124,50 @@ class _Cursor:
 
     def read(self, n: int, what: str) -> bytes:
         if n < 0 or n > self.size - self.pos:
-            raise FormatError(f"truncated GGUF: {what} needs {n} bytes at offset {self.pos}, file has {self.size}")
-        b = self.f.read(n)
-        if len(b) != n:
-            raise FormatError(f"truncated GGUF while reading {what} at offset {self.pos}")
+            raise self._short(n, what)
+        off = self.pos - self.base
+        if off < 0 or off + n > len(self.buf):       # refill: the window from pos (at least n bytes)
+            want = min(max(n, self.WINDOW), self.size - self.pos)
+            self.f.seek(self.pos)
+            self.buf = self.f.read(want)
+            self.base = self.pos
+            off = 0
+            if len(self.buf) < n:
+                raise FormatError(f"truncated GGUF while reading {what} at offset {self.pos}")
         self.pos += n
-        return b
+        return self.buf[off: off + n]
+
+    def strings(self, n: int, what: str) -> list:
+        """n length-prefixed strings in a row (a vocabulary): parsed from the window in one loop."""
+        out = []
+        append = out.append
+        buf, base = self.buf, self.base
+        off = self.pos - base
+        for i in range(n):
+            if off < 0 or off + 8 > len(buf):
+                self.pos = base + off
+                self.read(8, f"{what}[{i}] length")             # refills (or raises on truncation)
+                self.pos -= 8
+                buf, base = self.buf, self.base
+                off = self.pos - base
+            ln = int.from_bytes(buf[off: off + 8], "little")
+            if ln > MAX_STRING:
+                self.pos = base + off
+                raise FormatError(f"{what}[{i}]: string length {ln} is absurd (limit {MAX_STRING})")
+            if off + 8 + ln > len(buf):
+                self.pos = base + off
+                self.read(8 + ln, f"{what}[{i}]")
+                self.pos -= 8 + ln
+                buf, base = self.buf, self.base
+                off = self.pos - base
+            b = buf[off + 8: off + 8 + ln]
+            off += 8 + ln
+            try:
+                append(b.decode("utf-8"))
+            except UnicodeDecodeError:
+                append(b.decode("utf-8", errors="surrogateescape"))
+        self.pos = base + off
+        return out
 
     def u32(self, what: str) -> int:
         return struct.unpack("<I", self.read(4, what))[0]
@@ -168,7 +213,7 @@ class _Cursor:
                 if n > remaining // 8:
                     raise FormatError(f"{what}: array of {n} strings exceeds the file")
                 self.spend(n, what)
-                return [self.string(f"{what}[{i}]") for i in range(n)]
+                return self.strings(n, what)
             if etype == T_ARRAY:
                 if n > remaining // 12:
                     raise FormatError(f"{what}: array of {n} arrays exceeds the file")
