@@ -368,8 +368,8 @@ async def generate_async(
                     n.submissions += 1
                     n.readback_bytes += 4 * (2 * k + 1) + ((k + 1) * V * 4 if want_rows else 0)
                 else:
-                    d_passes = getattr(drafter, "passes", 0) - passes_before
                     hit("verify")
+                    d_passes = getattr(drafter, "passes", 0) - passes_before
                     logits = await champion_pass([seq[-1]] + proposals, t0 - 1, len(proposals) + 1)  # (g+1, vocab)
                     champ_ids = None
                     n.submissions += 1 + d_passes
