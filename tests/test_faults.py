@@ -264,3 +264,30 @@ def test_cancel_and_clean_answers_unchanged(files, clean):
     out, chunks = _run(s, _req("greedy", "ngram"))
     _same(out, chunks, clean["greedy"])
     assert "recovery" not in out and out["receipt"]["faults"] == [] and out["stats"]["attempts"] == 1
+
+
+def test_js_parser_agrees_with_python():
+    """app/faults.js parses and refuses the URL syntax as exactspec.faults does (node runs the page's module)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node missing")
+    specs = ["exception@verify:2, draft_only@draft,worker_killed@load", "device_lost@commit:7", "",
+             "nope@verify", "exception@later", "gpu_alloc@verify", "exception@load", "exception@verify:x",
+             "exception@verify:0", "opfs_write@load:3"]
+    faults_js = (Path(__file__).resolve().parents[1] / "app" / "faults.js").as_uri()
+    script = (f"const m = await import({json.dumps(faults_js)}); const out = [];"
+              f"for (const s of {json.dumps(specs)}) {{ try {{ out.push(m.parseFaults(s)); }}"
+              " catch (e) { out.push(e instanceof m.FaultError ? 'refused' : 'crash: ' + e.message); } }"
+              "console.log(JSON.stringify(out));")
+    r = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    for spec, js in zip(specs, got):
+        try:
+            py = parse_faults(spec)
+        except FaultError:
+            py = "refused"
+        assert js == py, (spec, js, py)

@@ -301,7 +301,9 @@ def test_seeds_past_2_64_never_alias():
     with pytest.raises(ValueError, match="2\\*\\*64"):
         Rng(2 ** 64)
     with pytest.raises(ValueError):
-        Rng(-1)
+        Rng(-2 ** 63 - 1)
+    with pytest.raises(ValueError):
+        Rng(2 ** 70 + 5)
     assert Rng(2 ** 64 - 1).uniform(0, 3) != Rng(0).uniform(0, 3)
     r = _cli("--model", "x.gguf", "--prompt", "hi", "--seed", str(2 ** 64))
     assert r.returncode == 2 and "seed" in r.stderr
