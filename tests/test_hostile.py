@@ -338,3 +338,11 @@ def test_nan_inf_weights_refused_at_import_and_load(tmp_path, ttype):
     _refused(p, "non-finite")
     with pytest.raises(FormatError, match="non-finite"):
         ReferenceModel.from_file(str(p))
+
+
+def test_gguf_tokenizer_fields_of_the_wrong_type_are_refused(tmp_path):
+    """Found by the fuzzer: tokenizer.ggml.pre stored as an array raised TypeError (unhashable list)."""
+    parts = micro_parts(fuzz_config(), 1)
+    kv = parts.kv("tokenizer.ggml.pre")
+    kv.vtype, kv.etype, kv.value = T_ARRAY, 8, ["smollm"]     # an array of strings
+    _refused(_gguf(tmp_path, parts), "tokenizer.ggml.pre must be a string")

@@ -119,6 +119,11 @@ def _value(vtype: int, v, etype=None, count=None) -> bytes:
         head = struct.pack("<IQ", (etype or 0) & 0xFFFFFFFF, n & 0xFFFFFFFFFFFFFFFF)
         if etype in _SCALAR:
             if np.dtype(_SCALAR[etype]).kind in "iub":
+                try:                   # the common case: plain ints within int64 (wrapped to the element type)
+                    if all(type(x) is int for x in items):
+                        return head + np.asarray(items, dtype=np.int64).astype(_SCALAR[etype]).tobytes()
+                except OverflowError:
+                    pass
                 return head + b"".join(_scalar(etype, x) for x in items)
             with np.errstate(all="ignore"):
                 return head + np.asarray([_num(x, False) for x in items], dtype=_SCALAR[etype]).tobytes()

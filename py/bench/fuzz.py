@@ -130,39 +130,55 @@ def exercise_tokenizer_meta(meta: dict, text: str | None):
 
 
 # ---- mutations ---------------------------------------------------------------------------------------------------------
-def _cached(fn):
-    """Memoise the unmutated bases (a case mutates a deep copy): building and quantising weights is most of a case's
-    cost otherwise. (The fuzzer's own cache: the product code under test keeps none.)"""
-    import copy
+def _memo(fn):
+    """Memoise an unmutated base (building and quantising weights is most of a case's cost otherwise); `copy` gives
+    each case its own copy to mutate. (The fuzzer's own cache: the code under test keeps none.)"""
     import functools
-    memo = functools.lru_cache(maxsize=64)(fn)
-
-    def get(*a):
-        return copy.deepcopy(memo(*a))
-    return get
+    return functools.lru_cache(maxsize=64)(fn)
 
 
-@_cached
+@_memo
+def _gguf_base(ttype, n_layers, tied, seed_):
+    parts = H.micro_parts(H.fuzz_config(n_layers=n_layers, tied_embeddings=tied), seed_, tensor_type=ttype)
+    for kv in parts.kvs:            # encoded once; a mutation that changes a value clears its raw bytes
+        kv.raw = H._value(kv.vtype, kv.value, kv.etype, kv.count)
+    return parts
+
+
 def _base_gguf(ttype, n_layers, tied, seed_):
-    return H.micro_parts(H.fuzz_config(n_layers=n_layers, tied_embeddings=tied), seed_, tensor_type=ttype)
+    """A copy a case may mutate: KVs and tensor infos copied one level (mutations replace values, never edit a
+    shared list in place), the data section copied."""
+    import copy
+    b = _gguf_base(ttype, n_layers, tied, seed_)
+    return H.GGUFParts(kvs=[copy.copy(k) for k in b.kvs],
+                       infos=[H.TInfo(t.name, list(t.dims), t.tid, t.rel) for t in b.infos],
+                       data=bytearray(b.data), version=b.version, magic=b.magic, alignment=b.alignment)
 
 
-@_cached
-def _base_hf(n_layers, tied, dtype, seed_):
+@_memo
+def _hf_base(n_layers, tied, dtype, seed_):
     return H.micro_hf(H.fuzz_config(n_layers=n_layers, tied_embeddings=tied), seed_, dtype)
 
 
-@_cached
+def _base_hf(n_layers, tied, dtype, seed_):
+    return dict(_hf_base(n_layers, tied, dtype, seed_))      # (file contents are bytes: replaced, never edited)
+
+
+@_memo
+def _tokjson_base():
+    return json.dumps(H.micro_tokenizer_json(300))
+
+
 def _base_tokjson():
-    return H.micro_tokenizer_json(300)
+    return tuple(json.loads(_tokjson_base()))
 
 
 def _gguf_case(draw):
     """(GGUF bytes, description) drawn from the micro-model's parts and a list of mutations."""
-    ttype = draw(st.sampled_from(["F32", "F16", "Q8_0", "Q4_0", "Q4_1"]))
-    n_layers = draw(st.sampled_from([1, 1, 2]))
+    ttype = _choice(draw, ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"])
+    n_layers = _choice(draw, [1, 1, 2])
     tied = draw(st.booleans())
-    parts = _base_gguf(ttype, n_layers, tied, draw(st.integers(0, 3)))
+    parts = _base_gguf(ttype, n_layers, tied, _int(draw, 0, 3))
     ops = draw(st.lists(st.sampled_from(GGUF_OPS), min_size=0, max_size=4))
     desc = [f"base {ttype} layers={n_layers} tied={tied}"]
     cut = None
@@ -175,11 +191,11 @@ def _gguf_case(draw):
     blob = parts.to_bytes()
     if cut is not None:
         blob = blob[: int(len(blob) * cut)]
-    if draw(st.integers(0, 9)) == 0:        # raw byte flips anywhere
+    if _int(draw, 0, 9) == 0:        # raw byte flips anywhere
         b = bytearray(blob)
-        for _ in range(draw(st.integers(1, 8))):
+        for _ in range(_int(draw, 1, 8)):
             if b:
-                b[draw(st.integers(0, len(b) - 1))] = draw(st.integers(0, 255))
+                b[_int(draw, 0, len(b) - 1)] = _int(draw, 0, 255)
         blob = bytes(b)
         desc.append("byte flips")
     return blob, desc
@@ -194,25 +210,44 @@ def _apply(op, draw, *target):
         return f"{op.__name__} skipped"
 
 
+_U32 = st.integers(0, 2 ** 32 - 1)
+
+
+def _int(draw, lo: int, hi: int) -> int:
+    """An integer in [lo, hi] from one shared strategy (a strategy built per call costs Hypothesis more than the draw;
+    the boundary values that matter come from the module's lists)."""
+    if hi <= lo:
+        return lo
+    span = hi - lo + 1
+    if span > 2 ** 32:
+        return lo + (draw(_U32) << 32 | draw(_U32)) % span
+    return lo + draw(_U32) % span
+
+
+def _choice(draw, seq):
+    seq = list(seq)
+    return seq[_int(draw, 0, len(seq) - 1)]
+
+
 def _pick(draw, seq):
-    return seq[draw(st.integers(0, len(seq) - 1))] if seq else None
+    return seq[_int(draw, 0, len(seq) - 1)] if seq else None
 
 
 def op_kv_value(draw, p):
     kv = _pick(draw, p.kvs)
     if kv is None:
         return "no kv"
-    choice = draw(st.integers(0, 4))
+    choice = _int(draw, 0, 4)
     if choice == 0:
         kv.vtype, kv.value, kv.etype, kv.raw = T_UINT32, draw(ints), None, None
     elif choice == 1:
-        kv.vtype, kv.value, kv.etype, kv.raw = draw(st.sampled_from([T_FLOAT32, T_FLOAT64])), draw(floats), None, None
+        kv.vtype, kv.value, kv.etype, kv.raw = _choice(draw, [T_FLOAT32, T_FLOAT64]), draw(floats), None, None
     elif choice == 2:
         kv.vtype, kv.value, kv.etype, kv.raw = T_STRING, draw(texts), None, None
     elif choice == 3:
-        kv.vtype, kv.raw = draw(st.integers(0, 15)), None
+        kv.vtype, kv.raw = _int(draw, 0, 15), None
         if kv.vtype == T_ARRAY:
-            kv.etype = draw(st.integers(0, 13))
+            kv.etype = _int(draw, 0, 13)
             kv.value = [] if kv.etype not in (T_UINT32, T_STRING, T_FLOAT32) else \
                 draw(st.lists(st.sampled_from([0, 1, 2]) if kv.etype != T_STRING else texts, max_size=5))
         elif kv.vtype == T_STRING:
@@ -222,7 +257,7 @@ def op_kv_value(draw, p):
         else:
             kv.value = draw(ints)
     else:
-        kv.vtype, kv.value, kv.etype, kv.raw = T_BOOL, draw(st.integers(0, 255)), None, None
+        kv.vtype, kv.value, kv.etype, kv.raw = T_BOOL, _int(draw, 0, 255), None, None
     return f"kv {kv.key} -> type {kv.vtype}"
 
 
@@ -231,17 +266,18 @@ def op_kv_array(draw, p):
     kv = _pick(draw, arrays)
     if kv is None:
         return "no array"
-    choice = draw(st.integers(0, 5))
+    kv.raw = None
+    choice = _int(draw, 0, 5)
     if choice == 0:
         kv.count = draw(ints) % (2 ** 64)
         return f"array {kv.key} count lie {kv.count}"
     if choice == 1:
-        kv.etype = draw(st.integers(0, 14))
+        kv.etype = _int(draw, 0, 14)
         if kv.etype == T_ARRAY:
             kv.value = []
         return f"array {kv.key} etype {kv.etype}"
     if choice == 2 and kv.value:
-        i = draw(st.integers(0, len(kv.value) - 1))
+        i = _int(draw, 0, len(kv.value) - 1)
         kv.value = list(kv.value)
         if kv.etype == T_STRING:
             kv.value[i] = draw(texts)
@@ -249,38 +285,38 @@ def op_kv_array(draw, p):
             kv.value[i] = draw(ints) if kv.etype != T_FLOAT32 else draw(floats)
         return f"array {kv.key}[{i}] changed"
     if choice == 3 and kv.value:
-        n = draw(st.integers(0, len(kv.value)))
+        n = _int(draw, 0, len(kv.value))
         kv.value = list(kv.value)[:n]
         return f"array {kv.key} cut to {n}"
     if choice == 4:
-        kv.value = list(kv.value) + list(kv.value)[: draw(st.integers(0, 50))]
+        kv.value = list(kv.value) + list(kv.value)[: _int(draw, 0, 50)]
         return f"array {kv.key} grown"
-    depth = draw(st.integers(1, 6))
+    depth = _int(draw, 1, 6)
     inner = H.KV("", T_ARRAY, [], etype=T_UINT32)
     for _ in range(depth):
-        inner = H.KV("", T_ARRAY, [inner] * draw(st.integers(0, 3)), etype=T_ARRAY)
+        inner = H.KV("", T_ARRAY, [inner] * _int(draw, 0, 3), etype=T_ARRAY)
     kv.vtype, kv.etype, kv.value, kv.raw = T_ARRAY, T_ARRAY, inner.value, None
     return f"array {kv.key} nested {depth}"
 
 
 def op_kv_struct(draw, p):
-    choice = draw(st.integers(0, 4))
+    choice = _int(draw, 0, 4)
     if choice == 0 and p.kvs:
-        k = p.kvs.pop(draw(st.integers(0, len(p.kvs) - 1)))
+        k = p.kvs.pop(_int(draw, 0, len(p.kvs) - 1))
         return f"remove kv {k.key}"
     if choice == 1 and p.kvs:
         k = _pick(draw, p.kvs)
         p.kvs.append(H.KV(k.key, k.vtype, k.value, k.etype, k.count, k.raw))
         return f"duplicate kv {k.key}"
     if choice == 2:
-        n = draw(st.sampled_from([10, 1000, 3_000_000, 2 ** 40]))
+        n = _choice(draw, [10, 1000, 3_000_000, 2 ** 40])
         body = b"\x00" * (4 * min(n, 3_000_000))
         p.kvs.append(H.KV("junk", T_ARRAY, [], raw=struct.pack("<IQ", T_UINT32, n) + body))
         return f"junk array {n}"
     if choice == 3:
         p.n_kv = draw(ints) % (2 ** 64)
         return f"n_kv lie {p.n_kv}"
-    p.kvs.append(H.KV("general.alignment", T_UINT32, draw(st.sampled_from([0, 1, 3, 8, 64, 2 ** 20, 2 ** 21, 2 ** 31]))))
+    p.kvs.append(H.KV("general.alignment", T_UINT32, _choice(draw, [0, 1, 3, 8, 64, 2 ** 20, 2 ** 21, 2 ** 31])))
     return "alignment"
 
 
@@ -288,9 +324,9 @@ def op_tensor(draw, p):
     t = _pick(draw, p.infos)
     if t is None:
         return "no tensors"
-    choice = draw(st.integers(0, 7))
+    choice = _int(draw, 0, 7)
     if choice == 0 and t.dims:
-        i = draw(st.integers(0, len(t.dims) - 1))
+        i = _int(draw, 0, len(t.dims) - 1)
         t.dims[i] = draw(ints) % (2 ** 64)
         return f"tensor {t.name} dim[{i}] {t.dims[i]}"
     if choice == 1:
@@ -298,17 +334,17 @@ def op_tensor(draw, p):
         return f"tensor {t.name} type {t.tid}"
     if choice == 2:
         other = _pick(draw, p.infos)
-        t.rel = draw(st.sampled_from([0, other.rel, other.rel + 32, len(p.data), len(p.data) + 32, 2 ** 63, 4, 1]))
+        t.rel = _choice(draw, [0, other.rel, other.rel + 32, len(p.data), len(p.data) + 32, 2 ** 63, 4, 1])
         return f"tensor {t.name} offset {t.rel}"
     if choice == 3:
-        t.name = draw(st.sampled_from([x.name for x in p.infos] + ["blk.0.attn_q.bias", "rope_freqs.weight",
-                                                                     "blk.7.attn_q.weight", "output.weight", "", "x"]))
+        t.name = _choice(draw, [x.name for x in p.infos] + ["blk.0.attn_q.bias", "rope_freqs.weight",
+                                                                     "blk.7.attn_q.weight", "output.weight", "", "x"])
         return f"tensor renamed {t.name}"
     if choice == 4:
         p.infos.remove(t)
         return f"tensor removed {t.name}"
     if choice == 5:
-        p.n_dims[p.infos.index(t)] = draw(st.integers(0, 8))
+        p.n_dims[p.infos.index(t)] = _int(draw, 0, 8)
         return f"tensor {t.name} n_dims lie"
     if choice == 6:
         p.n_tensors = draw(ints) % (2 ** 64)
@@ -321,9 +357,9 @@ def op_data(draw, p):
     t = _pick(draw, p.infos)
     if t is None or not p.data:
         return "no data"
-    pat = draw(st.sampled_from([struct.pack("<f", math.nan), struct.pack("<f", math.inf), b"\x00\x7c", b"\x00\xfc",
-                                b"\xff\xff", b"\x00\x00\x80\x7f", b"\xff" * 8]))
-    at = min(max(0, t.rel + draw(st.integers(0, 64))), max(0, len(p.data) - len(pat)))
+    pat = _choice(draw, [struct.pack("<f", math.nan), struct.pack("<f", math.inf), b"\x00\x7c", b"\x00\xfc",
+                                b"\xff\xff", b"\x00\x00\x80\x7f", b"\xff" * 8])
+    at = min(max(0, t.rel + _int(draw, 0, 64)), max(0, len(p.data) - len(pat)))
     p.data[at: at + len(pat)] = pat
     return f"data pattern at {at}"
 
@@ -333,16 +369,17 @@ def op_truncate(draw, p):
 
 
 def op_header(draw, p):
-    choice = draw(st.integers(0, 2))
+    choice = _int(draw, 0, 2)
     if choice == 0:
-        p.version = draw(st.sampled_from([0, 1, 2, 3, 4, 2 ** 32 - 1]))
+        p.version = _choice(draw, [0, 1, 2, 3, 4, 2 ** 32 - 1])
         return f"version {p.version}"
     if choice == 1:
-        p.magic = draw(st.sampled_from([b"GGUF", b"GGML", b"FUGG", b"\x00\x00\x00\x00"]))
+        p.magic = _choice(draw, [b"GGUF", b"GGML", b"FUGG", b"\x00\x00\x00\x00"])
         return "magic"
     kv = p.kv("tokenizer.ggml.tokens")
     if kv is not None:
-        kv.value = list(kv.value)[: draw(st.integers(0, len(kv.value)))]
+        kv.value = list(kv.value)[: _int(draw, 0, len(kv.value))]
+        kv.raw = None
     return "tokens cut"
 
 
@@ -350,13 +387,13 @@ GGUF_OPS = [op_kv_value, op_kv_array, op_kv_struct, op_tensor, op_tensor, op_dat
 
 
 def _hf_case(draw):
-    n_layers, tied = draw(st.sampled_from([1, 2])), draw(st.booleans())
+    n_layers, tied = _choice(draw, [1, 2]), draw(st.booleans())
     cfg = H.fuzz_config(n_layers=n_layers, tied_embeddings=tied)
-    dtype = draw(st.sampled_from(["F32", "F16", "BF16"]))
-    files = _base_hf(n_layers, tied, dtype, draw(st.integers(0, 3)))
+    dtype = _choice(draw, ["F32", "F16", "BF16"])
+    files = _base_hf(n_layers, tied, dtype, _int(draw, 0, 3))
     desc = [f"hf {dtype}"]
-    for _ in range(draw(st.integers(0, 3))):
-        desc.append(_apply(draw(st.sampled_from(HF_OPS)), draw, files, cfg))
+    for _ in range(_int(draw, 0, 3)):
+        desc.append(_apply(_choice(draw, HF_OPS), draw, files, cfg))
     return files, desc
 
 
@@ -365,10 +402,10 @@ def hf_config_op(draw, files, cfg):
     if not isinstance(c, dict):
         c = {}
     keys = list(H.hf_config(cfg)) + ["partial_rotary_factor", "rope_scaling", "head_dim", "architectures"]
-    k = draw(st.sampled_from(keys))
+    k = _choice(draw, keys)
     v = draw(st.one_of(ints, floats, texts, st.none(), st.booleans(), st.just([]), st.just({}),
                        st.just({"rope_type": "llama3"}), st.just(["LlamaForCausalLM"])))
-    if draw(st.integers(0, 5)) == 0:
+    if _int(draw, 0, 5) == 0:
         c.pop(k, None)
     else:
         c[k] = v
@@ -377,10 +414,10 @@ def hf_config_op(draw, files, cfg):
 
 
 def hf_doc_op(draw, files, cfg):
-    name = draw(st.sampled_from(["config.json", "tokenizer.json", "tokenizer_config.json"]))
-    files[name] = draw(st.sampled_from([b"[]", b"null", b"1", b'"x"', H.deep_json(draw(st.integers(1, 100_000))),
+    name = _choice(draw, ["config.json", "tokenizer.json", "tokenizer_config.json"])
+    files[name] = _choice(draw, [b"[]", b"null", b"1", b'"x"', H.deep_json(_int(draw, 1, 100_000)),
                                         b"{" * 1000, b"\xff\xfe", b"", b'{"a": ' + b"1" * 5000 + b"}",
-                                        files.get(name, b"")[: draw(st.integers(0, 200))]]))
+                                        files.get(name, b"")[: _int(draw, 0, 200)]])
     return f"{name} document replaced"
 
 
@@ -396,27 +433,27 @@ def hf_header_op(draw, files, cfg):
     names = [k for k in h if k != "__metadata__" and isinstance(h[k], dict)]
     if not names:
         return "no entries"
-    k = draw(st.sampled_from(names))
-    choice = draw(st.integers(0, 6))
+    k = _choice(draw, names)
+    choice = _int(draw, 0, 6)
     e = h[k]
     if choice == 0:
         e["data_offsets"] = [draw(ints), draw(ints)]
     elif choice == 1:
-        other = h[draw(st.sampled_from(names))]
+        other = h[_choice(draw, names)]
         e["data_offsets"] = other.get("data_offsets")
     elif choice == 2:
         e["shape"] = draw(st.lists(ints, max_size=9))
     elif choice == 3:
-        e["dtype"] = draw(st.sampled_from(["F32", "F16", "BF16", "I8", "F64", "U8", "", 3]))
+        e["dtype"] = _choice(draw, ["F32", "F16", "BF16", "I8", "F64", "U8", "", 3])
     elif choice == 4:
-        h[draw(st.sampled_from(["model.layers.0.self_attn.q_proj.bias", "lm_head.weight", "model.layers.5.mlp.up_proj.weight",
-                                 "x", "__metadata__"]))] = dict(e)
+        h[_choice(draw, ["model.layers.0.self_attn.q_proj.bias", "lm_head.weight", "model.layers.5.mlp.up_proj.weight",
+                                 "x", "__metadata__"])] = dict(e)
     elif choice == 5:
         h.pop(k)
     else:
-        h[k] = draw(st.sampled_from([None, [], 1, "x", {"dtype": "F32"}]))
+        h[k] = _choice(draw, [None, [], 1, "x", {"dtype": "F32"}])
     hb = json.dumps(h).encode()
-    lie = draw(st.sampled_from([None, None, 0, 1, len(hb) + 1, 2 ** 40, 2 ** 64 - 1]))
+    lie = _choice(draw, [None, None, 0, 1, len(hb) + 1, 2 ** 40, 2 ** 64 - 1])
     files["model.safetensors"] = struct.pack("<Q", len(hb) if lie is None else lie) + hb + body
     return f"header {k} op {choice} lie {lie}"
 
@@ -424,8 +461,8 @@ def hf_header_op(draw, files, cfg):
 def hf_shard_op(draw, files, cfg):
     from exactspec.micro import micro_weights
     w = micro_weights(cfg, 5)
-    pick = draw(st.sampled_from(sorted(w)))
-    files[f"model-0000{draw(st.integers(2, 3))}.safetensors"] = H.safetensors_bytes({H.hf_name(pick): w[pick]})
+    pick = _choice(draw, sorted(w))
+    files[f"model-0000{_int(draw, 2, 3)}.safetensors"] = H.safetensors_bytes({H.hf_name(pick): w[pick]})
     return f"extra shard {pick}"
 
 
@@ -436,11 +473,11 @@ def hf_data_op(draw, files, cfg):
     (n,) = struct.unpack("<Q", data[:8])
     if len(data) <= 8 + n + 4:
         return "no data"
-    at = draw(st.integers(8 + n, len(data) - 4))
-    data[at: at + 4] = draw(st.sampled_from([struct.pack("<f", math.nan), struct.pack("<f", -math.inf),
-                                             b"\x80\x7f\x80\x7f", b"\x00\x7c\x00\x7c"]))
-    if draw(st.integers(0, 3)) == 0:
-        data = data[: draw(st.integers(0, len(data)))]
+    at = _int(draw, 8 + n, len(data) - 4)
+    data[at: at + 4] = _choice(draw, [struct.pack("<f", math.nan), struct.pack("<f", -math.inf),
+                                             b"\x80\x7f\x80\x7f", b"\x00\x7c\x00\x7c"])
+    if _int(draw, 0, 3) == 0:
+        data = data[: _int(draw, 0, len(data))]
     files["model.safetensors"] = bytes(data)
     return f"data pattern at {at}"
 
@@ -451,15 +488,15 @@ HF_OPS = [hf_config_op, hf_config_op, hf_doc_op, hf_header_op, hf_header_op, hf_
 def _tokenizer_case(draw):
     tj, tc = _base_tokjson()
     desc = []
-    for _ in range(draw(st.integers(0, 4))):
-        desc.append(_apply(draw(st.sampled_from(TOK_OPS)), draw, tj, tc))
+    for _ in range(_int(draw, 0, 4)):
+        desc.append(_apply(_choice(draw, TOK_OPS), draw, tj, tc))
     return tj, tc, desc
 
 
 def tok_model_op(draw, tj, tc):
     m = tj["model"]
-    k = draw(st.sampled_from(["type", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix",
-                              "fuse_unk", "byte_fallback", "ignore_merges", "vocab", "merges"]))
+    k = _choice(draw, ["type", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix",
+                              "fuse_unk", "byte_fallback", "ignore_merges", "vocab", "merges"])
     m[k] = draw(st.one_of(texts, ints, floats, st.none(), st.booleans(), st.just([]), st.just({}),
                           st.just("BPE"), st.just("Unigram"), st.just([["a", "b", "c"]]), st.just({"a": -1})))
     return f"model.{k}"
@@ -468,16 +505,16 @@ def tok_model_op(draw, tj, tc):
 def tok_vocab_op(draw, tj, tc):
     v = tj["model"]["vocab"]
     keys = list(v)
-    k = draw(st.sampled_from(keys))
-    choice = draw(st.integers(0, 3))
+    k = _choice(draw, keys)
+    choice = _int(draw, 0, 3)
     if choice == 0:
         v[k] = draw(st.one_of(ints, st.just(None), st.just("3"), st.just(1.5)))
     elif choice == 1:
         del v[k]
     elif choice == 2:
-        v[draw(texts)] = draw(st.integers(0, 400))
+        v[draw(texts)] = _int(draw, 0, 400)
     else:
-        v[k] = draw(st.sampled_from([10 ** 6, 10 ** 9, 2 ** 40]))
+        v[k] = _choice(draw, [10 ** 6, 10 ** 9, 2 ** 40])
     return f"vocab {k!r} op {choice}"
 
 
@@ -485,7 +522,7 @@ def tok_merge_op(draw, tj, tc):
     ms = tj["model"]["merges"]
     if not ms:
         return "no merges"
-    i = draw(st.integers(0, len(ms) - 1))
+    i = _int(draw, 0, len(ms) - 1)
     ms[i] = draw(st.one_of(texts, st.just(["a"]), st.just(["a", "b", "c"]), st.just([1, 2]), st.just(None),
                            st.just("Ġ t"), st.just("x y")))
     return f"merge {i}"
@@ -493,30 +530,30 @@ def tok_merge_op(draw, tj, tc):
 
 def tok_added_op(draw, tj, tc):
     a = tj["added_tokens"]
-    choice = draw(st.integers(0, 3))
+    choice = _int(draw, 0, 3)
     if choice == 0 and a:
-        e = a[draw(st.integers(0, len(a) - 1))]
-        e[draw(st.sampled_from(["id", "content", "special", "lstrip", "rstrip", "single_word"]))] = \
+        e = a[_int(draw, 0, len(a) - 1)]
+        e[_choice(draw, ["id", "content", "special", "lstrip", "rstrip", "single_word"])] = \
             draw(st.one_of(ints, texts, st.booleans(), st.none()))
     elif choice == 1:
         a.append({"id": draw(ints), "content": draw(texts), "special": draw(st.booleans())})
     elif choice == 2:
-        tj["added_tokens"] = draw(st.sampled_from([None, [], {}, "x", [1]]))
+        tj["added_tokens"] = _choice(draw, [None, [], {}, "x", [1]])
     else:
-        tc[draw(st.sampled_from(["bos_token", "eos_token", "chat_template", "add_bos_token"]))] = \
+        tc[_choice(draw, ["bos_token", "eos_token", "chat_template", "add_bos_token"])] = \
             draw(st.one_of(texts, ints, st.none(), st.just({"content": "<|im_end|>"}), st.just([{"name": "x"}])))
     return f"added op {choice}"
 
 
 def tok_pipeline_op(draw, tj, tc):
-    k = draw(st.sampled_from(["normalizer", "pre_tokenizer", "decoder", "post_processor"]))
-    tj[k] = draw(st.sampled_from([None, {}, [], "x", {"type": "NFC"}, {"type": "NFKC"}, {"type": "Lowercase"},
+    k = _choice(draw, ["normalizer", "pre_tokenizer", "decoder", "post_processor"])
+    tj[k] = _choice(draw, [None, {}, [], "x", {"type": "NFC"}, {"type": "NFKC"}, {"type": "Lowercase"},
                                   {"type": "ByteLevel", "add_prefix_space": True},
                                   {"type": "ByteLevel", "use_regex": False}, {"type": "Whitespace"},
                                   {"type": "Sequence", "pretokenizers": None},
                                   {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "("}},
                                                                          {"type": "ByteLevel", "use_regex": False}]},
-                                  {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}]}]))
+                                  {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}]}])
     return f"{k} replaced"
 
 
@@ -532,7 +569,7 @@ hostile_text = st.one_of(st.text(max_size=120), st.text(max_size=120), st.text(m
 def _tokenizer_meta_case(draw):
     from exactspec.micro import micro_tokenizer
     md = {k: getattr(v, "value", v) for k, v in micro_tokenizer(300).items()}
-    k = draw(st.sampled_from(sorted(md)))
+    k = _choice(draw, sorted(md))
     md[k] = draw(st.one_of(ints, floats, texts, st.none(), st.booleans(), st.just([]), st.just([1, 2]),
                            st.just(["a b"]), st.lists(texts, max_size=4)))
     return md, [f"meta {k}"]
@@ -584,7 +621,7 @@ def _case_strategy(target: str):
         if target == "hf":
             files, desc = _hf_case(draw)
             return ("hf", files, text), desc
-        if draw(st.integers(0, 3)) == 0:
+        if _int(draw, 0, 3) == 0:
             md, desc = _tokenizer_meta_case(draw)
             return ("meta", md, text), desc
         tj, tc, desc = _tokenizer_case(draw)

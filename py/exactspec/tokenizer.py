@@ -192,6 +192,8 @@ class Tokenizer:
         if not all(isinstance(t, str) for t in tokens) or not all(isinstance(m, str) for m in merges):
             raise TokenizerError("tokenizer.ggml.tokens / merges must be arrays of strings")
         pre_name = meta.get("tokenizer.ggml.pre", "default")
+        if not isinstance(pre_name, str):
+            raise TokenizerError(f"tokenizer.ggml.pre must be a string, got {type(pre_name).__name__}")
         pre = _GGUF_PRE.get(pre_name) if model == "gpt2" else "gpt2"
         if pre is None:
             raise TokenizerUnsupported(f"GGUF pre-tokenizer {pre_name!r} is not supported "
