@@ -205,6 +205,7 @@ export class ExactSpecClient {
     if (!req.continue) delete req.resume;
     const plan = this.conv.plan(req, this.generation);
     const earlier = { ids: [], texts: [] };      // streamed by workers that died during this answer
+    const faultsAtStart = this._faults.list().fired.length;
     const restarts = [];
     let send = plan.send;
     for (;;) {
@@ -222,6 +223,8 @@ export class ExactSpecClient {
         const res = await this.request(REQ.GENERATE, send);
         const out = this.conv.finish(plan, res, earlier, restarts, this.generation);
         this.lastReceipt = out.receipt || null;
+        const firedIds = this._faults.list().fired.slice(faultsAtStart).map((f) => f.id);
+        if (firedIds.length) this._faults.recovered(firedIds, out.recovery || []);   // list() shows what was done
         return out;
       } catch (e) {
         if (!e.workerLost || restarts.length >= MAX_RESTARTS) throw e;

@@ -68,12 +68,16 @@ class Stats:
     worst_s: float = 0.0
     worst_bytes: int = 0
     total_s: float = 0.0
+    worst_s_case: tuple = ()         # (case description, outcome) of the slowest case / the largest traced peak
+    worst_bytes_case: tuple = ()
 
-    def record(self, outcome: str, dt: float, peak: int, detail=None):
+    def record(self, outcome: str, dt: float, peak: int, detail=None, desc=None):
         self.cases += 1
         self.total_s += dt
-        self.worst_s = max(self.worst_s, dt)
-        self.worst_bytes = max(self.worst_bytes, peak)
+        if dt > self.worst_s:
+            self.worst_s, self.worst_s_case = dt, (desc, outcome)
+        if peak > self.worst_bytes:
+            self.worst_bytes, self.worst_bytes_case = peak, (desc, outcome)
         if outcome == "ok":
             self.ok += 1
         elif outcome == "hang":
@@ -90,6 +94,8 @@ class Stats:
                 "unexpected": len(self.unexpected), "hangs": self.hangs, "worst_case_s": round(self.worst_s, 4),
                 "mean_case_ms": round(1000 * self.total_s / max(1, self.cases), 3),
                 "worst_case_peak_bytes": self.worst_bytes,
+                "slowest_case": [str(x)[:400] for x in self.worst_s_case],
+                "largest_case": [str(x)[:400] for x in self.worst_bytes_case],
                 "unexpected_samples": [{"error": e, "case": d} for e, d in self.unexpected[:20]]}
 
 
@@ -607,7 +613,7 @@ class Runner:
         dt = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        stats.record(outcome, dt, peak, detail)
+        stats.record(outcome, dt, peak, detail, desc)
 
 
 def _case_strategy(target: str):

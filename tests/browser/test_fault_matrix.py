@@ -92,6 +92,7 @@ def test_decode_phase_faults_on_cpu(cpu, kind, phase):
     res, chunks = gen(cpu, mode)
     same(res, chunks, cpu.clean[mode])
     assert len(fired(cpu, kind)) >= 1 and not cpu.js("exactspec.faults.list()")["armed"]
+    assert fired(cpu, kind)[-1]["recovery"][0]["action"] in ("worker_restarted", "speculation_off")
     actions = [r["action"] for r in res["recovery"]]
     want = "worker_restarted" if kind == "worker_killed" else "speculation_off"
     assert actions[0] == want, res["recovery"]
