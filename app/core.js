@@ -22,8 +22,16 @@
 //       fallback in numpy (exactspec.drafters.head.HeadModel)
 //   await core.generate(params, onTokens?)   -> the session's answer {text, token_ids, finish_reason, stats, ...}
 //   core.cancel(), core.status(), await core.timings(params) (exactspec.timing: pass times for benchmarks)
+//     host.faults?                             an app/faults.js WorkerFaults (the armed faults; issue 12)
+//     host.kill?()                             end this worker as a crash would (an armed worker_killed)
+// Recovery (issue 12; app/recovery.js): a lost GPU device mid-answer -> a new device, else the CPU fallback, and the
+// answer goes on from its last committed token (exactspec.session drives it through `recover`); an allocation
+// failure at load -> the draft dropped (answers go on without it) or the champion on the CPU fallback; every answer's
+// receipt gets the GPU buffer and wasm heap sizes.
 
 import { REQ, EVT } from './protocol.js';
+import { WorkerFaults } from './faults.js';
+import { DeviceRecovery, isLost, isOutOfMemory, loadOnGpu } from './recovery.js';
 
 export const GPU_MAX_CONTEXT = 2048;   // KV capacity on the GPU (SmolLM2's 8192 would take ~380 MB of KV)
 // The files of a Hugging Face folder a model needs (others are ignored).
@@ -56,6 +64,8 @@ export class Core {
       backend: 'cpu', gpu: null, gpuReason: '', stages: [], active: { champion: null, draft: null, head: null },
       mounted: new Set(), gpuModels: {}, modelBackend: {}, draftProvenance: null,
     };
+    this.faults = host.faults || new WorkerFaults();
+    this.recovery = new DeviceRecovery(this);     // app/recovery.js: device loss, allocation failures, draft loss
   }
 
   log(level, message) { this.host.log(level, message); }
@@ -104,6 +114,7 @@ export class Core {
   // The WebGPU engine on `gpu` (navigator.gpu, or Dawn's GPU object in Node); the CPU fallback when there is none.
   async initGpu(gpu, params = {}, engineOptions = {}) {
     const state = this.state;
+    this.recovery.gpuArgs = { gpu, engineOptions };     // a new device after a loss is made the same way
     if (params.force_cpu) { state.gpuReason = 'CPU requested'; return { backend: 'cpu', reason: state.gpuReason }; }
     if (!gpu) { state.gpuReason = 'no WebGPU in this browser'; return { backend: 'cpu', reason: state.gpuReason }; }
     let mod;
@@ -195,6 +206,7 @@ export class Core {
   async loadModel(name, role, want = null) {
     const state = this.state;
     const log = (level, message) => this.log(level, message);
+    this.recovery.beforeLoad(name, role);        // armed load-phase faults: worker_killed, draft_only
     const { meta, files } = await state.host.files(name);
     const hf = meta.format === 'hf';
     const dir = this.mount(name, meta, files);
@@ -216,10 +228,11 @@ export class Core {
         if (slot === 'head') {   // on the engine beside the champion, reading its features on the GPU
           const champ = state.modelBackend.champion === 'webgpu' ? state.gpuModels.champion : null;
           if (!champ) throw new Error('the champion is not on the WebGPU engine');
-          jsModel = await state.gpu.engine.loadHead(desc, readSlice, champ, { seq_len: champ.config.seq_len });
+          jsModel = await loadOnGpu(this, name, () => state.gpu.engine.loadHead(desc, readSlice, champ, { seq_len: champ.config.seq_len }));
         } else {
           const seqLen = Math.min(desc.config.seq_len, GPU_MAX_CONTEXT);
-          jsModel = await state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen });
+          // (an out-of-memory error scope around it; armed device_lost / gpu_alloc faults fire here)
+          jsModel = await loadOnGpu(this, name, () => state.gpu.engine.loadModel(desc, readSlice, { seq_len: seqLen }));
         }
         // the previous model of the slot is freed first (a head's only once the session took the new one)
         if (slot !== 'head' && state.gpuModels[slot]) { try { state.gpuModels[slot].destroy(); } catch (e) { /* gone */ } }
@@ -228,6 +241,7 @@ export class Core {
         backend = slot === 'head' ? bridge.JsHead(jsModel) : bridge.JsBackend(jsModel);
         backendName = 'webgpu';
       } catch (e) {
+        if (isOutOfMemory(e) || isLost(e)) return this.recovery.gpuLoadFailed(e, name, role, want);
         log('warn', `${name}: the WebGPU engine could not load it (${errorText(e)}); using the CPU fallback`);
       }
     }
@@ -245,6 +259,7 @@ export class Core {
       if (state.gpuModels.head && state.gpuModels.head !== newGpu) { try { state.gpuModels.head.destroy(); } catch (e) { /* gone */ } }
       if (newGpu) state.gpuModels.head = newGpu; else delete state.gpuModels.head;
     }
+    await this.recovery.loaded(name, role, meta);   // the stored sha256s for receipts; the draft is available again
     out.backend = backendName;
     for (const other of SLOTS) {                 // a model holds one slot at a time (the session dropped the other)
       if (other === slot || state.active[other] !== name) continue;
@@ -292,13 +307,15 @@ export class Core {
     const want = params.backend;
     if (want !== undefined && want !== null) await this.useBackend(want);
     const emit = (json) => { if (onTokens) onTokens(JSON.parse(json)); };
-    const out = JSON.parse(await state.session.generate_json(JSON.stringify(params), emit));
+    const run = this.recovery.beginAnswer(params);   // the decode faults, a dropped draft's notice, host callbacks
+    const out = JSON.parse(await state.session.generate_json(JSON.stringify(run.params), emit, run.faultHost,
+      run.recover, run.onFault));
     if (out.finish_reason === 'error' && state.modelBackend.champion === 'webgpu' &&
         /device lost|gpu error/i.test(out.error || '')) {
       await this.fallbackToCpu(out.error);
       out.fallback = 'cpu';
     }
-    return out;
+    return this.recovery.endAnswer(run, out);
   }
 
   cancel() {

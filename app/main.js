@@ -2,6 +2,7 @@
 
 import { exactspec } from './client.js';
 import { DEFAULT_SETTINGS, SETTING_NAMES, STAGES, validateSettings } from './protocol.js';
+import { afterAnswer, armFromUrl, takeNotices, wireNotices, wireReceipt } from './reliability_ui.js';
 
 const $ = (id) => document.getElementById(id);
 const SETTINGS_KEY = 'exactspec.settings.v1';
@@ -245,8 +246,9 @@ async function runAnswer({ cont = false } = {}) {
       showError(`The model failed mid-answer (${res.error}); the answer ends at the last committed token`
         + (res.fallback ? ' and the chat switched to the CPU fallback: Continue finishes it there.' : '.'));
     }
+    const recovered = afterAnswer(res);     // what failed and how the answer was finished (reliability_ui.js)
     setStatus(res.finish_reason === 'cancelled' ? 'Stopped. Continue or send a new message.'
-      : res.fallback ? 'Ready (switched to the CPU fallback after a GPU failure).' : 'Ready.');
+      : res.fallback ? 'Ready (switched to the CPU fallback after a GPU failure).' : recovered || 'Ready.');
   } catch (e) {
     showError(e.message);
     const jsonRefused = /JSON mode:/.test(e.message);
@@ -470,6 +472,8 @@ function wire() {
 
 async function main() {
   wire();
+  wireReceipt();
+  wireNotices({ setStatus, showError, renderModels });
   renderSettings();
   renderJsonMode();
   renderStages([]);
@@ -484,6 +488,8 @@ async function main() {
     if (champ) bootParams.champion = champ;
     if (params.get('draft')) bootParams.draft = params.get('draft');
     if (params.get('cpu') === '1') bootParams.force_cpu = true;
+    const faultError = await armFromUrl(location.search);     // ?faults=kind@phase:round,... (before boot)
+    if (faultError) showError(faultError);
     const r = await exactspec.boot(bootParams);
     setStatus(`Ready (${r.backend === 'webgpu' ? 'WebGPU' : 'CPU fallback'}${r.active.champion ? ', ' + r.active.champion : ', no model: import one'}).`);
     if (!localStorage.getItem(SETTINGS_KEY) && r.active.draft) {   // first visit with a draft model: use it
@@ -492,6 +498,8 @@ async function main() {
     }
     const w = r.stages.find((x) => x.stage === 'weights');
     if (w && w.errors && w.errors.length) showError(`Some models could not be used: ${w.errors.join('; ')}`);
+    const notes = takeNotices();             // a recovery at load (a dropped draft, the CPU fallback...) says so
+    if (notes) setStatus(`${$('status').textContent} ${notes}`);
     document.body.dataset.ready = 'true';
     setBusy(false);
     $('prompt').focus();

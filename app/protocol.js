@@ -8,7 +8,9 @@ export const REQ = Object.freeze({
   BOOT: 'boot',                 // {settings?} -> {backend, models, stages, active}
   GENERATE: 'generate',         // {prompt?, chat?, every setting of static/rules.js (drafter, k, mode, bridge,
                                 //  grammar_draft, ...), response_format?: {type: 'json_object'} | {type: 'json_schema',
-                                //  schema}, continue?, backend?: 'webgpu' | 'cpu'} -> {text, token_ids, finish_reason, stats}
+                                //  schema}, continue?, backend?: 'webgpu' | 'cpu', resume?: {answer, stream} (after a
+                                //  worker restart: the answer's committed ids)} -> {text, token_ids, finish_reason,
+                                //  stats, receipt, recovery?, notices?, faults_fired?}
   CANCEL: 'cancel',             // {} -> {cancelled: bool}   (stops the running generate at its last committed token)
   LIST_MODELS: 'list_models',   // {} -> [{name, size, sha256, role, source, loaded}]
   IMPORT_MODEL: 'import_model', // {url?, file?, files?, name?, role?} -> {name, size, sha256}
@@ -22,6 +24,10 @@ export const REQ = Object.freeze({
   MEMORY: 'memory',             // {} -> {models: {role: {backend, weights, kv, features, scratch, total}}, gpu_buffers,
                                 //        wasm_heap, js_heap_used, js_heap_total} bytes (null where unknown)
   BENCH_FIGURES: 'bench_figures', // {records, ttft, memory, ...} -> {summary, figures} (exactspec.benchmatrix)
+  // fault injection and recovery (app/faults.js, py/exactspec/faults.py; issue 12)
+  FAULTS: 'faults',             // {armed: [{id, kind, phase, round}]} -> {armed: n}  (the worker's copy of what is armed)
+  REIMPORT_MODEL: 'reimport_model', // {name} -> {name, size, sha256}: a damaged stored default model, imported again
+                                //  from this site (deleted first); other models: an error saying to pick the file again
 });
 
 export const EVT = Object.freeze({
@@ -29,6 +35,10 @@ export const EVT = Object.freeze({
   PROGRESS: 'event.progress',   // {task, name, loaded, total}
   TOKENS: 'event.tokens',       // {request_id, text, token_ids}  (newly committed tokens, decoded text delta)
   LOG: 'event.log',             // {level, message}
+  ALIVE: 'event.alive',         // {lock}: the worker holds its liveness lock (Web Locks; released when it dies)
+  FAULT: 'event.fault',         // {fault: {id, kind, phase, round, at_round, at_token, detail}}: an armed fault fired
+  NOTICE: 'event.notice',       // {level, code, message, name?}: what the status line should say (a recovery at load,
+                                //  a damaged stored file and its re-import offer, a refused import)
 });
 
 export const STAGES = Object.freeze(['runtime', 'packages', 'gpu', 'weights', 'ready']);

@@ -5,15 +5,29 @@
 
 import { REQ, EVT } from './protocol.js';
 import { Core, HF_FILE_RE, coreHandlers, dispatch, errorText } from './core.js';
+import { WorkerFaults } from './faults.js';
 import { WeightStore, StoreError, readResponse, readBlob, modelNameFrom } from './store/opfs.js';
 
-function post(msg, transfer) { self.postMessage(msg, transfer || []); }
+let dead = false;       // ended by an armed worker_killed fault: as after a crash, nothing more reaches the page
+function post(msg, transfer) { if (!dead) self.postMessage(msg, transfer || []); }
 function event(kind, payload) { post({ kind, ...payload }); }
 function log(level, message) { event(EVT.LOG, { level, message }); }
 
+// Liveness: this worker holds a Web Lock named after it until it ends; the page (app/client.js) waits on the same
+// lock and so learns of a crash, a kill or a close at once, however busy the worker was.
+if (self.navigator.locks && self.name) {
+  self.navigator.locks.request(self.name, () => {
+    event(EVT.ALIVE, { lock: self.name });      // only once held: the page's request then waits behind it
+    return new Promise(() => {});
+  }).catch(() => {});
+}
+
+const faults = new WorkerFaults((rec) => event(EVT.FAULT, { fault: rec }));
+
 const core = new Core({
-  log, event,
-  files: (name) => state.store.files(name),
+  log, event, faults,
+  kill() { dead = true; self.close(); },
+  files: (name) => state.store.files(name, { verify: true }),   // each stored file's sha256 checked (once)
   // WORKERFS: Python reads the stored Blobs in place (no copy into the wasm heap)
   mount(py, dir, meta, files) {
     py.FS.mount(py.FS.filesystems.WORKERFS, { blobs: files.map((f, i) => ({ name: meta.files[i].file, data: f })) }, dir);
@@ -25,6 +39,7 @@ const state = Object.assign(core.state, { manifest: null, store: null, booting: 
 
 // ---- boot ---------------------------------------------------------------------------------------------------------
 async function boot(params = {}) {
+  faults.set(params.faults);
   const r = await fetch('/manifest.json', { cache: 'no-cache' });
   if (!r.ok) throw new Error(`cannot read /manifest.json (HTTP ${r.status})`);
   state.manifest = await r.json();
@@ -41,7 +56,8 @@ async function boot(params = {}) {
 
   await core.stage('weights', async () => {
     state.store = await WeightStore.open();
-    const imported = [], errors = [];
+    state.store.faults = faults;
+    const imported = [], errors = [], damaged = [];
     const defaults = (m.models || []).filter((x) => x.default !== false);
     for (const dm of defaults) {
       const have = await state.store.get(dm.name);
@@ -67,6 +83,7 @@ async function boot(params = {}) {
     const loaded = [];
     const candidates = [pick('champion', params.champion), pick('champion', null), ...stored.map((x) => x.name)];
     for (const name of [...new Set(candidates.filter(Boolean))]) {
+      if (damaged.includes(name)) continue;
       try {
         await core.loadModel(name, 'champion');
         loaded.push(name);
@@ -74,17 +91,30 @@ async function boot(params = {}) {
       } catch (e) {
         errors.push(`${name}: ${errorText(e)}`);
         log('error', `loading ${name} failed: ${errorText(e)}`);
+        if (e.code === 'damaged') damaged.push(offerReimport(name, e));
       }
     }
     const draft = pick('draft', params.draft);
-    if (draft && !loaded.includes(draft)) {
-      try { await core.loadModel(draft, 'draft'); loaded.push(draft); } catch (e) { errors.push(`draft ${draft}: ${errorText(e)}`); }
+    if (draft && !loaded.includes(draft) && !damaged.includes(draft)) {
+      try { await core.loadModel(draft, 'draft'); loaded.push(draft); } catch (e) {
+        errors.push(`draft ${draft}: ${errorText(e)}`);
+        if (e.code === 'damaged') damaged.push(offerReimport(draft, e));
+      }
     }
-    return { imported, loaded, errors };
+    return { imported, loaded, errors, damaged };
   });
 
   await core.stage('ready', async () => ({ backend: state.backend }));
   return core.status();
+}
+
+// A stored file failed its sha256 check: say so, and offer a re-import (from this site for a default model; the page
+// asks for the file again otherwise). Returns the model's name.
+function offerReimport(name, e) {
+  const dm = ((state.manifest && state.manifest.models) || []).find((x) => x.name === name);
+  event(EVT.NOTICE, { level: 'error', code: 'damaged', name, reimport: dm ? 'site' : 'file',
+    message: `${errorText(e)}.` + (dm ? ' Re-import it from this site.' : ' Import its file again.') });
+  return name;
 }
 
 // Does the active draft have a provenance manifest (served with the default models) naming the active champion?
@@ -186,6 +216,33 @@ const handlers = {
     const p = msg.params || {};
     const meta = p.url ? await importFromUrl(p) : await importFiles(p);
     return { name: meta.name, size: meta.size, sha256: meta.sha256, role: meta.role };
+  },
+  async [REQ.LOAD_MODEL](msg) {
+    core.needReady();
+    const { name, role = 'champion' } = msg.params || {};
+    try {
+      return await core.loadModel(name, role);
+    } catch (e) {
+      if (e.code === 'damaged') offerReimport(name, e);
+      throw e;
+    }
+  },
+  async [REQ.FAULTS](msg) {
+    faults.set(((msg.params || {}).armed) || []);
+    return { armed: faults.armed.length };
+  },
+  async [REQ.REIMPORT_MODEL](msg) {
+    core.needReady();
+    const name = (msg.params || {}).name;
+    const dm = ((state.manifest && state.manifest.models) || []).find((x) => x.name === name);
+    if (!dm) throw new StoreError(`${name} was imported from a file: import that file again (delete the damaged copy first)`);
+    const role = state.active.champion === name ? 'champion' : state.active.draft === name ? 'draft' : null;
+    if (role) { state.session.unload(name); core.unmount(name); state.active[role] = null; }
+    await state.store.delete(name);
+    const meta = await importFromUrl({ url: dm.url, name: dm.name, role: dm.role, size: dm.size, sha256: dm.sha256,
+      source: 'default' });
+    if (role) await core.loadModel(name, role);
+    return { name: meta.name, size: meta.size, sha256: meta.sha256, role: meta.role, loaded: role };
   },
   async [REQ.DELETE_MODEL](msg) {
     if (!state.store) state.store = await WeightStore.open();

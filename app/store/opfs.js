@@ -3,13 +3,22 @@
 //   exactspec/models/<name>/<files>     model.gguf, or config.json + *.safetensors + tokenizer.json (HF folder)
 // An import that fails (network, quota, sha256, validation) removes its folder: no half file is left behind.
 // Folders without meta.json (an import cut short by a closed tab) are swept on open().
+// files(name, {verify: true}) checks every file's sha256 against the one recorded at import (once per worker for an
+// unchanged file): a damaged stored file is refused (StoreError code 'damaged') so the page can offer a re-import.
+// Fault injection (app/faults.js, off unless armed): store.faults.take('opfs_write' | 'opfs_read', 'load').
 
 import { Sha256 } from './sha256.js';
 
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 const CHUNK = 1 << 20;
 
-export class StoreError extends Error {}
+export class StoreError extends Error {
+  constructor(message, { code = null, model = null } = {}) {
+    super(message);
+    this.code = code;         // 'damaged' | 'quota' | 'locked' | null
+    this.model = model;
+  }
+}
 
 export function modelNameFrom(fileName) {
   const stem = String(fileName).replace(/\.(gguf|safetensors)$/i, '');
@@ -18,7 +27,11 @@ export function modelNameFrom(fileName) {
 }
 
 export class WeightStore {
-  constructor(root) { this.root = root; }
+  constructor(root) {
+    this.root = root;
+    this.faults = null;         // app/faults.js WorkerFaults, when the worker has one
+    this.verified = new Map();  // `${name}/${file}` -> `${size}:${lastModified}` of a file whose sha256 was checked
+  }
 
   static async open() {
     if (!navigator.storage || !navigator.storage.getDirectory) {
@@ -68,8 +81,9 @@ export class WeightStore {
     }
   }
 
-  // The File objects of a stored model, for WORKERFS: [{file, name}] (main file first).
-  async files(name) {
+  // The File objects of a stored model, for WORKERFS: [{file, name}] (main file first). verify: check each file's
+  // sha256 against the one recorded at import (skipped for a file checked before and unchanged since).
+  async files(name, { verify = false } = {}) {
     const meta = await this.get(name);
     if (!meta) throw new StoreError(`no model named ${name} in the store`);
     const dir = await this.root.getDirectoryHandle(name);
@@ -83,7 +97,23 @@ export class WeightStore {
       }
       if (file.size !== f.size) {
         throw new StoreError(`${name}: stored file ${f.file} is damaged (${file.size} bytes, expected ${f.size}): ` +
-          'delete the model and import it again');
+          'import it again', { code: 'damaged', model: name });
+      }
+      if (verify && this.faults && this.faults.take('opfs_read', 'load', `${name}/${f.file}`)) {
+        const { damaged } = await import('../faults.js');
+        file = await damaged(file);          // reads back with one byte changed
+        this.verified.delete(`${name}/${f.file}`);
+      }
+      if (verify && f.sha256) {
+        const key = `${name}/${f.file}`, stamp = `${file.size}:${file.lastModified}`;
+        if (this.verified.get(key) !== stamp) {
+          const got = await sha256Hex(file);
+          if (got !== f.sha256) {
+            throw new StoreError(`${name}: stored file ${f.file} is damaged (its sha256 no longer matches the one ` +
+              'recorded at import): import it again', { code: 'damaged', model: name });
+          }
+          if (file instanceof File) this.verified.set(key, stamp);
+        }
       }
       out.push(file);
     }
@@ -117,7 +147,17 @@ export class WeightStore {
     const free = quota - usage;
     if (bytes * 1.05 + (1 << 20) > free) {
       throw new StoreError(`not enough storage for ${fmtBytes(bytes)}: ${fmtBytes(free)} free of this site's quota ` +
-        `(${fmtBytes(quota)}); delete a model first`);
+        `(${fmtBytes(quota)}); delete a model first`, { code: 'quota' });
+    }
+  }
+
+  // "X free of Y" from the browser's estimate, or '' where it gives none.
+  async quotaText() {
+    try {
+      const { usage = 0, quota } = await navigator.storage.estimate();
+      return Number.isFinite(quota) ? `${fmtBytes(Math.max(0, quota - usage))} free of this site's ${fmtBytes(quota)} quota` : '';
+    } catch (e) {
+      return '';
     }
   }
 
@@ -144,6 +184,13 @@ export class WeightStore {
           for await (const chunk of src.read()) {
             if (src.size && off + chunk.length > src.size) {
               throw new StoreError(`${src.file}: more bytes than the expected ${src.size}`);
+            }
+            // an armed opfs_write fault: half of this chunk is written, then the write fails as a full quota would
+            // (a partial file exists, which the failure must remove)
+            if (this.faults && this.faults.take('opfs_write', 'load', `${name}/${src.file}`)) {
+              access.write(chunk.subarray(0, chunk.length >> 1), { at: off });
+              access.flush();
+              throw new DOMException('injected: the storage quota is exceeded', 'QuotaExceededError');
             }
             let w = 0;
             while (w < chunk.length) w += access.write(chunk.subarray(w), { at: off + w });
@@ -187,7 +234,14 @@ export class WeightStore {
     } catch (e) {
       await this.root.removeEntry(name, { recursive: true }).catch(() => {});
       if (e && e.name === 'QuotaExceededError') {
-        throw new StoreError(`storage quota exceeded while importing ${name}; the partial file was removed`);
+        const q = await this.quotaText();
+        throw new StoreError(`storage quota exceeded while importing ${name} (${fmtBytes(total || loaded)}` +
+          `${q ? `; ${q}` : ''}): the partial file was removed and every stored model is intact; delete a model ` +
+          'or free space, then import again', { code: 'quota', model: name });
+      }
+      if (e && e.name === 'NoModificationAllowedError') {
+        throw new StoreError(`cannot write ${name}: another tab of this site holds the file open (close it and try ` +
+          'again); the partial file was removed and every stored model is intact', { code: 'locked', model: name });
       }
       throw e;
     }
@@ -199,6 +253,17 @@ export function checkName(name) {
     throw new StoreError(`invalid model name ${JSON.stringify(name)}: use letters, digits, '.', '_' or '-' (max 100)`);
   }
   return name;
+}
+
+// Hex sha256 of a Blob: WebCrypto for files that fit in memory at once, the streaming JS hash beyond.
+export async function sha256Hex(blob) {
+  if (blob.size <= (512 << 20) && globalThis.crypto && crypto.subtle) {
+    const d = new Uint8Array(await crypto.subtle.digest('SHA-256', await blob.arrayBuffer()));
+    return Array.from(d, (b) => b.toString(16).padStart(2, '0')).join('');
+  }
+  const h = new Sha256();
+  for await (const c of readBlob(blob)) h.update(c);
+  return h.hex();
 }
 
 export async function* readResponse(resp) {

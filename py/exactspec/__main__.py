@@ -11,13 +11,25 @@ import sys
 
 
 def _load(path: str, max_len: int | None, keep_features: bool = False):
+    """(ReferenceModel, tokenizer or None) of a GGUF file (parsed once) or a Hugging Face folder, the tokenizer
+    checked against the model's vocabulary (session.fit_tokenizer)."""
+    import os
     from .reference import ReferenceModel
+    from .session import fit_tokenizer
     from .tokenizer import Tokenizer
-
+    with open(path, "rb") if os.path.isfile(path) else open(os.devnull, "rb") as f:
+        gguf = f.read(4) == b"GGUF"
+    if gguf:
+        from .formats.gguf import GGUFFile
+        g = GGUFFile(path)
+        model = ReferenceModel(g.config(), g.lazy_weights(), max_len=max_len, keep_features=keep_features)
+        tok = Tokenizer.from_gguf_metadata(g.metadata) if "tokenizer.ggml.tokens" in g.metadata else None
+        return model, fit_tokenizer(tok, model.config, "gguf")
     model = ReferenceModel.from_file(path, max_len=max_len, keep_features=keep_features)
-    tok = Tokenizer.from_gguf(path) if str(path).endswith(".gguf") else Tokenizer.from_tokenizer_json(
-        f"{path}/tokenizer.json")
-    return model, tok
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    tj = os.path.join(folder, "tokenizer.json")
+    tok = Tokenizer.from_tokenizer_json(tj) if os.path.isfile(tj) else None
+    return model, fit_tokenizer(tok, model.config, "hf")
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool, system: str | None = None) -> list[int]:
@@ -59,8 +71,21 @@ def cmd_generate(a) -> int:
     cfg.validate()
     if a.drafter in ("model", "head") and not a.draft:
         raise ValueError(f"--drafter {a.drafter} needs --draft PATH")
+    if a.max_len is not None and a.max_len < 1:
+        raise ValueError(f"--max-len {a.max_len} must be at least 1")
     champion, tok = _load(a.model, a.max_len, keep_features=a.drafter == "head")
+    if tok is None:
+        raise ValueError(f"{a.model}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json)")
     ids = prompt_ids(tok, a.prompt, a.chat, a.system)
+    room = champion.max_len - len(ids)          # KV positions left after the prompt (--max-len, else the context)
+    if room < 1:
+        raise ValueError(f"the prompt is {len(ids)} tokens but the model's context holds {champion.max_len} "
+                         f"positions{' (--max-len)' if a.max_len else ''}: shorten the prompt"
+                         + (" or raise --max-len" if a.max_len else ""))
+    if cfg.max_new_tokens > room:
+        print(f"note: --max-new-tokens {cfg.max_new_tokens} capped at {room}: the KV cache holds "
+              f"{champion.max_len} positions and the prompt takes {len(ids)}", file=sys.stderr)
+        cfg.max_new_tokens = room
     draft = dtok = None
     if a.drafter == "head":
         import os
@@ -83,6 +108,8 @@ def cmd_generate(a) -> int:
         on_tokens = None
     res = generate(champion, ids, cfg, draft=draft, tokenizer=tok, draft_tokenizer=dtok, on_tokens=on_tokens)
     text = res.text if res.text is not None else tok.decode(res.token_ids)
+    if a.receipt:
+        write_receipt(a, cfg, s, res, ids, tok)
     if a.json:
         out = {"text": text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
                "prompt_tokens": len(ids), "stats": dict(res.stats, backend="cpu-reference")}
@@ -91,12 +118,48 @@ def cmd_generate(a) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write(stream.flush() + "\n")
+        if res.finish_reason == "error":
+            print(f"error: {res.error or 'the backend failed'} (the answer ends at its last committed token)",
+                  file=sys.stderr)
         s = res.stats
         forced = f", forced {s['forced_accepted']}/{s['forced_proposed']}" if cfg.response_format else ""
         print(f"[{res.finish_reason}] {s['new_tokens']} tokens, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tok/s, "
               f"target passes {s['target_passes']}, draft passes {s['draft_passes']}{forced}"
               + (f", bridge {s['bridge']}" if s.get("bridge") else ""), file=sys.stderr)
     return 0 if res.finish_reason != "error" else 3
+
+
+def write_receipt(a, cfg, settings: dict, res, ids, tok) -> None:
+    """--receipt FILE: the answer's privacy-safe receipt (exactspec.receipts; no prompt, output, names or paths)."""
+    from .receipts import artifact_of, make_receipt, tokenizer_sha256, validate
+    from .session import _rss_peak
+    stats = dict(res.stats, attempts=1)
+    r = make_receipt(
+        settings={**settings, "response_format": cfg.response_format}, stats=stats,
+        finish_reason=res.finish_reason, failed=res.failed, seed=cfg.seed, prompt_tokens=len(ids),
+        champion=artifact_of(a.model), draft=artifact_of(a.draft, "head" if a.drafter == "head" else "model")
+        if a.drafter in ("model", "head") and a.draft else None,
+        tokenizer={"sha256": tokenizer_sha256(tok), "vocab_size": tok.vocab_size},
+        backend={"champion": "cpu-reference", "draft": "cpu-reference" if a.drafter in ("model", "head") else None},
+        memory={"rss_peak_bytes": _rss_peak()}, versions={"engine": "cpu-reference"},
+        policy={"bridge_used": res.stats.get("bridge")})
+    problems = validate(r)
+    if problems:                      # (a bug here, never a user's input)
+        raise RuntimeError(f"the receipt does not match its schema: {problems[:3]}")
+    with open(a.receipt, "w", encoding="utf-8") as f:
+        json.dump(r, f, indent=1)
+        f.write("\n")
+
+
+def cmd_receipt_schema(a) -> int:
+    from .receipts import schema_json
+    text = schema_json()
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -132,7 +195,12 @@ def main(argv=None) -> int:
                    help="JSON mode: the grammar proposes the tokens it forces (default on)")
     g.add_argument("--max-len", type=int, default=None, help="KV cache length to allocate (default: model context)")
     g.add_argument("--json", action="store_true", help='print {"text", "token_ids", "stats"} as JSON')
+    g.add_argument("--receipt", metavar="FILE", help="write the answer's privacy-safe receipt (JSON) to FILE")
+    rs = sub.add_parser("receipt-schema", help="print the receipt's JSON schema (py/exactspec/receipt.schema.json)")
+    rs.add_argument("--out", help="write it to this file instead")
     a = ap.parse_args(argv)
+    if a.cmd == "receipt-schema":
+        return cmd_receipt_schema(a)
     try:
         return cmd_generate(a)
     except (SettingsError, ValueError, OSError) as e:

@@ -30,7 +30,12 @@ from . import verify
 
 
 class BackendError(RuntimeError):
-    """A backend (champion or draft) failed during a forward pass (e.g. WebGPU device lost)."""
+    """A backend (champion or draft) failed during a forward pass (e.g. WebGPU device lost). source: 'champion',
+    'draft', or 'round' (a batched step running both on the device)."""
+
+    def __init__(self, message: str, source: str = "champion"):
+        super().__init__(message)
+        self.source = source
 
 
 @dataclass
@@ -83,6 +88,8 @@ class GenerateResult:
     text: str | None = None
     error: str | None = None
     eos_id: int | None = None
+    failed: str | None = None       # finish 'error': what failed: 'champion' | 'draft' | 'round' | 'loop' (the loop's
+                                    # own code raised: an exception in speculative or verification code)
 
 
 @dataclass
@@ -176,10 +183,13 @@ async def generate_async(
     clock: Callable[[], float] | None = None,
     constraint=None,
     grammar_state=None,
+    faults=None,
 ) -> GenerateResult:
     """JSON mode (cfg.response_format): `constraint` is the exactspec.constrain.Constraint to use (built from the
     tokenizer if None; the session passes a cached one), `grammar_state` where the answer's grammar starts (a
-    continued answer; default: the start)."""
+    continued answer; default: the start). faults: an exactspec.faults.FaultPlan (armed faults fire at their phase;
+    None: none). A backend failure or an exception inside the loop ends the answer at its last committed token with
+    finish 'error' and `failed` naming what failed (the caller decides how to go on: exactspec.session)."""
     cfg.validate()
     clock = clock or time.perf_counter
     t_start = clock()
@@ -252,12 +262,22 @@ async def generate_async(
         except Exception as e:  # a backend fault: report it, keep the committed prefix
             raise BackendError(f"champion {what} failed: {e}") from e
 
+    from .faults import DraftFault, InjectedFault, WorkerKilled
+    hit = faults.hit if faults is not None else (lambda phase: None)
+    failed = None
     try:
         # prefill: everything but the last prompt token, reusing what the cache already holds
         keep = min(champion.common_prefix(prompt), len(prompt) - 1)
         champion.truncate(keep)
+        try:
+            hit("prefill")
+        except DraftFault as e:
+            raise BackendError(f"draft prefill failed: {e}", "draft") from e
         if isinstance(drafter, ModelDrafter):       # (a head too) a bridged drafter rolls its draft back itself
-            draft.truncate(min(draft.common_prefix(prompt), len(prompt) - 1))
+            try:
+                draft.truncate(min(draft.common_prefix(prompt), len(prompt) - 1))
+            except Exception as e:
+                raise BackendError(f"draft prefill failed: {e}", "draft") from e
         if keep < len(prompt) - 1:
             await champion_pass(prompt[keep:-1], keep, 1, "prefill")
             n.prefill_passes += 1
@@ -276,6 +296,9 @@ async def generate_async(
             if len(seq) >= C.seq_len:
                 finish = "length"  # context full
                 break
+            if faults is not None:
+                faults.next_round()
+                faults.tokens = len(generated)
             k_cap = min(k_hi, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
             k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
             t0 = len(seq)  # absolute position of the first token this round emits
@@ -289,9 +312,16 @@ async def generate_async(
             proposals, q_rows = [], None
             if (k > 0 or gram is not None) and not on_device:     # (JSON mode: forced tokens even at k = 0)
                 try:
+                    hit("draft")
                     proposals, q_rows = await drafter.propose(seq, k, picker)
+                except (DraftFault, BackendError) as e:
+                    raise BackendError(f"draft forward failed: {e}", "draft") from e
+                except InjectedFault:
+                    raise
                 except Exception as e:
-                    raise BackendError(f"draft forward failed: {e}") from e
+                    if gram is not None or not isinstance(drafter, ModelDrafter):
+                        raise        # the drafter's own code (n-gram, grammar): the loop's exception handler
+                    raise BackendError(f"draft forward failed: {e}", "draft") from e
                 if gram is None:
                     proposals = proposals[:k]
             if not on_device and not proposals and batched and champion.ahead_max >= 2:
@@ -299,6 +329,7 @@ async def generate_async(
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
                 # (a drafter that found nothing this time may find proposals soon: run ahead less far then)
                 n_ahead = max(1, min(ahead if k == 0 else min(ahead, 4), remaining, C.seq_len - t0 + 1))
+                hit("verify")
                 try:
                     res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows)
                 except Exception as e:
@@ -323,15 +354,21 @@ async def generate_async(
                     # the draft's k passes and the champion's verify in one submission
                     feed, d_start = drafter.catch_up(seq)
                     try:
+                        hit("draft")             # the draft's passes run inside the round, on the device
+                    except DraftFault as e:
+                        raise BackendError(f"draft forward failed: {e}", "draft") from e
+                    hit("verify")
+                    try:
                         res = await champion.spec_round(draft, feed, d_start, k, seq[-1], t0 - 1, pick, want_rows)
                     except Exception as e:
-                        raise BackendError(f"speculative round failed: {e}") from e
+                        raise BackendError(f"speculative round failed: {e}", "round") from e
                     drafter.passes += k
                     proposals = [int(x) for x in res.proposals]
                     logits, champ_ids = res.rows, res.ids
                     n.submissions += 1
                     n.readback_bytes += 4 * (2 * k + 1) + ((k + 1) * V * 4 if want_rows else 0)
                 else:
+                    hit("verify")
                     d_passes = getattr(drafter, "passes", 0) - passes_before
                     n.submissions += 1 + d_passes
                     if batched and params.greedy and champion.offers("verify"):
@@ -405,18 +442,42 @@ async def generate_async(
                         del seq[len(seq) - drop:]
                         emitted = emitted[: len(emitted) - drop]
                     finish = "stop"
-            champion.truncate(max(0, min(champion.length, len(seq) - 1)))
-            drafter.update(len(seq))
+            # roll both caches back to what is committed (O(1)), then stream it; a rollback that fails still lets the
+            # round's committed tokens be streamed first (the caller's text is always exactly the committed tokens)
+            rollback_error = None
+            try:
+                champion.truncate(max(0, min(champion.length, len(seq) - 1)))
+            except Exception as e:
+                rollback_error = BackendError(f"champion rollback failed: {e}", "champion")
+            try:
+                drafter.update(len(seq))
+            except Exception as e:
+                if not isinstance(drafter, ModelDrafter):
+                    raise
+                rollback_error = rollback_error or BackendError(f"draft rollback failed: {e}", "draft")
             if emitted and t_first is None:
                 t_first = clock()
             if on_tokens is not None and emitted:
                 on_tokens(list(emitted))
+            if rollback_error is not None:
+                raise rollback_error
+            if faults is not None:
+                faults.tokens = len(generated)
+                try:
+                    hit("commit")        # the round's tokens committed, the caches rolled back, the tokens streamed
+                except DraftFault as e:
+                    raise BackendError(f"draft rollback failed: {e}", "draft") from e
             if finish in ("eos", "stop"):
                 break
             await asyncio.sleep(0)  # let the host (Pyodide's event loop) deliver cancel requests
-    except BackendError as e:
+    except WorkerKilled:
+        raise                    # the worker is gone: nothing to roll back, nothing more to stream
+    except Exception as e:       # a backend fault (BackendError), or the loop's own code raised
         finish = "error"
-        error = str(e)
+        if isinstance(e, BackendError):
+            error, failed = str(e), e.source
+        else:
+            error, failed = f"{type(e).__name__} in the decode loop: {e}", "loop"
         # roll both caches back to the committed prefix; a dead device may refuse even that
         for b in (champion, draft):
             if b is None or not hasattr(b, "invalidate"):
@@ -456,9 +517,11 @@ async def generate_async(
         "forced_proposed": n.forced_proposed,
         "forced_accepted": n.forced_accepted,
         "mask_ms": (gram.seconds - mask_s0) * 1000.0 if gram is not None else 0.0,
+        "proposed_at": list(n.proposed_at),        # counts behind acceptance_by_position (merging answers' stats)
+        "accepted_at": list(n.accepted_at),
     }
     stats.update(drafter.stats() if hasattr(drafter, "stats") else {})   # a bridged drafter's counters
-    return GenerateResult(generated, finish, stats, text=text, error=error, eos_id=eos_hit)
+    return GenerateResult(generated, finish, stats, text=text, error=error, eos_id=eos_hit, failed=failed)
 
 
 def generate(champion, prompt_ids, cfg: GenerateConfig, **kw) -> GenerateResult:

@@ -136,14 +136,16 @@ class ReferenceModel:
         self.rope_dim = rope_dim
         qd, kd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
 
+        from .formats.quant import FormatError     # (a ValueError) the weights a file gave cannot be used
+
         def get(name: str, shape: tuple) -> np.ndarray:
             if name not in weights:
-                raise ValueError(f"missing weight {name}")
+                raise FormatError(f"missing weight {name}")
             w = np.asarray(weights[name])
             if tuple(w.shape) != shape:
-                raise ValueError(f"weight {name} has shape {tuple(w.shape)}, expected {shape}")
+                raise FormatError(f"weight {name} has shape {tuple(w.shape)}, expected {shape}")
             if not np.all(np.isfinite(w)):
-                raise ValueError(f"weight {name} has non-finite values")
+                raise FormatError(f"weight {name} has non-finite values (NaN or Inf)")
             return np.ascontiguousarray(w, dtype=np.float32)
 
         self.embed = get("token_embd.weight", (c.vocab_size, c.dim))                  # (vocab, dim)

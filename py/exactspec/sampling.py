@@ -63,6 +63,8 @@ class Rng:
     def __init__(self, seed: int):
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
             raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+        if not -(1 << 63) <= int(seed) <= _MASK64:    # a 64-bit value (signed or not); a larger one would alias
+            raise ValueError(f"seed {int(seed)} is outside -2**63..2**64-1")   # a smaller seed (the key is 64 bits)
         self.seed = int(seed)
         self._key = int(_mix(np.array([self.seed & _MASK64], dtype=np.uint64) + _GOLDEN)[0])
         self._steps = np.zeros(0, dtype=np.uint64)          # (n,) v * golden for v = 1..n, wrapping

@@ -92,14 +92,14 @@ class YieldingBackend(PassThrough):
         return (await r) if inspect.isawaitable(r) else r
 
 
-def inspect_model(path: str) -> dict:
+def inspect_model(path: str, gguf=None) -> dict:
     """Validate a stored model without loading weights: a GGUF file (header, tensor extents, config, tokenizer) or a
     Hugging Face folder (config.json, safetensors headers, tokenizer.json). Returns a JSON-able summary; raises a
-    ValueError subclass naming the problem."""
+    ValueError subclass naming the problem. gguf: the file already parsed (formats.GGUFFile), else it is parsed."""
     if os.path.isdir(path):
         return _inspect_hf(path)
     from .formats.gguf import GGUFFile
-    g = GGUFFile(path)                                          # raises FormatError on a truncated/corrupt file
+    g = gguf if gguf is not None else GGUFFile(path)            # raises FormatError on a truncated/corrupt file
     md = g.metadata
     from .drafters.head import HEAD_ARCH, head_config_of
     if md.get("general.architecture") == HEAD_ARCH:             # a draft head: it runs on a champion's features
@@ -118,59 +118,80 @@ def inspect_model(path: str) -> dict:
 
 
 def _inspect_hf(folder: str) -> dict:
+    from .formats.layout import load_json
     from .formats.quant import FormatError
-    from .formats.safetensors import SafetensorsFile, config_from_hf, hf_to_gguf_name
-    cfg_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(cfg_path):
+    from .formats.safetensors import hf_tensor_table
+    if not os.path.isfile(os.path.join(folder, "config.json")):
         raise FormatError("a Hugging Face folder needs config.json")
-    try:
-        with open(cfg_path, encoding="utf-8") as f:
-            cfg = config_from_hf(json.load(f))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FormatError(f"config.json is not valid JSON: {e}") from None
-    files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
-    if not files:
+    if not any(n.endswith(".safetensors") for n in os.listdir(folder)):
         raise FormatError("a Hugging Face folder needs at least one .safetensors file")
-    names = set()
-    size = 0
-    for n in files:
-        st = SafetensorsFile(os.path.join(folder, n))          # raises FormatError on truncation
-        names.update(x for x in (hf_to_gguf_name(t) for t in st.tensors) if x)
-        size += os.path.getsize(os.path.join(folder, n))
-    if "token_embd.weight" not in names:
-        raise FormatError("the safetensors files hold no model.embed_tokens.weight: not a llama checkpoint")
+    cfg, table = hf_tensor_table(folder)      # config.json, every shard's header, the tensors checked
+    size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".safetensors"))
     has_tok = os.path.isfile(os.path.join(folder, "tokenizer.json"))
     template = None
     tc = os.path.join(folder, "tokenizer_config.json")
     if os.path.isfile(tc):
-        try:
-            with open(tc, encoding="utf-8") as f:
-                template = json.load(f).get("chat_template")
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
-            raise FormatError(f"tokenizer_config.json is not a valid JSON object: {e}") from None
+        with open(tc, "rb") as f:
+            tcfg = load_json(f.read(), "tokenizer_config.json")
+        if not isinstance(tcfg, dict):
+            raise FormatError("tokenizer_config.json is not a JSON object")
+        template = tcfg.get("chat_template")
     return {"format": "hf", "kind": "model", "arch": cfg.arch, "model_name": os.path.basename(folder.rstrip("/")),
-            "config": cfg.to_json(), "n_tensors": len(names), "has_tokenizer": has_tok,
+            "config": cfg.to_json(), "n_tensors": len(table), "has_tokenizer": has_tok,
             "has_chat_template": isinstance(template, str), "file_size": size}
 
 
-def load_model_files(path: str, backend=None, keep_features: bool = False):
+def fit_tokenizer(tok, config, fmt: str):
+    """The tokenizer checked against the model's vocabulary (FormatError if they cannot go together): larger than
+    the model is refused; smaller is refused for a GGUF file (its tokenizer and embedding describe one vocabulary),
+    and for a Hugging Face folder the embedding's extra rows are padding: ids past the tokenizer decode to nothing
+    (as Hugging Face does) instead of failing mid-answer."""
+    if tok is None:
+        return None
+    from .formats.quant import FormatError
+    if tok.vocab_size > config.vocab_size:
+        raise FormatError(f"the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}")
+    if tok.vocab_size < config.vocab_size:
+        if fmt == "gguf":
+            raise FormatError(f"the file's tokenizer has {tok.vocab_size} tokens but its model's vocabulary is "
+                              f"{config.vocab_size}: the model could emit ids no token spells (a GGUF's tokenizer and "
+                              "embedding must agree)")
+        tok.pad_vocab(config.vocab_size)
+    return tok
+
+
+class _Count:
+    """A tokenizer's size only (fit_tokenizer on a tokenizer not built)."""
+
+    def __init__(self, n: int):
+        self.vocab_size = n
+
+    def pad_vocab(self, n: int) -> None:
+        self.vocab_size = n
+
+
+def load_model_files(path: str, backend=None, keep_features: bool = False, gguf=None):
     """(backend, tokenizer, chat_template, config, summary) for a GGUF file or a Hugging Face folder; backend
     defaults to the numpy ReferenceModel (the CPU fallback; keep_features: it keeps the features a draft head
-    reads)."""
+    reads). A GGUF file is parsed once (or not at all: `gguf`, formats.GGUFFile of it)."""
     from .tokenizer import Tokenizer
-    summary = inspect_model(path)
-    if summary["format"] == "hf":
+    if os.path.isdir(path):
+        summary = _inspect_hf(path)
         tok = Tokenizer.from_tokenizer_json(os.path.join(path, "tokenizer.json")) if summary["has_tokenizer"] else None
         template = getattr(tok, "chat_template", None)
+        if backend is None:
+            from .reference import ReferenceModel
+            backend = ReferenceModel.from_file(path, keep_features=keep_features)
     else:
         from .formats.gguf import GGUFFile
-        template = GGUFFile(path).metadata.get("tokenizer.chat_template")
-        tok = Tokenizer.from_gguf(path) if summary["has_tokenizer"] else None
-    if backend is None:
-        from .reference import ReferenceModel
-        backend = ReferenceModel.from_file(path, keep_features=keep_features)
-    if tok is not None and tok.vocab_size > backend.config.vocab_size:
-        raise ValueError(f"the tokenizer has {tok.vocab_size} tokens but the model only {backend.config.vocab_size}")
+        g = gguf if gguf is not None else GGUFFile(path)
+        summary = inspect_model(path, gguf=g)
+        template = g.metadata.get("tokenizer.chat_template")
+        tok = Tokenizer.from_gguf_metadata(g.metadata) if summary["has_tokenizer"] else None
+        if backend is None:
+            from .reference import ReferenceModel
+            backend = ReferenceModel(g.config(), g.lazy_weights(), keep_features=keep_features)
+    tok = fit_tokenizer(tok, backend.config, summary["format"])
     return backend, tok, template if isinstance(template, str) else None, backend.config, summary
 
 
@@ -187,32 +208,90 @@ class Session:
         self._busy = False
         self._clock = clock
         self._cont: dict | None = None      # state for `continue`: ids so far and the live stream decoder
+        self._parsed: dict = {}             # path -> ((size, mtime_ns), formats.GGUFFile): one parse per file
+        self._recovering = False            # a device recovery reloads the models while an answer is running
         self._constraints: dict = {}        # (champion, schema) -> exactspec.constrain.Constraint (its mask caches)
 
     # -- models -----------------------------------------------------------------------------------------------
+    def _gguf(self, path: str):
+        """The parsed GGUF file at `path` (formats.GGUFFile), or None for a folder / another format: parsed once while
+        the file stays the same (describe, inspect and load of one model share it)."""
+        if os.path.isdir(path):
+            return None
+        try:
+            st = os.stat(path)
+            with open(path, "rb") as f:
+                if f.read(4) != b"GGUF":
+                    return None
+        except OSError:
+            return None
+        key = (st.st_size, st.st_mtime_ns)
+        hit = self._parsed.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        from .formats.gguf import GGUFFile
+        g = GGUFFile(path)
+        self._parsed.pop(path, None)
+        self._parsed[path] = (key, g)
+        while len(self._parsed) > 4:
+            self._parsed.pop(next(iter(self._parsed)))
+        return g
+
     def inspect(self, path: str) -> str:
-        return json.dumps(inspect_model(path))
+        """inspect_model's summary JSON, after checking the tokenizer too (an import refuses a file whose tokenizer
+        cannot work with its model: an unsupported kind, fewer tokens than the vocabulary, ...)."""
+        g = self._gguf(path)
+        summary = inspect_model(path, gguf=g)
+        if summary.get("kind") == "model" and summary.get("has_tokenizer"):
+            from .backend import ModelConfig
+            from .tokenizer import Tokenizer, gguf_tokenizer_args
+            cfg = ModelConfig(**summary["config"])
+            if g is not None:          # the cheap checks (no tables): SmolLM2's are built at load
+                n = len(gguf_tokenizer_args(g.metadata)["tokens"])
+                fit_tokenizer(_Count(n), cfg, "gguf")
+            else:
+                fit_tokenizer(Tokenizer.from_tokenizer_json(os.path.join(path, "tokenizer.json")), cfg, "hf")
+        # every weight finite (read once, not dequantised): a NaN/Inf weight is refused here, not at a load
+        from .formats.layout import check_finite
+        if g is not None:
+            check_finite(path, [(t.name, t.type_name, t.offset, t.nbytes) for t in g.tensors.values()])
+        elif summary.get("format") == "hf":
+            from .formats.safetensors import hf_tensor_table
+            by_file: dict = {}
+            for gname, (fp, _n, dtype, _shape, off, nbytes) in hf_tensor_table(path)[1].items():
+                by_file.setdefault(fp, []).append((gname, dtype, off, nbytes))
+            for fp, ts in by_file.items():
+                check_finite(fp, ts)
+        return json.dumps(summary)
 
     def describe(self, path: str) -> str:
         """formats.describe() JSON (tensor offsets, config; a GGUF file or a Hugging Face folder) for the WebGPU engine."""
+        g = self._gguf(path)
+        if g is not None:
+            d = g.describe()
+            if d.get("config") is None:
+                g.config()               # a file the reader refuses: say why (formats.layout) instead of "no config"
+            return json.dumps(d)
         from .formats import describe
         return json.dumps(describe(path))
 
     def load(self, name: str, path: str, role: str = "champion", backend=None, backend_name: str | None = None) -> str:
         if role not in ("champion", "draft"):
             raise SessionError(f"role must be 'champion' or 'draft', not {role!r}")
-        if self._busy:
+        if self._busy and not self._recovering:
             raise SessionError("cannot load a model while an answer is being generated: stop it first")
-        from .drafters.head import is_head_gguf
+        from .drafters.head import HEAD_ARCH
         slot = role                 # 'champion' | 'draft' | 'head': a draft head has its own slot
-        if os.path.isfile(path) and is_head_gguf(path):
+        parsed = self._gguf(path)
+        if parsed is not None and parsed.metadata.get("general.architecture") == HEAD_ARCH:
             if role != "draft":
                 raise SessionError(f"{name} is a draft head: it can only be loaded as the draft")
             be, tok, template, cfg, summary = self._load_head(path, backend)
             slot = "head"
         else:
             # a CPU champion keeps its features: a draft head may read them
-            be, tok, template, cfg, summary = load_model_files(path, backend, keep_features=role == "champion")
+            be, tok, template, cfg, summary = load_model_files(path, backend, keep_features=role == "champion",
+                                                               gguf=parsed)
         if role == "champion" and tok is None:
             raise SessionError(f"{name}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json): "
                                "it can only be a draft")
@@ -459,25 +538,56 @@ class Session:
                 raise SessionError("continue: the answer so far is not valid JSON for its schema: regenerate it")
         return rf, c, state
 
-    async def generate(self, req: dict, emit: Callable[[str], Any] | None = None) -> dict:
+    async def generate(self, req: dict, emit: Callable[[str], Any] | None = None, fault_host=None, recover=None,
+                       on_fault=None) -> dict:
         """req: {prompt | chat | prompt_ids | continue, max_new_tokens, temperature, top_k, top_p, seed, drafter, k,
-        mode, speculation, grammar_draft, response_format}. emit(json) gets {text, token_ids} deltas of newly
-        committed tokens. response_format (JSON mode): {type: 'json_object'} or {type: 'json_schema', schema}."""
+        mode, speculation, grammar_draft, response_format, faults?, resume?}. emit(json) gets {text, token_ids} deltas
+        of newly committed tokens. response_format (JSON mode): {type: 'json_object'} or {type: 'json_schema', schema}.
+
+        Recovery, always from the last committed token (exactspec.faults): a failure of the draft or an exception in
+        the loop's own code finishes the answer with the champion alone (speculation off for the rest of it, a
+        notice); a lost GPU device is handed to `recover(json) -> json` (the host: a new device, else the CPU
+        fallback, the models reloaded) and the answer goes on there. faults: armed fault specs (exactspec.faults;
+        fault_host(kind, phase, round) acts on the host's kinds, on_fault(json) is told of each as it fires).
+        resume: {answer, stream} — the answer's ids committed before the worker running it was lost (the page
+        restarts a worker and resumes: the prompt is req's chat / prompt followed by `answer`; `stream` are the ids
+        the live text decoder had taken since its last reset). The result carries a privacy-safe `receipt`
+        (exactspec.receipts)."""
         from .decode import generate_async
+        from .faults import FaultError, FaultPlan
         if self._busy:
             raise SessionError("a generation is already running: stop it first")
         m = self._champion()
         cfg = self.gen_config(req)
+        resume = self._resume_of(req, m)
         rf, constraint, gstate = self.json_mode(req, m)
         cfg.response_format = rf
         ids = self.prompt_ids(req)
+        prior = resume["answer"] if resume else []           # ids of this answer committed before this request
+        if resume:
+            ids = ids + prior
+            if constraint is not None:
+                for t in prior:
+                    gstate = constraint.advance(gstate, t) if gstate is not None else None
+                if gstate is None:
+                    raise SessionError("resume: the answer so far is not valid JSON for its schema")
         if len(ids) + cfg.max_new_tokens > m.config.seq_len:
             raise SessionError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
                                f"context length {m.config.seq_len}")
+        try:
+            plan = FaultPlan(req.get("faults") or (), host=fault_host,
+                             on_fire=(lambda rec: on_fault(json.dumps(rec))) if on_fault is not None else None)
+        except FaultError as e:
+            raise SessionError(str(e)) from None
         draft = self._draft_for(cfg.drafter) if cfg.drafter in ("model", "head") else None
         dtok = self.models[self.draft].tokenizer if cfg.drafter == "model" else None
-        stream = self._cont["stream"] if (req.get("continue") and self._cont) else \
-            m.tokenizer.stream(skip_special=True)
+        cont = bool(req.get("continue") and self._cont)
+        if resume:
+            stream = m.tokenizer.stream(skip_special=True)
+            for t in resume["stream"]:
+                stream.push(t)                       # (already shown before the worker was lost)
+        else:
+            stream = self._cont["stream"] if cont else m.tokenizer.stream(skip_special=True)
         parts: list[str] = []
 
         def on_tokens(new_ids):
@@ -487,22 +597,67 @@ class Session:
             if emit is not None:
                 emit(json.dumps({"text": text, "token_ids": new_ids}))
 
+        import time
+        clock = self._clock or time.perf_counter
+        t_req = clock()
         self._busy = True
         self._cancel = False
+        out_ids: list[int] = []
+        results, recovery, notices = [], [], []
+        run_cfg, run_draft, run_dtok, g_now = cfg, draft, dtok, gstate
+        counts = {"device": 0, "retry": 0}
         try:
-            res = await generate_async(m.cache, ids, cfg, draft=draft, tokenizer=m.tokenizer, draft_tokenizer=dtok,
-                                       on_tokens=on_tokens, should_cancel=lambda: self._cancel,
-                                       constraint=constraint, grammar_state=gstate,
-                                       **({"clock": self._clock} if self._clock else {}))
-        except ValueError as e:   # refused before any token (a bridge that cannot join the tokenizers, a schema too big)
-            raise SessionError(("JSON mode: " if rf is not None else "") + str(e)) from None
+            while True:
+                try:
+                    res = await generate_async(m.cache, ids + out_ids, run_cfg, draft=run_draft,
+                                               tokenizer=m.tokenizer, draft_tokenizer=run_dtok,
+                                               on_tokens=on_tokens, should_cancel=lambda: self._cancel,
+                                               constraint=constraint, grammar_state=g_now, faults=plan,
+                                               **({"clock": self._clock} if self._clock else {}))
+                except ValueError as e:
+                    if not results:   # refused before any token (a bridge that cannot join the tokenizers, ...)
+                        raise SessionError(("JSON mode: " if rf is not None else "") + str(e)) from None
+                    raise
+                results.append(res)
+                out_ids += [int(i) for i in res.token_ids]
+                if constraint is not None:
+                    for t in res.token_ids:
+                        g_now = constraint.advance(g_now, t) if g_now is not None else None
+                if res.finish_reason != "error":
+                    break
+                left = cfg.max_new_tokens - len(out_ids)
+                step = await self._recover_step(res, run_cfg, recover, counts, plan, len(prior) + len(out_ids))
+                if step is None:
+                    break
+                recovery.append(step["record"])
+                notices.append(step["notice"])
+                m = self._champion()                 # (a device recovery reloaded the models)
+                if step["speculation_off"]:
+                    run_cfg = _no_speculation(run_cfg)
+                    run_draft = run_dtok = None
+                    if step["record"]["cause"] == "draft_only" or res.failed == "draft":
+                        lm = self.models.get(self.draft) if self.draft else None
+                        if lm is not None and lm.cache is not None:
+                            lm.cache.invalidate()    # the failed draft re-syncs from scratch next time
+                elif run_cfg.drafter in ("model", "head"):
+                    try:
+                        run_draft = self._draft_for(run_cfg.drafter)
+                    except SessionError:             # the draft did not come back on the new backend
+                        run_cfg, run_draft, run_dtok = _no_speculation(run_cfg), None, None
+                        notices.append("the draft could not be reloaded: the answer goes on without speculation")
+                if left <= 0:
+                    results.append(type(res)([], "length", {}, text=""))
+                    break
+                import dataclasses
+                run_cfg = dataclasses.replace(run_cfg, max_new_tokens=left)
         finally:
             self._busy = False
             self._cancel = False
-        out_ids = [int(i) for i in res.token_ids]
-        answer = (self._cont["answer"] if (req.get("continue") and self._cont) else []) + out_ids
-        if res.finish_reason == "cancelled":
-            tail = ""                             # keep partial UTF-8 in the decoder: `continue` completes it
+            self._recovering = False
+        last = results[-1]
+        answer = (self._cont["answer"] if cont else []) + prior + out_ids
+        if last.finish_reason in ("cancelled", "error"):
+            tail = ""                 # keep partial UTF-8 in the decoder: `continue` completes it
             self._cont = {"ids": ids + out_ids, "stream": stream}
         else:
             tail = stream.flush()
@@ -512,19 +667,175 @@ class Session:
             parts.append(tail)
             if emit is not None:
                 emit(json.dumps({"text": tail, "token_ids": []}))
-        stats = {k: _jsonable(v) for k, v in dict(res.stats).items()}
+        stats = _merge_stats([r.stats for r in results if r.stats], len(out_ids), clock() - t_req) \
+            if len(results) > 1 else dict(last.stats)
+        stats = {k: _jsonable(v) for k, v in stats.items()}
         stats["backend"] = m.backend_name
-        out = {"text": "".join(parts), "token_ids": out_ids, "finish_reason": res.finish_reason,
-               "prompt_tokens": len(ids), "stats": stats}
-        if res.finish_reason == "error":
-            out["error"] = str(res.error or "the backend failed")
+        stats["attempts"] = len([r for r in results if r.stats])
+        out = {"text": "".join(parts), "token_ids": out_ids, "finish_reason": last.finish_reason,
+               "prompt_tokens": len(ids) - len(prior), "stats": stats}
+        if last.finish_reason == "error":
+            out["error"] = str(last.error or "the backend failed")
+            out["failed"] = last.failed
+        if recovery or plan.fired:
+            out["recovery"] = recovery
+            out["faults_fired"] = plan.fired
+            out["notices"] = notices
+        out["receipt"] = self._receipt(req, cfg, stats, last, len(ids) - len(prior), plan.fired, recovery,
+                                       continued=cont, resumed=bool(resume))
         return out
 
-    async def generate_json(self, req_json: str, emit: Callable[[str], Any] | None = None) -> str:
+    def _resume_of(self, req: dict, m) -> dict | None:
+        r = req.get("resume")
+        if r is None:
+            return None
+        if req.get("continue"):
+            raise SessionError("resume: send the base request's prompt or chat, not continue")
+        if not isinstance(r, dict):
+            raise SessionError("resume: an object {answer, stream} is required")
+        out = {}
+        for k in ("answer", "stream"):
+            v = r.get(k, [])
+            if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) or
+                                              not 0 <= i < m.config.vocab_size for i in v):
+                raise SessionError(f"resume.{k}: token ids in [0, {m.config.vocab_size}) are required")
+            out[k] = [int(i) for i in v]
+        return out
+
+    async def _recover_step(self, res, run_cfg, recover, counts, plan, at_token: int) -> dict | None:
+        """How the answer goes on after `res` ended in an error (None: it cannot; the answer ends there)."""
+        import re
+        err = res.error or ""
+        new = plan.fired[counts.get("seen", 0):]            # the faults fired since the last recovery: the cause
+        counts["seen"] = len(plan.fired)
+        fired = new[-1]["kind"] if new else None
+        lost = bool(re.search(r"device lost|gpu error|device was lost", err, re.I))
+        if lost and recover is not None and counts["device"] < 2:
+            counts["device"] += 1
+            self._recovering = True
+            try:
+                got = recover(json.dumps({"error": err}))
+                if inspect.isawaitable(got):
+                    got = await got
+                info = json.loads(got) if isinstance(got, str) else dict(got or {})
+            finally:
+                self._recovering = False
+            if not info.get("ok"):
+                return None
+            how = info.get("how") if info.get("how") in ("new_device", "cpu_fallback") else "cpu_fallback"
+            backend = "webgpu" if how == "new_device" else "cpu"
+            notice = ("The GPU device was lost mid-answer: continued on a new GPU device from the last committed "
+                      "token." if how == "new_device" else
+                      "The GPU device was lost mid-answer: switched to the CPU fallback and continued from the last "
+                      "committed token.")
+            return {"record": {"cause": fired or "backend_error", "action": how, "at_token": at_token,
+                               "backend": backend}, "notice": notice, "speculation_off": False}
+        if lost:
+            return None
+        spec_on = run_cfg.drafter != "none" or (run_cfg.response_format is not None and run_cfg.grammar_draft)
+        if res.failed == "draft" and spec_on:
+            what = "the draft's backend failed"
+        elif res.failed in ("loop", "round") and counts["retry"] < 1:
+            counts["retry"] += 1
+            what = "an exception in the decode loop" if res.failed == "loop" else "the speculative round failed"
+        else:
+            return None
+        return {"record": {"cause": fired or ("backend_error" if res.failed != "loop" else "loop_error"),
+                           "action": "speculation_off", "at_token": at_token,
+                           "backend": self._champion().backend_name},
+                "notice": f"{what[0].upper() + what[1:]} mid-answer: finished the answer with the champion alone "
+                          "(speculation off for the rest of it), from the last committed token.",
+                "speculation_off": True}
+
+    def set_artifact(self, name: str, info_json: str) -> None:
+        """What a host knows of a loaded model's files ({sha256, bytes, files: [{sha256, bytes}]}: the page's OPFS
+        store hashed them at import), kept for receipts (and a draft head's champion check) instead of re-hashing."""
+        lm = self.models.get(name)
+        if lm is None:
+            raise SessionError(f"no model named {name} is loaded")
+        info = json.loads(info_json)
+        art = {"sha256": info.get("sha256"), "bytes": info.get("bytes"), "files": info.get("files") or []}
+        lm.summary["artifact"] = art
+        if lm.summary.get("format") == "gguf" and isinstance(art["sha256"], str):
+            lm.summary["sha256"] = art["sha256"]
+
+    def _artifact(self, lm) -> dict | None:
+        if lm is None:
+            return None
+        art = lm.summary.get("artifact")
+        if art is None:                        # hash the files once (CPython; the page passes what OPFS knows)
+            from .receipts import artifact_of
+            art = artifact_of(lm.path)
+            lm.summary["artifact"] = art
+        return {**art, "format": lm.summary.get("format", "gguf"), "kind": lm.summary.get("kind", "model")}
+
+    def _receipt(self, req, cfg, stats, last, prompt_tokens, fired, recovery, continued, resumed) -> dict:
+        from .receipts import make_receipt, tokenizer_sha256
+        from .settings import normalise
+        m = self._champion()
+        d = self.models.get(self.draft) if self.draft and cfg.drafter in ("model", "head") else None
+        if m.tokenizer is not None and "tokenizer_sha256" not in m.summary:
+            m.summary["tokenizer_sha256"] = tokenizer_sha256(m.tokenizer)
+        s = normalise(req)
+        s["response_format"] = cfg.response_format
+        return make_receipt(
+            settings=s, stats=stats, finish_reason=last.finish_reason, failed=last.failed, seed=cfg.seed,
+            prompt_tokens=prompt_tokens, champion=self._artifact(m), draft=self._artifact(d),
+            tokenizer={"sha256": m.summary.get("tokenizer_sha256"), "vocab_size": m.tokenizer.vocab_size}
+            if m.tokenizer is not None else None,
+            backend={"champion": m.backend_name, "draft": d.backend_name if d is not None else None},
+            faults=fired, recovery=recovery, memory={"rss_peak_bytes": _rss_peak()},
+            policy={"continued": continued, "resumed": resumed, "bridge_used": stats.get("bridge"),
+                    "speculation_off_after_fault": any(r["action"] == "speculation_off" for r in recovery)})
+
+    async def generate_json(self, req_json: str, emit: Callable[[str], Any] | None = None, fault_host=None,
+                            recover=None, on_fault=None) -> str:
         req = json.loads(req_json)
         if not isinstance(req, dict):
             raise SessionError("generate: the request must be an object")
-        return json.dumps(await self.generate(req, emit))
+        return json.dumps(await self.generate(req, emit, fault_host=fault_host, recover=recover, on_fault=on_fault))
+
+
+def _no_speculation(cfg):
+    """The config with speculation off (the champion alone; JSON mode's grammar-forced drafting off too)."""
+    import dataclasses
+    return dataclasses.replace(cfg, drafter="none", k=0, adaptive=False, grammar_draft=False)
+
+
+def _merge_stats(stats: list[dict], new_tokens: int, elapsed_s: float) -> dict:
+    """The stats of one answer made of several runs of the decode loop (recovery): counts added, acceptance and
+    rates recomputed from them, the first run's time to first token."""
+    out = dict(stats[-1])
+    for k in ("target_passes", "prefill_passes", "draft_passes", "rounds", "proposed", "accepted", "submissions",
+              "readback_bytes", "ahead_passes", "wasted_passes", "forced_proposed", "forced_accepted",
+              "spec_disabled_rounds", "mask_ms"):
+        out[k] = sum(s.get(k, 0) or 0 for s in stats)
+    width = max(len(s.get("proposed_at") or []) for s in stats)
+    pa = [sum((s.get("proposed_at") or [])[i] if i < len(s.get("proposed_at") or []) else 0 for s in stats)
+          for i in range(width)]
+    aa = [sum((s.get("accepted_at") or [])[i] if i < len(s.get("accepted_at") or []) else 0 for s in stats)
+          for i in range(width)]
+    out.update(proposed_at=pa, accepted_at=aa, acceptance_by_position=[a / p if p else 0.0 for a, p in zip(aa, pa)],
+               new_tokens=new_tokens, reused_prefix_tokens=stats[0].get("reused_prefix_tokens", 0),
+               tau=new_tokens / out["target_passes"] if out["target_passes"] else 0.0,
+               elapsed_ms=elapsed_s * 1000.0, tokens_per_s=new_tokens / max(elapsed_s, 1e-9),
+               k=stats[0].get("k"), drafter=stats[0].get("drafter"))
+    first = next((s for s in stats if s.get("ttft_ms") is not None), None)
+    if first is not None:
+        before = sum(s.get("elapsed_ms", 0) or 0 for s in stats[: stats.index(first)])
+        out["ttft_ms"] = before + first["ttft_ms"]
+    return out
+
+
+def _rss_peak() -> int | None:
+    """The process's peak resident memory in bytes (CPython on Linux/macOS); None where there is none (Pyodide)."""
+    try:
+        import resource
+        import sys
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(r if sys.platform == "darwin" else r * 1024)
+    except (ImportError, OSError, AttributeError):
+        return None
 
 
 def _jsonable(v):

@@ -54,7 +54,9 @@ async def measure(session, req: dict, clock=None) -> dict:
     if any(k < 1 for k in ks):
         raise ValueError("ks: every k must be at least 1")
     temperature = float(req.get("temperature", 0.0))
-    pick = Pick(temperature, int(req.get("seed", 0)))
+    from .settings import check
+    seed = check({"seed": req.get("seed", 0)}, defaults={"seed": 0})["seed"]   # the settings' limits (no aliasing)
+    pick = Pick(temperature, seed)
     rows = temperature > 0               # the decode loop reads rows back only when it samples
     if session._busy:
         raise ValueError("an answer is being generated: time the passes between answers")

@@ -53,6 +53,11 @@ class TokenizerError(ValueError):
     """A tokenizer file or setting that cannot be used."""
 
 
+class TokenizerUnsupported(TokenizerError, NotImplementedError):
+    """A tokenizer kind or option this implementation does not support (a clear refusal, not a crash: it is a
+    TokenizerError, so a ValueError, and still a NotImplementedError for older callers)."""
+
+
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -166,13 +171,17 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, meta: dict):
+        return cls(**gguf_tokenizer_args(meta))
+
+    @staticmethod
+    def _gguf_args(meta: dict) -> dict:
         model = meta.get("tokenizer.ggml.model")
         if model not in ("gpt2", "llama"):
-            raise NotImplementedError(
+            raise TokenizerUnsupported(
                 f"GGUF tokenizer model {model!r} is not supported (only 'gpt2' byte-level BPE and 'llama' "
                 "SentencePiece-style BPE with merges)")
         if model == "llama" and not isinstance(meta.get("tokenizer.ggml.merges"), list):
-            raise NotImplementedError("GGUF tokenizer model 'llama' without tokenizer.ggml.merges is not supported "
+            raise TokenizerUnsupported("GGUF tokenizer model 'llama' without tokenizer.ggml.merges is not supported "
                                       "(SentencePiece scores only): export the vocabulary with its BPE merges")
         tokens = meta.get("tokenizer.ggml.tokens")
         merges = meta.get("tokenizer.ggml.merges")
@@ -183,9 +192,11 @@ class Tokenizer:
         if not all(isinstance(t, str) for t in tokens) or not all(isinstance(m, str) for m in merges):
             raise TokenizerError("tokenizer.ggml.tokens / merges must be arrays of strings")
         pre_name = meta.get("tokenizer.ggml.pre", "default")
+        if not isinstance(pre_name, str):
+            raise TokenizerError(f"tokenizer.ggml.pre must be a string, got {type(pre_name).__name__}")
         pre = _GGUF_PRE.get(pre_name) if model == "gpt2" else "gpt2"
         if pre is None:
-            raise NotImplementedError(f"GGUF pre-tokenizer {pre_name!r} is not supported "
+            raise TokenizerUnsupported(f"GGUF pre-tokenizer {pre_name!r} is not supported "
                                       f"(supported: {', '.join(sorted(_GGUF_PRE))})")
         types = meta.get("tokenizer.ggml.token_type")
         if types is not None and (not isinstance(types, list) or len(types) != len(tokens)):
@@ -213,31 +224,33 @@ class Tokenizer:
                 raise TokenizerError(f"{key} must be an integer, got {v!r}")
             return v
 
-        return cls(tokens=tokens, merges=pairs, kind="bytelevel" if model == "gpt2" else "spm", pre=pre, added=added,
-                   bos_id=opt_id("tokenizer.ggml.bos_token_id"), eos_id=opt_id("tokenizer.ggml.eos_token_id"),
-                   unk_id=opt_id("tokenizer.ggml.unknown_token_id"),
-                   ignore_merges=(pre == "llama3"), chat_template=meta.get("tokenizer.chat_template"),
-                   add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)), fuse_unk=(model == "llama"))
+        template = meta.get("tokenizer.chat_template")
+        return dict(tokens=tokens, merges=pairs, kind="bytelevel" if model == "gpt2" else "spm", pre=pre, added=added,
+                    bos_id=opt_id("tokenizer.ggml.bos_token_id"), eos_id=opt_id("tokenizer.ggml.eos_token_id"),
+                    unk_id=opt_id("tokenizer.ggml.unknown_token_id"),
+                    ignore_merges=(pre == "llama3"), chat_template=template if isinstance(template, str) else None,
+                    add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)), fuse_unk=(model == "llama"))
 
     @classmethod
     def from_tokenizer_json(cls, path, config_path=None):
         """HF tokenizer.json (BPE). bos/eos/chat template come from tokenizer_config.json beside it, if any."""
-        with open(path, "rb") as f:
-            try:
-                data = json.loads(f.read().decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise TokenizerError(f"{path}: not a JSON tokenizer file ({e})") from None
+        from .formats.layout import load_json
+        try:
+            with open(path, "rb") as f:
+                data = load_json(f.read(), "tokenizer.json", TokenizerError)
+        except OSError as e:
+            raise TokenizerError(f"cannot read tokenizer.json: {e}") from None
         config = None
         if config_path is None:
             cand = os.path.join(os.path.dirname(os.fspath(path)), "tokenizer_config.json")
             if os.path.exists(cand):
                 config_path = cand
         if config_path is not None:
-            with open(config_path, "rb") as f:
-                try:
-                    config = json.loads(f.read().decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                    raise TokenizerError(f"{config_path}: not a JSON tokenizer config ({e})") from None
+            try:
+                with open(config_path, "rb") as f:
+                    config = load_json(f.read(), "tokenizer_config.json", TokenizerError)
+            except OSError as e:
+                raise TokenizerError(f"cannot read tokenizer_config.json: {e}") from None
             if not isinstance(config, dict):
                 raise TokenizerError(f"{config_path}: tokenizer config is not a JSON object")
         return cls.from_tokenizer_dict(data, config)
@@ -256,7 +269,7 @@ class Tokenizer:
             raise TokenizerError("tokenizer.json has no 'model' object")
         model = data["model"]
         if model.get("type", "BPE") != "BPE":
-            raise NotImplementedError(f"tokenizer.json model type {model.get('type')!r} is not supported (only BPE)")
+            raise TokenizerUnsupported(f"tokenizer.json model type {model.get('type')!r} is not supported (only BPE)")
         vocab = model.get("vocab")
         if not isinstance(vocab, dict):
             raise TokenizerError("tokenizer.json model has no vocab")
@@ -276,7 +289,7 @@ class Tokenizer:
             if not isinstance(a.get("content"), str):
                 raise TokenizerError(f"added token {a!r} has no content")
             if a.get("lstrip") or a.get("rstrip") or a.get("single_word"):
-                raise NotImplementedError(f"added token {a['content']!r} uses lstrip/rstrip/single_word")
+                raise TokenizerUnsupported(f"added token {a['content']!r} uses lstrip/rstrip/single_word")
             if tokens[a["id"]] is None:
                 tokens[a["id"]] = a["content"]
                 added_only.append(a["id"])
@@ -291,9 +304,9 @@ class Tokenizer:
                 raise TokenizerError(f"tokenizer.json merges[{k}] = {m!r} is not a pair")
             merges.append((parts[0], parts[1]))
         if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
-            raise NotImplementedError("BPE continuing_subword_prefix / end_of_word_suffix are not supported")
+            raise TokenizerUnsupported("BPE continuing_subword_prefix / end_of_word_suffix are not supported")
         if model.get("dropout"):
-            raise NotImplementedError("BPE dropout is not supported")
+            raise TokenizerUnsupported("BPE dropout is not supported")
 
         norm = data.get("normalizer")
         pre_tok = data.get("pre_tokenizer")
@@ -301,7 +314,7 @@ class Tokenizer:
         if model.get("byte_fallback"):
             kind, pre = "spm", None
             if not _is_spm_normalizer(norm) or pre_tok is not None:
-                raise NotImplementedError("byte-fallback BPE is supported only with the llama2 normalizer "
+                raise TokenizerUnsupported("byte-fallback BPE is supported only with the llama2 normalizer "
                                           "(Prepend '▁', Replace ' ' -> '▁') and no pre-tokenizer")
         else:
             kind = "bytelevel"
@@ -309,7 +322,7 @@ class Tokenizer:
                 if norm.get("type") == "NFC":
                     normalizer = "nfc"
                 else:
-                    raise NotImplementedError(f"normalizer {norm.get('type')!r} is not supported")
+                    raise TokenizerUnsupported(f"normalizer {norm.get('type')!r} is not supported")
             pre = _pre_from_json(pre_tok)
 
         def tok_id(key):
@@ -336,6 +349,15 @@ class Tokenizer:
                    add_bos=bool(config.get("add_bos_token", False)) if config else False, added_only=added_only)
 
     # ------------------------------------------------------------------ properties
+    def pad_vocab(self, n: int) -> None:
+        """Grow the id space to `n` with holes (ids without a token decode to nothing, as Hugging Face does): for a
+        model whose embedding has padding rows past its tokenizer's last id."""
+        if n > self.vocab_size:
+            extra = n - self.vocab_size
+            self._tokens.extend([None] * extra)
+            self._token_bytes.extend([None] * extra)
+            self.vocab_size = n
+
     def token_bytes(self, tid: int) -> bytes:
         """The bytes token `tid` stands for (special tokens: their text in UTF-8)."""
         if not (0 <= tid < self.vocab_size):
@@ -453,7 +475,7 @@ class Tokenizer:
                     try:
                         raw = piece.encode("utf-8")
                     except UnicodeEncodeError as e:
-                        raise ValueError(f"text contains a lone surrogate at {pos + e.start}: cannot be "
+                        raise TokenizerError(f"text contains a lone surrogate at {pos + e.start}: cannot be "
                                          "tokenized") from None
                     out.append((pos, pos + len(piece), self._bpe_word("".join([bc[b] for b in raw]))))
                     pos += len(piece)
@@ -551,7 +573,7 @@ class Tokenizer:
             try:
                 raw = piece.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise ValueError(f"text contains a lone surrogate at {e.start}: cannot be tokenized") from None
+                raise TokenizerError(f"text contains a lone surrogate at {e.start}: cannot be tokenized") from None
             out.extend(self._bpe_word("".join([bc[b] for b in raw])))
 
     def _bpe_word(self, word):
@@ -859,16 +881,16 @@ _GPT2_RE = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\
 def _pre_from_json(pt):
     """Map a tokenizer.json pre_tokenizer to one of the scanners, or refuse it by name."""
     if pt is None:
-        raise NotImplementedError("byte-level BPE without a pre-tokenizer is not supported")
+        raise TokenizerUnsupported("byte-level BPE without a pre-tokenizer is not supported")
     t = pt.get("type")
     if t == "ByteLevel":
         if pt.get("add_prefix_space"):
-            raise NotImplementedError("ByteLevel add_prefix_space=true is not supported")
+            raise TokenizerUnsupported("ByteLevel add_prefix_space=true is not supported")
         if pt.get("use_regex", True):
             return "gpt2"
-        raise NotImplementedError("ByteLevel pre-tokenizer without a split regex is not supported")
+        raise TokenizerUnsupported("ByteLevel pre-tokenizer without a split regex is not supported")
     if t != "Sequence":
-        raise NotImplementedError(f"pre-tokenizer {t!r} is not supported")
+        raise TokenizerUnsupported(f"pre-tokenizer {t!r} is not supported")
     parts = pt.get("pretokenizers") or []
     types = [p.get("type") for p in parts]
     if types == ["Digits", "ByteLevel"] and parts[0].get("individual_digits") and parts[1].get("use_regex", True) \
@@ -885,11 +907,18 @@ def _pre_from_json(pt):
                 return "qwen2"
             if pat == _GPT2_RE:
                 return "gpt2"
-        raise NotImplementedError(f"Split pre-tokenizer pattern {pat!r} is not supported")
-    raise NotImplementedError(f"pre-tokenizer sequence {types} is not supported")
+        raise TokenizerUnsupported(f"Split pre-tokenizer pattern {pat!r} is not supported")
+    raise TokenizerUnsupported(f"pre-tokenizer sequence {types} is not supported")
 
 
 # ---------------------------------------------------------------------- GGUF metadata
+def gguf_tokenizer_args(meta: dict) -> dict:
+    """The Tokenizer constructor's arguments from GGUF tokenizer.ggml.* metadata, every field checked
+    (TokenizerError / TokenizerUnsupported): the cheap half of from_gguf_metadata (no tables built), which an import
+    runs to refuse a file whose tokenizer cannot work."""
+    return Tokenizer._gguf_args(meta)
+
+
 def _gguf_metadata(path):
     """Metadata key/values of a GGUF file, read by exactspec.formats (the one GGUF parser)."""
     from .formats import FormatError, GGUFFile

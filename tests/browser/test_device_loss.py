@@ -1,6 +1,7 @@
-"""Losing the GPU mid-answer (a real GPU-process crash, through the DevTools protocol), in the chat UI: the answer
-ends at its last committed token (what was streamed), the page says it switched to the CPU fallback, and Continue
-finishes the answer there with the champion's own tokens. Own module: the crash hits the whole browser's GPU process.
+"""Losing the GPU mid-answer (a real GPU-process crash, through the DevTools protocol), in the chat UI: the page
+recovers (a new device, else the CPU fallback), says so, and finishes the answer from its last committed token with
+the champion's own tokens (issue 12; the injected device_lost faults: test_fault_matrix.py). Own module: the crash
+hits the whole browser's GPU process.
 """
 from __future__ import annotations
 
@@ -11,39 +12,32 @@ from test_page import _set_settings, wait_js
 PROMPT = "Tell me a long story about a lighthouse."
 
 
-def test_gpu_lost_mid_answer_keeps_text_falls_back_and_continues(session):
+def test_gpu_lost_mid_answer_recovers_and_finishes_the_same_answer(session):
+    """The GPU process crashes mid-answer: the page gets a new device (or, if none comes, switches to the CPU
+    fallback), says so on the status line, and finishes the same answer from its last committed token — the champion's
+    own answer (the CPU backend is the oracle), the streamed text never doubled."""
     r = session.open("")
     if r["backend"] != "webgpu":
         pytest.skip(f"no WebGPU adapter in this browser ({r.get('reason')})")
     page = session.page
-    # 100 new tokens: the micro champion's context (256) holds the prompt, the lost answer and its continuation
+    # 100 new tokens: the micro champion's context (256) holds the prompt and the answer
     _set_settings(page, speculation=False, max_new_tokens=100, temperature=0)
-    page.evaluate("() => { window.__n = 0; exactspec.on('tokens', (e) => { window.__n += e.token_ids.length; }); }")
+    page.evaluate("() => { window.__n = 0; window.__text = ''; exactspec.on('tokens', (e) => { "
+                  "window.__n += e.token_ids.length; window.__text += e.text; }); }")
     page.fill("#prompt", PROMPT)
     page.press("#prompt", "Enter")
     wait_js(page, "window.__n >= 3")
+    n_at_crash = page.evaluate("window.__n")
     session.context.browser.new_browser_cdp_session().send("Browser.crashGpuProcess")
-    wait_js(page, "document.querySelector('#send').disabled === false && !document.querySelector('.streaming')")
+    wait_js(page, "document.querySelector('#send').disabled === false && !document.querySelector('.streaming')",
+            timeout=300)
     msg = page.locator(".msg.assistant").last
-    partial, n_partial = msg.inner_text(), int(msg.get_attribute("data-tokens"))
-    print(f"{n_partial} tokens streamed before the GPU was lost")
-    assert 3 <= n_partial < 100 and partial
-    error = page.locator("#error").inner_text()
-    assert "failed mid-answer" in error and "device lost" in error and "CPU fallback" in error
-    assert "CPU fallback" in page.locator("#status").inner_text()
-    st = session.js("exactspec.status()")
-    assert st["backend"] == "cpu" and "device lost" in st["gpu_reason"]
-    # Continue (the real button) finishes the same answer on the CPU
-    assert page.locator("#continue").is_enabled()
-    page.click("#continue")
-    wait_js(page, "document.querySelector('#send').disabled === false && !document.querySelector('.streaming') && "
-                  f"Number([...document.querySelectorAll('.msg.assistant')].pop().dataset.tokens) > {n_partial}")
-    final = msg.inner_text()
-    n = int(msg.get_attribute("data-tokens"))
-    assert final.startswith(partial) and n > n_partial
-    # the champion's own answer (the CPU backend is the oracle), for the GPU part and for the whole
-    full = session.generate(prompt=PROMPT, chat=True, max_new_tokens=n, temperature=0, drafter="none")
+    final, n = msg.text_content(), int(msg.get_attribute("data-tokens"))
+    print(f"{n_at_crash} tokens streamed when the GPU process crashed; {n} in the answer")
+    assert n > n_at_crash and page.evaluate("window.__text") == final        # one stream, nothing doubled
+    status = page.locator("#status").inner_text()
+    assert "GPU device was lost" in status and ("new GPU device" in status or "CPU fallback" in status), status
+    assert "device_lost" not in page.locator("#error").inner_text()
+    full = session.generate(prompt=PROMPT, chat=True, max_new_tokens=n, temperature=0, drafter="none", backend="cpu")
     assert full["stats"]["backend"] == "cpu" and final == full["text"]
-    head = session.generate(prompt=PROMPT, chat=True, max_new_tokens=n_partial, temperature=0, drafter="none")
-    assert head["text"] == partial
     assert not session.errors

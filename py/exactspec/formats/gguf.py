@@ -14,6 +14,7 @@ permutation, so write -> read round-trips.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -23,6 +24,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..backend import ModelConfig
+from .layout import check_llama_tensors, check_no_overlap
 from .quant import (FormatError, GGML_TYPES, WRITABLE_TYPES, dequantize, quantize, tensor_nbytes, type_id,
                     type_name)
 
@@ -34,6 +36,12 @@ MAX_STRING = 1 << 24           # 16 MiB for one string (chat templates are a few
 MAX_ARRAY_DEPTH = 4
 MAX_DIMS = 4
 MAX_ELEMENTS = 1 << 40
+# metadata arrays: at most this many elements are turned into Python values in all (a 256k-token vocabulary's tokens,
+# scores and types are < 1M); a scalar array past MAX_EAGER_ARRAY elements, or past what is left of the budget, is
+# skipped unread (a SkippedArray: using it is an error) instead of growing a list of hundreds of millions of ints
+MAX_META_ELEMENTS = 1 << 22
+MAX_EAGER_ARRAY = 1 << 21
+MAX_NESTED_ARRAYS = 1 << 16    # arrays inside arrays, in all (no llama metadata uses them)
 
 # GGUF metadata value types
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY, T_UINT64, T_INT64, \
@@ -67,22 +75,99 @@ class TensorInfo:
         return n
 
 
+class SkippedArray:
+    """A metadata array the reader did not read (too many elements): its type and length only. Any use of the value
+    is an error (`require` raises FormatError naming the key)."""
+
+    def __init__(self, etype: int, count: int):
+        self.etype, self.count = etype, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"<array of {self.count} {VALUE_TYPE_NAMES.get(self.etype, self.etype)} not read: too large>"
+
+    def require(self, key: str):
+        raise FormatError(f"metadata {key}: an array of {self.count} elements is larger than this reader accepts "
+                          f"({MAX_EAGER_ARRAY})")
+
+
 class _Cursor:
-    """Bounded little-endian reads from a file: never reads (or allocates) past the file's end."""
+    """Bounded little-endian reads from a file: never reads (or allocates) past the file's end. Reads go through a
+    window of up to WINDOW bytes (a header of 100k strings is parsed from memory, not with 200k file reads)."""
+
+    WINDOW = 1 << 20
 
     def __init__(self, f, size: int):
         self.f = f
         self.size = size
-        self.pos = 0
+        self.pos = 0                         # logical position in the file
+        self.buf = b""                       # file bytes [self.base, self.base + len(self.buf))
+        self.base = 0
+        self.budget = MAX_META_ELEMENTS      # metadata array elements still allowed to become Python values
+        self.nested = MAX_NESTED_ARRAYS
+
+    def _short(self, n: int, what: str):
+        return FormatError(f"truncated GGUF: {what} needs {n} bytes at offset {self.pos}, file has {self.size}")
+
+    def skip(self, n: int, what: str) -> None:
+        if n < 0 or n > self.size - self.pos:
+            raise self._short(n, what)
+        self.pos += n
+
+    def spend(self, n: int, what: str) -> None:
+        if n > self.budget:
+            raise FormatError(f"{what}: {n} more metadata array elements than this reader accepts "
+                              f"({MAX_META_ELEMENTS} in all)")
+        self.budget -= n
 
     def read(self, n: int, what: str) -> bytes:
         if n < 0 or n > self.size - self.pos:
-            raise FormatError(f"truncated GGUF: {what} needs {n} bytes at offset {self.pos}, file has {self.size}")
-        b = self.f.read(n)
-        if len(b) != n:
-            raise FormatError(f"truncated GGUF while reading {what} at offset {self.pos}")
+            raise self._short(n, what)
+        off = self.pos - self.base
+        if off < 0 or off + n > len(self.buf):       # refill: the window from pos (at least n bytes)
+            want = min(max(n, self.WINDOW), self.size - self.pos)
+            self.f.seek(self.pos)
+            self.buf = self.f.read(want)
+            self.base = self.pos
+            off = 0
+            if len(self.buf) < n:
+                raise FormatError(f"truncated GGUF while reading {what} at offset {self.pos}")
         self.pos += n
-        return b
+        return self.buf[off: off + n]
+
+    def strings(self, n: int, what: str) -> list:
+        """n length-prefixed strings in a row (a vocabulary): parsed from the window in one loop."""
+        out = []
+        append = out.append
+        buf, base = self.buf, self.base
+        off = self.pos - base
+        for i in range(n):
+            if off < 0 or off + 8 > len(buf):
+                self.pos = base + off
+                self.read(8, f"{what}[{i}] length")             # refills (or raises on truncation)
+                self.pos -= 8
+                buf, base = self.buf, self.base
+                off = self.pos - base
+            ln = int.from_bytes(buf[off: off + 8], "little")
+            if ln > MAX_STRING:
+                self.pos = base + off
+                raise FormatError(f"{what}[{i}]: string length {ln} is absurd (limit {MAX_STRING})")
+            if off + 8 + ln > len(buf):
+                self.pos = base + off
+                self.read(8 + ln, f"{what}[{i}]")
+                self.pos -= 8 + ln
+                buf, base = self.buf, self.base
+                off = self.pos - base
+            b = buf[off + 8: off + 8 + ln]
+            off += 8 + ln
+            try:
+                append(b.decode("utf-8"))
+            except UnicodeDecodeError:
+                append(b.decode("utf-8", errors="surrogateescape"))
+        self.pos = base + off
+        return out
 
     def u32(self, what: str) -> int:
         return struct.unpack("<I", self.read(4, what))[0]
@@ -117,16 +202,26 @@ class _Cursor:
                 dt = np.dtype(_SCALAR[etype])
                 if n > remaining // dt.itemsize:
                     raise FormatError(f"{what}: array of {n} {VALUE_TYPE_NAMES[etype]} exceeds the file")
+                if n > MAX_EAGER_ARRAY or n > self.budget:
+                    self.skip(n * dt.itemsize, what)          # not read: a SkippedArray (an error if used)
+                    return SkippedArray(etype, n)
+                self.spend(n, what)
                 arr = np.frombuffer(self.read(n * dt.itemsize, what), dtype=dt)
                 out = arr.tolist()
                 return [bool(x) for x in out] if etype == T_BOOL else out
             if etype == T_STRING:
                 if n > remaining // 8:
                     raise FormatError(f"{what}: array of {n} strings exceeds the file")
-                return [self.string(f"{what}[{i}]") for i in range(n)]
+                self.spend(n, what)
+                return self.strings(n, what)
             if etype == T_ARRAY:
                 if n > remaining // 12:
                     raise FormatError(f"{what}: array of {n} arrays exceeds the file")
+                if n > self.nested:
+                    raise FormatError(f"{what}: {n} nested arrays, more than this reader accepts "
+                                      f"({MAX_NESTED_ARRAYS} in all)")
+                self.nested -= n
+                self.spend(n, what)
                 return [self.value(T_ARRAY, f"{what}[{i}]", depth + 1) for i in range(n)]
             raise FormatError(f"{what}: unknown array element type {etype}")
         raise FormatError(f"{what}: unknown metadata value type {vtype}")
@@ -191,6 +286,8 @@ class GGUFFile:
                 n_el *= d
             if n_el > MAX_ELEMENTS:
                 raise FormatError(f"tensor {name!r} has an absurd element count {n_el}")
+            if n_el == 0:
+                raise FormatError(f"tensor {name!r} has no elements (shape {dims})")
             tid = c.u32(f"type of {name!r}")
             if tid not in GGML_TYPES:
                 raise FormatError(f"tensor {name!r} has unknown ggml type id {tid}")
@@ -209,6 +306,8 @@ class GGUFFile:
                 raise FormatError(f"tensor {name!r} data [{rel}, {rel + nbytes}) lies outside the data section "
                                   f"({max(data_size, 0)} bytes): truncated or corrupt file")
             self.tensors[name] = TensorInfo(name, tid, shape, self.data_offset + rel, nbytes)
+        # two tensors sharing bytes: one of them reads the other's data (a crafted file)
+        check_no_overlap([(t.name, t.offset, t.nbytes) for t in self.tensors.values()], "tensors")
 
     # -- tensor data --------------------------------------------------------------------------------------------
     def info(self, name: str) -> TensorInfo:
@@ -243,7 +342,11 @@ class GGUFFile:
         return arr
 
     def config(self) -> ModelConfig:
-        return config_from_gguf(self.metadata, {n: t.shape for n, t in self.tensors.items()})
+        """The model's config, after checking that the file holds exactly the tensors such a model is made of
+        (formats.layout: shapes, types, no tensor the reader would ignore, no layer beyond block_count)."""
+        cfg = config_from_gguf(self.metadata, {n: t.shape for n, t in self.tensors.items()})
+        check_llama_tensors(cfg, {n: (t.shape, t.type_name) for n, t in self.tensors.items()}, "the GGUF file")
+        return cfg
 
     def load_weights(self) -> dict[str, np.ndarray]:
         """All tensors, dequantised to float32 (C-contiguous), Q/K in HF order. Names are GGUF names."""
@@ -260,8 +363,9 @@ class GGUFFile:
         tensors: name, ggml_type (name), shape (numpy order), offset (absolute), nbytes, qk_permuted (rows in
         llama.cpp's permuted order: the consumer must apply the HF un-permute or use interleaved-pair RoPE).
         """
-        md = {k: v for k, v in self.metadata.items() if not isinstance(v, list) and
-              not (isinstance(v, str) and len(v) > 4096)}
+        # scalars only, JSON-safe (no NaN/Inf: JSON.parse refuses them), no long strings
+        md = {k: v for k, v in self.metadata.items() if isinstance(v, (bool, int, str)) and
+              not (isinstance(v, str) and len(v) > 4096) or isinstance(v, float) and math.isfinite(v)}
         try:
             cfg = self.config().to_json()
         except FormatError:
@@ -325,6 +429,15 @@ def _pos_int(md: Mapping, key: str, default=None) -> int:
     return int(v)
 
 
+def _float(md: Mapping, key: str, default: float) -> float:
+    v = md.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise FormatError(f"GGUF metadata {key} = {v!r} is not a number")
+    # FLOAT32 metadata: shortest decimal that round-trips in float32 (1e-05, not 9.999999747378752e-06)
+    with np.errstate(over="ignore"):
+        return float(str(np.float32(v)))
+
+
 def config_from_gguf(metadata: Mapping, tensor_shapes: Mapping[str, tuple]) -> ModelConfig:
     """ModelConfig from llama-arch GGUF metadata; vocab from token_embd's shape, tied when there is no output.weight."""
     arch = metadata.get("general.architecture")
@@ -345,11 +458,11 @@ def config_from_gguf(metadata: Mapping, tensor_shapes: Mapping[str, tuple]) -> M
     emb = tensor_shapes["token_embd.weight"]
     if len(emb) != 2 or emb[1] != dim:
         raise FormatError(f"token_embd.weight shape {emb} does not match embedding_length {dim}")
-    # FLOAT32 metadata: shortest decimal that round-trips in float32 (1e-05, not 9.999999747378752e-06)
-    theta = float(str(np.float32(metadata.get(p + "rope.freq_base", 10000.0))))
-    eps = float(str(np.float32(metadata.get(p + "attention.layer_norm_rms_epsilon", 1e-5))))
-    if not (theta > 0 and 0 < eps < 1):
-        raise FormatError(f"bad rope.freq_base {theta} or rms epsilon {eps}")
+    theta = _float(metadata, p + "rope.freq_base", 10000.0)
+    eps = _float(metadata, p + "attention.layer_norm_rms_epsilon", 1e-5)
+    if not (math.isfinite(theta) and theta > 0 and math.isfinite(eps) and 0 < eps < 1):
+        raise FormatError(f"bad rope.freq_base {theta} or rms epsilon {eps}: both must be finite, theta > 0 and "
+                          "0 < epsilon < 1")
     return ModelConfig(
         dim=dim, hidden_dim=_pos_int(metadata, p + "feed_forward_length"),
         n_layers=_pos_int(metadata, p + "block_count"), n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..backend import ModelConfig
+from .layout import check_llama_tensors, check_no_overlap, json_number, load_json
 from .quant import FormatError
 
 MAX_HEADER = 100 << 20
@@ -76,13 +77,11 @@ class SafetensorsFile:
                 raw = f.read(n)
         except OSError as e:
             raise FormatError(f"cannot read safetensors file {self.path!r}: {e}") from e
-        try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise FormatError(f"safetensors header is not valid JSON: {e}") from e
+        header = load_json(raw, "the safetensors header")
         if not isinstance(header, dict):
             raise FormatError("safetensors header is not a JSON object")
-        self.metadata = header.pop("__metadata__", {}) or {}
+        md = header.pop("__metadata__", None)
+        self.metadata = md if isinstance(md, dict) else {}
         base = 8 + n
         data_size = size - base
         self.tensors: dict[str, tuple[str, tuple, int, int]] = {}
@@ -93,7 +92,8 @@ class SafetensorsFile:
             if not (isinstance(shape, list) and len(shape) <= 8 and
                     all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < (1 << 40) for d in shape)):
                 raise FormatError(f"safetensors tensor {name!r} has a bad shape {shape!r}")
-            if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)
+            if not (isinstance(offs, list) and len(offs) == 2 and
+                    all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
                     and 0 <= offs[0] <= offs[1] <= data_size):
                 raise FormatError(f"safetensors tensor {name!r} offsets {offs!r} lie outside the data "
                                   f"({data_size} bytes)")
@@ -107,6 +107,8 @@ class SafetensorsFile:
                 raise FormatError(f"safetensors tensor {name!r}: {offs[1] - offs[0]} bytes for shape {shape} "
                                   f"of {dtype}")
             self.tensors[name] = (dtype, tuple(shape), base + offs[0], offs[1] - offs[0])
+        # two tensors sharing bytes: one reads the other's data (the format forbids it; a crafted file)
+        check_no_overlap([(k, v[2], v[3]) for k, v in self.tensors.items() if v[3]], "safetensors tensors")
 
     def tensor(self, name: str) -> np.ndarray:
         if name not in self.tensors:
@@ -127,34 +129,52 @@ class SafetensorsFile:
 
 
 def _cfg_int(cfg: Mapping, key: str, default=None) -> int:
-    v = cfg.get(key, default)
+    v = cfg.get(key)
+    if v is None:            # absent or null: the default (a required field has none)
+        v = default
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > (1 << 31):
         raise FormatError(f"config.json {key} = {v!r} is not a sensible positive integer")
     return v
 
 
 def config_from_hf(cfg: Mapping[str, Any]) -> ModelConfig:
-    """Hugging Face LlamaConfig-style dict -> ModelConfig."""
+    """Hugging Face LlamaConfig-style dict -> ModelConfig. Every field is type-checked (a JSON object of numbers,
+    strings and booleans of the right kind: "false" is not false, null means absent); problems are FormatError."""
+    if not isinstance(cfg, dict):
+        raise FormatError(f"config.json must be a JSON object, not {type(cfg).__name__}")
     mt = cfg.get("model_type", "llama")
-    if mt not in ("llama", "mistral", "qwen2") and "LlamaForCausalLM" not in (cfg.get("architectures") or []):
+    archs = cfg.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise FormatError(f"config.json architectures = {archs!r} must be a list of names")
+    if not isinstance(mt, str) or (mt not in ("llama", "mistral", "qwen2") and
+                                   "LlamaForCausalLM" not in (archs or [])):
         raise FormatError(f"unsupported model_type {mt!r} (llama-style decoders only)")
     dim = _cfg_int(cfg, "hidden_size")
     n_heads = _cfg_int(cfg, "num_attention_heads")
     n_kv = _cfg_int(cfg, "num_key_value_heads", n_heads)
     if n_heads % n_kv:
         raise FormatError(f"num_attention_heads {n_heads} is not a multiple of num_key_value_heads {n_kv}")
-    head_dim = cfg.get("head_dim") or dim // n_heads
-    head_dim = _cfg_int({"head_dim": head_dim}, "head_dim")
-    rope_dim = int(head_dim * float(cfg.get("partial_rotary_factor", 1.0)))
+    head_dim = _cfg_int(cfg, "head_dim", dim // n_heads if dim >= n_heads else None)
+    prf = json_number(cfg, "partial_rotary_factor", 1.0, low=0.0, high=1.0, low_open=True)
+    rope_dim = int(head_dim * prf)
+    if rope_dim < 2 or rope_dim % 2:
+        raise FormatError(f"config.json partial_rotary_factor {prf} gives {rope_dim} rotary dims of head_dim "
+                          f"{head_dim}: must be even and >= 2")
     scaling = cfg.get("rope_scaling")
-    if scaling not in (None, {}) and (scaling or {}).get("rope_type", (scaling or {}).get("type")) != "default":
+    if scaling is not None and not isinstance(scaling, dict):
+        raise FormatError(f"rope_scaling {scaling!r} must be an object or null")
+    if scaling and scaling.get("rope_type", scaling.get("type")) != "default":
         raise FormatError(f"rope_scaling {scaling!r} is not supported")
+    tie = cfg.get("tie_word_embeddings")
+    if tie is not None and not isinstance(tie, bool):
+        raise FormatError(f"config.json tie_word_embeddings = {tie!r} must be true or false")
     return ModelConfig(
         dim=dim, hidden_dim=_cfg_int(cfg, "intermediate_size"), n_layers=_cfg_int(cfg, "num_hidden_layers"),
         n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, vocab_size=_cfg_int(cfg, "vocab_size"),
-        seq_len=_cfg_int(cfg, "max_position_embeddings", 2048), rope_theta=float(cfg.get("rope_theta", 10000.0)),
-        rope_dim=rope_dim, norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), arch="llama")
+        seq_len=_cfg_int(cfg, "max_position_embeddings", 2048),
+        rope_theta=json_number(cfg, "rope_theta", 10000.0, low=0.0, low_open=True),
+        rope_dim=rope_dim, norm_eps=json_number(cfg, "rms_norm_eps", 1e-5, low=0.0, high=1.0, low_open=True),
+        tied_embeddings=bool(tie), arch="llama")
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
@@ -167,18 +187,26 @@ def config_to_hf(cfg: ModelConfig) -> dict:
             "tie_word_embeddings": cfg.tied_embeddings}
 
 
+def read_hf_config(path: str | os.PathLike) -> ModelConfig:
+    """config.json -> ModelConfig (FormatError for unreadable, invalid or hostile JSON)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG + 1)
+    except OSError as e:
+        raise FormatError(f"no readable config.json: {e}") from None
+    if len(raw) > MAX_CONFIG:
+        raise FormatError(f"config.json is larger than {MAX_CONFIG} bytes")
+    return config_from_hf(load_json(raw, "config.json"))
+
+
+MAX_CONFIG = 1 << 20
+
+
 def _hf_folder(path: str | os.PathLike) -> tuple[ModelConfig, list[str]]:
     """(config from config.json, the .safetensors files) of a Hugging Face folder (or a path to one of its files)."""
     path = os.fspath(path)
     folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
-    cfg_path = os.path.join(folder, "config.json")
-    try:
-        with open(cfg_path, "r", encoding="utf-8") as f:
-            cfg = config_from_hf(json.load(f))
-    except OSError as e:
-        raise FormatError(f"no readable config.json beside {path!r}: {e}") from e
-    except json.JSONDecodeError as e:
-        raise FormatError(f"config.json is not valid JSON: {e}") from e
+    cfg = read_hf_config(os.path.join(folder, "config.json"))
     files = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".safetensors"))
     if path.endswith(".safetensors"):
         files = [path]
@@ -196,19 +224,49 @@ def _tie(cfg: ModelConfig, names) -> tuple[ModelConfig, bool]:
     return cfg, True
 
 
-def load_safetensors_model(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    """A folder with config.json + *.safetensors (or a path to one of them) -> (config, GGUF-named weights)."""
+# tensors a llama checkpoint may hold that the model does not use (old checkpoints saved RoPE's inverse
+# frequencies, which the reader computes itself)
+_HF_IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+
+
+def hf_tensor_table(path: str | os.PathLike):
+    """(config, {gguf name: (shard path, hf name, dtype, shape, offset, nbytes)}) of a Hugging Face folder, checked:
+    no tensor defined in two shards, none the model would ignore (biases, unknown names), every tensor with its
+    shape and a readable dtype (formats.layout)."""
     cfg, files = _hf_folder(path)
-    weights: dict[str, np.ndarray] = {}
+    table: dict[str, tuple] = {}
+    seen: dict[str, str] = {}
     for fp in files:
         st = SafetensorsFile(fp)
-        for name in st.tensors:
+        for name, (dtype, shape, off, nbytes) in st.tensors.items():
+            if name in seen:
+                raise FormatError(f"tensor {name!r} is defined in both {os.path.basename(seen[name])} and "
+                                  f"{os.path.basename(fp)}")
+            seen[name] = fp
             g = hf_to_gguf_name(name)
-            if g is not None:
-                weights[g] = np.ascontiguousarray(st.tensor(name))
-    cfg, keep_out = _tie(cfg, weights)
+            if g is None:
+                if _HF_IGNORED.match(name):
+                    continue
+                raise FormatError(f"the checkpoint holds tensor {name!r}, which a llama model of this reader does "
+                                  "not use (biases and other extras are not supported): refusing it rather than "
+                                  "running a different model")
+            table[g] = (fp, name, dtype, tuple(shape), off, nbytes)
+    cfg, keep_out = _tie(cfg, table)
     if not keep_out:
-        weights.pop("output.weight", None)
+        table.pop("output.weight", None)
+    check_llama_tensors(cfg, {g: (v[3], v[2]) for g, v in table.items()}, "the checkpoint",
+                        name_of=lambda g: gguf_to_hf_name(g) or g)
+    return cfg, table
+
+
+def load_safetensors_model(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """A folder with config.json + *.safetensors (or a path to one of them) -> (config, GGUF-named weights)."""
+    cfg, table = hf_tensor_table(path)
+    opened: dict[str, SafetensorsFile] = {}
+    weights: dict[str, np.ndarray] = {}
+    for g, (fp, name, *_rest) in table.items():
+        st = opened.get(fp) or opened.setdefault(fp, SafetensorsFile(fp))
+        weights[g] = np.ascontiguousarray(st.tensor(name))
     return cfg, weights
 
 
@@ -216,21 +274,14 @@ def describe_safetensors_model(path: str | os.PathLike) -> dict:
     """JSON-able {format: "hf", config, tensors: [{name (GGUF), ggml_type, shape, offset, nbytes, qk_permuted, file}]}
     of a Hugging Face folder, for a JS engine that streams raw tensor bytes: names mapped by `hf_to_gguf_name` (the
     one map), offsets absolute within `file` (the shard's file name in the folder), rows in HF order (qk_permuted
-    False). Tensors the map does not know are left out."""
-    cfg, files = _hf_folder(path)
-    tensors = {}
-    for fp in files:
-        st = SafetensorsFile(fp)
-        for name, (dtype, shape, off, nbytes) in st.tensors.items():
-            g = hf_to_gguf_name(name)
-            if g is not None:
-                tensors[g] = {"name": g, "ggml_type": dtype, "shape": list(shape), "offset": off, "nbytes": nbytes,
-                              "qk_permuted": False, "file": os.path.basename(fp)}
-    cfg, keep_out = _tie(cfg, tensors)
-    if not keep_out:
-        tensors.pop("output.weight", None)
+    False). The folder is checked as hf_tensor_table does."""
+    cfg, table = hf_tensor_table(path)
+    files = sorted({v[0] for v in table.values()})
+    tensors = [{"name": g, "ggml_type": dtype, "shape": list(shape), "offset": off, "nbytes": nbytes,
+                "qk_permuted": False, "file": os.path.basename(fp)}
+               for g, (fp, _n, dtype, shape, off, nbytes) in table.items()]
     return {"format": "hf", "config": cfg.to_json(), "files": [os.path.basename(f) for f in files],
-            "tensors": list(tensors.values())}
+            "tensors": tensors}
 
 
 def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], dtype: str = "F32") -> None:
