@@ -8,7 +8,7 @@
 #                       python_stdlib.zip, pyodide-lock.json, package.json) + the numpy / micropip / packaging wheels
 #                       (static/pyodide/<version>/); exactspec.whl (the tree's, for reference: product.py rebuilds it
 #                       there from the tree, so the measured code is the tree's)                          ~7 MiB
-#   .devcarry/champ0, champ1, champ2   the 98 MB champion in parts of 18, 40 and ~36 MiB (sha256 checked there)
+#   .devcarry/champ0 .. champ3   the 98 MB champion in parts of SPLIT_MB (12, 33, 40 MiB and the rest; sha256 checked there)
 # The shipped draft (static/models/draft-smollm2-kd.gguf) and the workload (tests/data/workload.jsonl) are tracked
 # files: they travel with the working tree (the run prints their sha256). static/rules.js is rebuilt there.
 #
@@ -40,11 +40,19 @@ rm -rf $T
 python3 -c "import sys; sys.path.insert(0, 'py'); from exactspec_build.wheel import build_exactspec_wheel; print(build_exactspec_wheel())" \
   | tail -1 | xargs -I{} cp {} $P/exactspec.whl
 echo "$WANT  $C" | sha256sum -c
-for i in 0 1 2; do mkdir -p .devcarry/champ$i; done
 MiB=$((1 << 20))
-head -c $((18 * MiB)) $C > .devcarry/champ0/p0
-tail -c +$((18 * MiB + 1)) $C | head -c $((40 * MiB)) > .devcarry/champ1/p1
-tail -c +$((58 * MiB + 1)) $C > .devcarry/champ2/p2
-cat .devcarry/champ0/p0 .devcarry/champ1/p1 .devcarry/champ2/p2 | sha256sum | grep -q $WANT
-du -sh .devcarry/gpu .devcarry/product .devcarry/champ0 .devcarry/champ1 .devcarry/champ2
-echo "call 1 carries $(du -cm .devcarry/gpu .devcarry/champ0 | tail -1 | cut -f1) MiB, call 2 $(du -cm .devcarry/product .devcarry/champ1 | tail -1 | cut -f1) MiB, call 3 $(du -cm .devcarry/champ2 | tail -1 | cut -f1) MiB (limit 64)"
+# the tree travels with every call (~23 MB on 2026-12-02), so the parts are sized for what is left of 64 MiB beside
+# it: call 1 carries gpu (~28 MiB) + part 0, call 2 product (~8 MiB) + part 1, call 3 part 2, call 4 the rest
+SPLIT_MB=${SPLIT_MB:-"12 33 40"}       # MiB per part; the last part is what remains
+rm -rf .devcarry/champ[0-9]*
+off=0; i=0
+for mb in $SPLIT_MB; do
+  mkdir -p .devcarry/champ$i
+  tail -c +$((off + 1)) $C | head -c $((mb * MiB)) > .devcarry/champ$i/p$i
+  off=$((off + mb * MiB)); i=$((i + 1))
+done
+mkdir -p .devcarry/champ$i && tail -c +$((off + 1)) $C > .devcarry/champ$i/p$i
+parts=$(for j in $(seq 0 $i); do echo .devcarry/champ$j/p$j; done)
+cat $parts | sha256sum | grep -q $WANT
+du -sh .devcarry/gpu .devcarry/product .devcarry/champ[0-9]*
+echo "$((i + 1)) parts (NPARTS=$((i + 1)) for product_run.sh); tree $(git ls-files -z | xargs -0 du -cm | tail -1 | cut -f1) MiB"

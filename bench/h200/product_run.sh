@@ -38,6 +38,15 @@
 #                      where it stopped)                                                        ~4.5 min, cut at 330 s
 #   matrix.log         both runs' progress
 #   Whole call: about 6 minutes. Redraw a report here: python build.py bench matrix --redraw DIR
+# --all     stage, check, then the second wave's one measurement call (CALL_BUDGET 330 s): the bench matrix's gpu
+#           subset with the draft head beside the other drafters at k = MATRIX_KS (2,4; departures from the spec that
+#           its report names), a deadline of MATRIX_DEADLINE (160 s, whole strata); the head's step
+#           (py/bench/head_engine.py); then, while time is left, the shaders' A/B, fused (bench/h200/shaders_ab.sh,
+#           carry .devcarry/shaders_30c877a, prepared by `bash bench/h200/shaders_ab.sh --prep`). Writes
+#           matrix-gpu/{matrix.json,report.html,product.txt}, head_engine.{json,txt}, shaders_ab.txt, all.log.
+#           With 4 champion parts (product_prep.sh's SPLIT_MB): calls 1-3 --stage carrying gpu+champ0,
+#           product+champ1, champ2, then run(command="NPARTS=4 bash bench/h200/product_run.sh --all",
+#           carry=[".devcarry/champ3", ".devcarry/shaders_30c877a"], timeout_s=400)
 # Whole call 3: about 6 minutes (measured on llvmpipe and extrapolated: see the README's bench product section).
 # Testing here (llvmpipe): BACKEND=opengl X=/tmp/exactspec-test OUT=/tmp/out EXTRA="--strata repetitive --max-new-tokens 8"
 #   bash bench/h200/product_run.sh --quick      (EXTRA: bench product options appended to every command)
@@ -47,6 +56,7 @@ X=${X:-/tmp/exactspec}
 O=${OUT:-/tmp}
 BACKEND=${BACKEND:-vulkan}
 MODE=${1:-run}
+NPARTS=${NPARTS:-3}      # the champion's parts p0 .. p(NPARTS-1), as product_prep.sh split it (SPLIT_MB)
 C=$X/champion.gguf
 WANT=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 mkdir -p $X/champ $O
@@ -76,15 +86,13 @@ stage
 
 missing=""
 [ -x $X/node/node ] && [ -f $X/node_modules/webgpu/package.json ] || missing="$missing node+Dawn (call 1)"
-[ -f $X/champ/p0 ] || missing="$missing champion part 0 (call 1)"
 [ -f $X/pyodide/pyodide.asm.wasm ] || missing="$missing Pyodide (call 2)"
-[ -f $X/champ/p1 ] || missing="$missing champion part 1 (call 2)"
-[ -f $X/champ/p2 ] || missing="$missing champion part 2 (call 3)"
+for i in $(seq 0 $((NPARTS - 1))); do [ -f $X/champ/p$i ] || missing="$missing champion part $i"; done
 if [ -n "$missing" ]; then
   echo "missing in $X:$missing. The machine was probably given back between calls: repeat calls 1-3." | tee $O/product_error.txt
   exit 3
 fi
-if [ ! -f $C ]; then cat $X/champ/p0 $X/champ/p1 $X/champ/p2 > $C.part && mv $C.part $C; fi
+if [ ! -f $C ]; then cat $(seq -f "$X/champ/p%g" 0 $((NPARTS - 1))) > $C.part && mv $C.part $C; fi
 echo "$WANT  $C" | sha256sum -c || { echo "champion sha256 mismatch: repeat calls 1-3" | tee $O/product_error.txt; exit 3; }
 sha256sum static/models/draft-smollm2-kd.gguf tests/data/workload.jsonl
 mkdir -p node_modules
@@ -116,6 +124,44 @@ if [ "$MODE" = "--head" ]; then
     --runs 1 --max-new-tokens 64 --deadline 45 --out $O/product_head_coupled.json --table $O/product_head_coupled.txt $EXTRA
   echo "coupled with the head: rc $? $(date -u +%T)"
   ls -la $O/head_engine.* $O/product_head*
+  exit 0
+fi
+
+if [ "$MODE" = "--all" ]; then
+  HEADF=${HEAD_FILE:-static/models/head-smollm2.gguf}
+  M="python3 py/bench/matrix.py --host node --backend $BACKEND --node $X/node/node --champion $C"
+  export PYTHONUNBUFFERED=1
+  T0=$(date +%s)
+  sha256sum $HEADF
+  {
+    echo "== matrix, subset gpu, with the head $(date -u +%T)"
+    timeout ${MATRIX_TIMEOUT:-230} $M --subset gpu --drafters none,ngram,model,head --head $HEADF --ks ${MATRIX_KS:-2,4} \
+      --deadline ${MATRIX_DEADLINE:-160} --out $O/matrix-gpu $EXTRA
+    rc=$?
+    echo "matrix gpu: rc $rc $(date -u +%T)"
+    if [ $rc -ne 0 ] && [ $(( $(date +%s) - T0 )) -lt 90 ]; then   # failed early: the matrix without the head
+      echo "== matrix, subset gpu, without the head (rc $rc above)"
+      timeout ${MATRIX_TIMEOUT:-230} $M --subset gpu --ks ${MATRIX_KS:-2,4} --deadline ${MATRIX_DEADLINE:-160} \
+        --out $O/matrix-gpu $EXTRA
+      echo "matrix gpu without the head: rc $? $(date -u +%T)"
+    fi
+    echo "== head step $(date -u +%T)"
+    timeout ${HEAD_TIMEOUT:-60} python3 py/bench/head_engine.py --backend $BACKEND --node $X/node/node --champion $C \
+      --head $HEADF --variants indexed,masked --reps 10 --ks 1,2,3,4 --timestamps --json $O/head_engine.json > $O/head_engine.txt 2>&1
+    echo "head step: rc $? $(date -u +%T)"
+    tail -40 $O/head_engine.txt
+    left=$(( ${CALL_BUDGET:-330} - ($(date +%s) - T0) ))
+    rounds=$(( left / 60 )); [ $rounds -gt 3 ] && rounds=3
+    if [ -d .devcarry/shaders_30c877a ] && [ $rounds -ge 1 ]; then
+      echo "== shaders A/B, fused, $rounds round(s) $(date -u +%T) ($left s left)"
+      SETUP=0 NODE_DIR=$X/node FUSES=1 ROUNDS=$rounds RUN_TIMEOUT=30 OUT=$O bash bench/h200/shaders_ab.sh
+      echo "shaders A/B: rc $? $(date -u +%T)"
+    else
+      echo "no shaders A/B ($left s left, or .devcarry/shaders_30c877a not carried)"
+    fi
+  } 2>&1 | tee $O/all.log
+  rm -f $O/matrix-gpu/product.json $O/matrix-gpu/*.part
+  ls -la $O $O/matrix-gpu
   exit 0
 fi
 

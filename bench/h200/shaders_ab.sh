@@ -6,7 +6,7 @@
 # within noise; a gap would mean the compiler saw something else.
 #   here:       bash bench/h200/h200_prep.sh; bash bench/h200/shaders_ab.sh --prep     (writes .devcarry/shaders_30c877a)
 #   on the GPU: bash bench/h200/shaders_ab.sh       carry .devcarry/gpu and .devcarry/shaders_30c877a; ROUNDS (default 2)
-#               rounds of 4 runs (~20 s each, 45 s at most): 3-6 minutes with the setup
+#               rounds of 4 runs (~20 s each, RUN_TIMEOUT 45 s at most): 3-6 minutes with the setup; FUSES=1: fused only
 #   -> $OUT/shaders_ab.txt: per run, T_single (wall and GPU), T_verify(k)/T_single, decode tok/s
 set -e
 cd "$(dirname "$0")/../.."
@@ -25,16 +25,16 @@ if [ "$1" = --prep ]; then
   exit 0
 fi
 O=${OUT:-/tmp}
-source bench/h200/h200_setup.sh
+[ "${SETUP:-1}" = 1 ] && source bench/h200/h200_setup.sh   # SETUP=0: node + Dawn staged already (product_run.sh --all)
 set +e
-export PATH=/tmp/nb:$PATH
+export PATH=${NODE_DIR:-/tmp/nb}:$PATH
 for round in $(seq ${ROUNDS:-2}); do
-  for fuse in 1 0; do
+  for fuse in ${FUSES:-1 0}; do
     for side in new old; do
       base=""
       [ $side = old ] && base=$PWD/$OLD
       echo "== round $round, FUSE=$fuse, shaders: $side"
-      SHADER_BASE=$base FUSE=$fuse timeout 45 node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 \
+      SHADER_BASE=$base FUSE=$fuse timeout ${RUN_TIMEOUT:-45} node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 \
         | grep -E "kernels:|T_single|T_verify|decode alone|Error"
     done
   done

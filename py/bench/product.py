@@ -151,7 +151,7 @@ class NodeHost:
                 continue                                  # a stray line from a native library
             if msg.get("kind") == "event.log":
                 self.logs.append(msg)
-                if msg.get("level") == "error":
+                if msg.get("level") in ("error", "warn"):     # a fallback the figures depend on is said
                     progress(f"host: {msg.get('message')}")
             if msg.get("id") == rid:
                 if not msg.get("ok"):

@@ -269,7 +269,8 @@ class Session:
         g = self._gguf(path)
         if g is not None:
             d = g.describe()
-            if d.get("config") is None:
+            from .drafters.head import HEAD_ARCH
+            if d.get("config") is None and g.metadata.get("general.architecture") != HEAD_ARCH:
                 g.config()               # a file the reader refuses: say why (formats.layout) instead of "no config"
             return json.dumps(d)
         from .formats import describe
