@@ -175,3 +175,18 @@ def test_report_draws_every_figure_from_its_numbers():
     html = render(doc)
     check_report_plots(html, doc["figures"])
     assert "<script" not in html and "http" not in html.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_a_matrix_with_the_head_records_the_heads_sha256():
+    """The drafter 'head' beside the spec's drafters: bench product's options and the report's artifacts both carry
+    the head's sha256 (the H200 run of 2026-12-02 stopped at its first checkpoint on its absence)."""
+    sys.path.insert(0, str(ROOT / "py" / "bench"))
+    import matrix
+    head = ROOT / "static" / "models" / "head-smollm2.gguf"
+    a = matrix.parse_args(["--subset", "panel", "--drafters", "none,ngram,model,head", "--head", str(head)])
+    assert "drafter 'head' added (an optional drafter of the spec)" in a.departures
+    pa = matrix.product_args(a)
+    want = hashlib.sha256(head.read_bytes()).hexdigest()
+    assert pa.sha["head"] == want and pa.sha["draft"] and pa.sha["champion"]
+    arts = matrix.artifacts(a, pa)
+    assert arts["head"]["sha256"] == want and arts["head"]["file"] == head.name

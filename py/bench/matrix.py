@@ -149,8 +149,7 @@ def product_args(a) -> argparse.Namespace:
     if "head" in s["drafters"] and not getattr(pa, "head", None):
         raise SystemExit("error: drafter 'head' needs --head HEAD.gguf")
     pa.items = items
-    pa.sha = {"champion": product.sha256(Path(pa.champion)), "workload": product.sha256(Path(pa.workload)),
-              "draft": product.sha256(Path(pa.draft)) if "model" in pa.drafters else None}
+    pa.sha = product.artifact_sha256s(pa)      # with the head's (the H200 run of 2026-12-02 failed on its absence)
     assert [it["id"] for it in product.select_items(pa)] == [it["id"] for it in items]
     return pa
 
@@ -267,8 +266,8 @@ def artifacts(a, pa) -> dict:
            "spec": art(a.spec, a.spec_sha)}
     if pa.sha.get("draft"):
         out["draft"] = art(pa.draft, pa.sha["draft"])
-    if a.head:
-        out["head"] = art(a.head)
+    if pa.sha.get("head"):
+        out["head"] = art(pa.head, pa.sha["head"])
     try:
         out["exactspec wheel"] = art(build_exactspec_wheel())
     except Exception:

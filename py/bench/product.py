@@ -620,6 +620,13 @@ def git_commit() -> str | None:
         return None
 
 
+def artifact_sha256s(a) -> dict:
+    """sha256 of every file the run's answers depend on (the report's artifacts; bench matrix takes the same)."""
+    return {"champion": sha256(Path(a.champion)), "workload": sha256(Path(a.workload)),
+            "draft": sha256(Path(a.draft)) if "model" in a.drafters else None,
+            "head": sha256(Path(a.head)) if "head" in a.drafters else None}
+
+
 def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> dict:
     adapter = info.get("adapter") or {}
     meta = {
@@ -659,9 +666,7 @@ def write_report(report: dict, a) -> str:
 def main(argv=None) -> int:
     a = parse_args(argv)
     a.items = select_items(a)
-    a.sha = {"champion": sha256(Path(a.champion)), "workload": sha256(Path(a.workload)),
-             "draft": sha256(Path(a.draft)) if "model" in a.drafters else None,
-             "head": sha256(Path(a.head)) if "head" in a.drafters else None}
+    a.sha = artifact_sha256s(a)
     progress(f"{len(a.items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in a.items))} strata; host "
              f"{a.host} ({a.backend}); drafters {a.drafters}, k {a.ks}, modes {a.modes}, runs {a.runs}")
     t0 = time.perf_counter()
