@@ -35,6 +35,54 @@ const strip = ({ token_ids, text, ...r }) => r;   // what the receipt keeps of a
 
 function fmtS(s) { return s >= 90 ? `${Math.round(s / 60)} min` : `${Math.round(s)} s`; }
 
+/** The spec's drafters this page can run, and the departures that says: no draft loaded skips 'model' and 'head'; a
+ * loaded draft head stands in for the draft model. */
+async function chooseDrafters(sub, st) {
+  const departures = [];
+  let drafters = sub.drafters.filter((d) => {
+    if ((d === 'model' || d === 'head') && !st.active.draft) { departures.push(`drafter '${d}' skipped: no draft loaded`); return false; }
+    return true;
+  });
+  if (drafters.includes('model')) {   // the loaded draft may be a draft head: it then stands in for the draft model
+    try {
+      await exactspec.generate({ prompt: 'a', chat: false, max_new_tokens: 1, drafter: 'model', k: 1 });
+    } catch (e) {
+      if (/'head'/.test(e.message || '') && !drafters.includes('head')) {
+        drafters = drafters.map((d) => (d === 'model' ? 'head' : d));
+        departures.push("the loaded draft is a draft head: drafter 'head' in place of 'model'");
+      } else {
+        drafters = drafters.filter((d) => d !== 'model');
+        departures.push(`drafter 'model' skipped: ${e.message}`);
+      }
+    }
+  }
+  return { drafters, departures };
+}
+
+/** The run as a privacy-safe receipt: the spec and its departures, the host's facts, the models' sha256 and sizes,
+ * per answer its counters and timings (no text), the summary and figures. */
+async function buildReceipt(p, st, ready, ctx, doc, departures, fig, wall) {
+  const models = await exactspec.listModels();
+  const art = (role) => {
+    const m = models.find((x) => x.loaded === role);
+    return m ? { sha256: m.sha256, size: m.size, default: m.source === 'default' } : null;
+  };
+  const gpuStage = (ready.stages || []).find((s) => s.stage === 'gpu') || {};
+  return {
+    kind: 'exactspec.bench_matrix.receipt', schema: 1,
+    spec: { ...p.spec, departures: [...departures, ...ctx.skipped.map((x) => `${x.prompt_id} skipped: ${x.reason}`)] },
+    meta: { host: 'page', backend: st.backend, adapter: gpuStage.adapter || null,
+      started: new Date(Date.now() - wall * 1000).toISOString(),
+      wall_s: wall, cancelled: ctx.cancelledAt !== null, answers_done: ctx.done, answers_planned: ctx.total,
+      user_agent: navigator.userAgent, logical_cores: navigator.hardwareConcurrency ?? null,
+      device_memory_gb: navigator.deviceMemory ?? null,
+      artifacts: { champion: art('champion'), draft: art('draft'), workload: { sha256: p.workload.sha256 },
+        spec: { sha256: p.spec.sha256 } } },
+    records: doc.records, ttft: doc.ttft, warmups: ctx.warmups, memory: ctx.memory, errors: ctx.errors,
+    skipped: ctx.skipped, summary: fig.summary, figures: fig.figures,
+  };
+}
+
 class Panel {
   constructor(root) {
     this.root = root;
@@ -152,145 +200,127 @@ class Panel {
     const sub = p.spec.definition;
     const ready = await exactspec.ready();
     const st = await exactspec.status();
-    const departures = [];
-    let drafters = sub.drafters.filter((d) => {
-      if ((d === 'model' || d === 'head') && !st.active.draft) { departures.push(`drafter '${d}' skipped: no draft loaded`); return false; }
-      return true;
-    });
-    if (drafters.includes('model')) {   // the loaded draft may be a draft head: it then stands in for the draft model
-      try {
-        await exactspec.generate({ prompt: 'a', chat: false, max_new_tokens: 1, drafter: 'model', k: 1 });
-      } catch (e) {
-        if (/'head'/.test(e.message || '') && !drafters.includes('head')) {
-          drafters = drafters.map((d) => (d === 'model' ? 'head' : d));
-          departures.push("the loaded draft is a draft head: drafter 'head' in place of 'model'");
-        } else {
-          drafters = drafters.filter((d) => d !== 'model');
-          departures.push(`drafter 'model' skipped: ${e.message}`);
-        }
-      }
+    const { drafters, departures } = await chooseDrafters(sub, st);
+    const ctx = this.newRun(sub, p.items, drafters, t0);
+    try {
+      await ctx.sample('start');
+      for (const stratum of ctx.strata) await this.measureStratum(ctx, stratum);
+      await this.coldPhase(ctx);
+      await ctx.sample('cold TTFT');
+    } catch (e) {
+      if (!(e instanceof CancelledError)) { ctx.errors.push(String(e.message || e)); throw e; }
+      ctx.cancelledAt = ctx.done;
     }
+    const wall = (performance.now() - t0) / 1000;
+    const doc = { records: ctx.records.map(strip), ttft: ctx.cold.map(strip), memory: ctx.memory };
+    const fig = ctx.records.length || ctx.cold.length ? await exactspec.benchFigures(doc) : { summary: null, figures: [] };
+    this.receipt = await buildReceipt(p, st, ready, ctx, doc, departures, fig, wall);
+    this.render(fig, ctx.cancelledAt, ctx.total, wall);
+  }
+
+  /** The run's plan (exactspec.benchmatrix's order: per stratum and run a warm-up, then per mode group the champion
+   * alone and each config, rotated by run; then the cold-TTFT phase), its counters, and the helpers that advance it. */
+  newRun(sub, items, drafters, t0) {
     const groups = sub.modes.flatMap((m) => (m === 'coupled' ? sub.seeds : sub.seeds.slice(0, 1)).map((s) => [m, s]));
     const configs = drafters.filter((d) => d !== 'none').flatMap((d) => sub.ks.map((k) => ({ drafter: d, k, adaptive: false })));
-    const items = p.items;
-    const strata = [...new Set(items.map((it) => it.stratum))];
     const ttft = sub.ttft;
     const ttftSettings = ttft ? [['none', 0], ...drafters.filter((d) => d !== 'none').map((d) => [d, ttft.k])] : [];
     const ttftRuns = ttft ? (ttft.runs ?? sub.runs) : 0;        // exactspec.benchmatrix.ttft_runs / ttft_items
     const ttftItems = ttft ? items.filter((it) => (ttft.strata ?? 'all') === 'all' || ttft.strata.includes(it.stratum)) : [];
     const total = sub.runs * items.length * (1 + groups.length * (1 + configs.length)) + ttftRuns * ttftSettings.length * ttftItems.length;
-    let done = 0;
-    const records = [], cold = [], memory = [], warmups = [], errors = [], skipped = [];
+    const ctx = { sub, items, strata: [...new Set(items.map((it) => it.stratum))], drafters, groups, configs, ttft,
+      ttftSettings, ttftRuns, ttftItems, total, done: 0, records: [], cold: [], memory: [], warmups: [], errors: [],
+      skipped: [], cancelledAt: null };
     this.bar.max = total;
     this.bar.value = 0;
-    const tick = (what) => {
-      done += 1;
-      this.bar.value = done;
+    ctx.tick = (what) => {
+      ctx.done += 1;
+      this.bar.value = ctx.done;
       const el = (performance.now() - t0) / 1000;
-      this.status.textContent = `Answer ${done} of ${total}: ${what} · ${fmtS(el)} so far, about ${fmtS((el / done) * (total - done))} left`;
+      this.status.textContent = `Answer ${ctx.done} of ${total}: ${what} · ${fmtS(el)} so far, about ${fmtS((el / ctx.done) * (total - ctx.done))} left`;
     };
-    const sample = async (after) => {
-      try { memory.push({ after, t_s: (performance.now() - t0) / 1000, ...(await exactspec.memory()) }); } catch (e) { /* not offered */ }
+    ctx.sample = async (after) => {
+      try { ctx.memory.push({ after, t_s: (performance.now() - t0) / 1000, ...(await exactspec.memory()) }); } catch (e) { /* not offered */ }
     };
-    const gen = async (params) => {
+    ctx.gen = async (params) => {
       const out = await exactspec.generate({ chat: true, adaptive: false, ...params });
       if (out.finish_reason === 'cancelled' || this.cancelled) throw new CancelledError();
       if (out.finish_reason === 'error') throw new Error(out.error || 'the answer failed');
       return out;
     };
-    let cancelledAt = null;
-    try {
-      await sample('start');
-      for (const stratum of strata) {
-        const sItems = items.filter((it) => it.stratum === stratum);
-        for (let run = 0; run < sub.runs; run++) {
-          for (const it of sItems) {
-            const maxNew = Math.min(it.max_new_tokens, sub.max_new_tokens);
-            const base = { chat: it.messages, max_new_tokens: maxNew };
-            let w;
-            try {
-              w = await gen({ ...base, max_new_tokens: 2, temperature: 0,
-                ...(drafters.includes('model') ? { drafter: 'model', k: 1 } : { drafter: 'none' }) });
-            } catch (e) {     // a prompt longer than this champion's context: skipped, and said so
-              if (!/context length/.test(e.message || '')) throw e;
-              if (run === 0) skipped.push({ prompt_id: it.id, stratum, reason: e.message.replace(/^\w*Error: /, '') });
-              done += groups.length * (1 + configs.length);
-              tick(`${stratum}, skipped`);
-              continue;
-            }
-            warmups.push({ run, stratum, prompt_id: it.id, prompt_tokens: w.prompt_tokens ?? null, ttft_ms: w.stats.ttft_ms ?? null });
-            tick(`${stratum}, warm-up`);
-            for (const [mode, seed] of groups) {
-              const order = [null, ...configs];
-              const shift = run % order.length;
-              const rotated = [...order.slice(shift), ...order.slice(0, shift)];
-              let alone = null;
-              const group = [];
-              for (const c of rotated) {
-                const spec = c || { drafter: 'none', k: 0, adaptive: false };
-                const out = await gen({ ...base, ...modeSettings(mode, seed, sub.temperature), ...spec });
-                const r = record(out, { run, stratum, prompt_id: it.id, mode, seed, max_new_tokens: maxNew, ...spec });
-                if (!c) alone = r;
-                group.push(r);
-                tick(`${stratum}, ${spec.drafter === 'none' ? 'champion alone' : `${spec.drafter} k=${spec.k}`} (${mode})`);
-              }
-              for (const r of group) {
-                r.identical = r.drafter === 'none' ? null : JSON.stringify(r.token_ids) === JSON.stringify(alone.token_ids);
-                records.push(r);
-              }
-            }
-          }
-          await sample(`${stratum} run ${run + 1}`);
+    return ctx;
+  }
+
+  /** One stratum's runs: per prompt a warm-up (a prompt beyond the champion's context is skipped and named), then
+   * each mode group's answers, their exactness against the champion alone of the same group. */
+  async measureStratum(ctx, stratum) {
+    const { sub, groups, configs, drafters } = ctx;
+    const sItems = ctx.items.filter((it) => it.stratum === stratum);
+    for (let run = 0; run < sub.runs; run++) {
+      for (const it of sItems) {
+        const maxNew = Math.min(it.max_new_tokens, sub.max_new_tokens);
+        const base = { chat: it.messages, max_new_tokens: maxNew };
+        let w;
+        try {
+          w = await ctx.gen({ ...base, max_new_tokens: 2, temperature: 0,
+            ...(drafters.includes('model') ? { drafter: 'model', k: 1 } : { drafter: 'none' }) });
+        } catch (e) {     // a prompt longer than this champion's context: skipped, and said so
+          if (!/context length/.test(e.message || '')) throw e;
+          if (run === 0) ctx.skipped.push({ prompt_id: it.id, stratum, reason: e.message.replace(/^\w*Error: /, '') });
+          ctx.done += groups.length * (1 + configs.length);
+          ctx.tick(`${stratum}, skipped`);
+          continue;
         }
-      }
-      for (let run = 0; run < ttftRuns; run++) {
-        const shift = run % ttftSettings.length;
-        const order = [...ttftSettings.slice(shift), ...ttftSettings.slice(0, shift)];
-        const group = [];
-        for (const [drafter, k] of order) {
-          for (const it of ttftItems) {
-            if (skipped.some((x) => x.prompt_id === it.id)) { tick(`${it.stratum}, skipped`); continue; }
-            const maxNew = Math.min(it.max_new_tokens, ttft.max_new_tokens);
-            const out = await gen({ chat: it.messages, max_new_tokens: maxNew, ...modeSettings('greedy', sub.seeds[0], 0), drafter, k });
-            group.push(record(out, { run, stratum: it.stratum, prompt_id: it.id, mode: 'greedy', seed: sub.seeds[0],
-              max_new_tokens: maxNew, drafter, k, adaptive: false, phase: 'ttft' }));
-            tick(`${it.stratum}, cold time to first token (${drafter === 'none' ? 'champion alone' : `${drafter} k=${k}`})`);
+        ctx.warmups.push({ run, stratum, prompt_id: it.id, prompt_tokens: w.prompt_tokens ?? null, ttft_ms: w.stats.ttft_ms ?? null });
+        ctx.tick(`${stratum}, warm-up`);
+        for (const [mode, seed] of groups) {
+          const order = [null, ...configs];
+          const shift = run % order.length;
+          const rotated = [...order.slice(shift), ...order.slice(0, shift)];
+          let alone = null;
+          const group = [];
+          for (const c of rotated) {
+            const spec = c || { drafter: 'none', k: 0, adaptive: false };
+            const out = await ctx.gen({ ...base, ...modeSettings(mode, seed, sub.temperature), ...spec });
+            const r = record(out, { run, stratum, prompt_id: it.id, mode, seed, max_new_tokens: maxNew, ...spec });
+            if (!c) alone = r;
+            group.push(r);
+            ctx.tick(`${stratum}, ${spec.drafter === 'none' ? 'champion alone' : `${spec.drafter} k=${spec.k}`} (${mode})`);
+          }
+          for (const r of group) {
+            r.identical = r.drafter === 'none' ? null : JSON.stringify(r.token_ids) === JSON.stringify(alone.token_ids);
+            ctx.records.push(r);
           }
         }
-        const alone = new Map(group.filter((r) => r.drafter === 'none').map((r) => [r.prompt_id, r.token_ids]));
-        for (const r of group) {
-          r.identical = r.drafter === 'none' || !alone.has(r.prompt_id) ? null
-            : JSON.stringify(r.token_ids) === JSON.stringify(alone.get(r.prompt_id));
-          cold.push(r);
-        }
       }
-      await sample('cold TTFT');
-    } catch (e) {
-      if (!(e instanceof CancelledError)) { errors.push(String(e.message || e)); throw e; }
-      cancelledAt = done;
+      await ctx.sample(`${stratum} run ${run + 1}`);
     }
-    const wall = (performance.now() - t0) / 1000;
-    const doc = { records: records.map(strip), ttft: cold.map(strip), memory };
-    const fig = records.length || cold.length ? await exactspec.benchFigures(doc) : { summary: null, figures: [] };
-    const models = await exactspec.listModels();
-    const art = (role) => {
-      const m = models.find((x) => x.loaded === role);
-      return m ? { sha256: m.sha256, size: m.size, default: m.source === 'default' } : null;
-    };
-    const gpuStage = (ready.stages || []).find((s) => s.stage === 'gpu') || {};
-    const adapter = gpuStage.adapter || null;
-    this.receipt = {
-      kind: 'exactspec.bench_matrix.receipt', schema: 1,
-      spec: { ...p.spec, departures: [...departures, ...skipped.map((x) => `${x.prompt_id} skipped: ${x.reason}`)] },
-      meta: { host: 'page', backend: st.backend, adapter, started: new Date(Date.now() - wall * 1000).toISOString(),
-        wall_s: wall, cancelled: cancelledAt !== null, answers_done: done, answers_planned: total,
-        user_agent: navigator.userAgent, logical_cores: navigator.hardwareConcurrency ?? null,
-        device_memory_gb: navigator.deviceMemory ?? null,
-        artifacts: { champion: art('champion'), draft: art('draft'), workload: { sha256: p.workload.sha256 },
-          spec: { sha256: p.spec.sha256 } } },
-      records: doc.records, ttft: doc.ttft, warmups, memory, errors, skipped, summary: fig.summary, figures: fig.figures,
-    };
-    this.render(fig, cancelledAt, total, wall);
+  }
+
+  /** The cold time-to-first-token phase: per run each setting (rotated) on every prompt of the phase. */
+  async coldPhase(ctx) {
+    const { sub, ttft, ttftSettings } = ctx;
+    for (let run = 0; run < ctx.ttftRuns; run++) {
+      const shift = run % ttftSettings.length;
+      const order = [...ttftSettings.slice(shift), ...ttftSettings.slice(0, shift)];
+      const group = [];
+      for (const [drafter, k] of order) {
+        for (const it of ctx.ttftItems) {
+          if (ctx.skipped.some((x) => x.prompt_id === it.id)) { ctx.tick(`${it.stratum}, skipped`); continue; }
+          const maxNew = Math.min(it.max_new_tokens, ttft.max_new_tokens);
+          const out = await ctx.gen({ chat: it.messages, max_new_tokens: maxNew, ...modeSettings('greedy', sub.seeds[0], 0), drafter, k });
+          group.push(record(out, { run, stratum: it.stratum, prompt_id: it.id, mode: 'greedy', seed: sub.seeds[0],
+            max_new_tokens: maxNew, drafter, k, adaptive: false, phase: 'ttft' }));
+          ctx.tick(`${it.stratum}, cold time to first token (${drafter === 'none' ? 'champion alone' : `${drafter} k=${k}`})`);
+        }
+      }
+      const alone = new Map(group.filter((r) => r.drafter === 'none').map((r) => [r.prompt_id, r.token_ids]));
+      for (const r of group) {
+        r.identical = r.drafter === 'none' || !alone.has(r.prompt_id) ? null
+          : JSON.stringify(r.token_ids) === JSON.stringify(alone.get(r.prompt_id));
+        ctx.cold.push(r);
+      }
+    }
   }
 
   render(fig, cancelledAt, total, wall) {
