@@ -365,20 +365,7 @@ def test_config_from_bad_metadata(tmp_path):
 
 
 # -- safetensors -------------------------------------------------------------------------------------------------------
-_GGUF_TO_HF = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-               "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
-               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-
-
-def _hf_name(g: str) -> str:
-    if g == "token_embd.weight":
-        return "model.embed_tokens.weight"
-    if g == "output_norm.weight":
-        return "model.norm.weight"
-    if g == "output.weight":
-        return "lm_head.weight"
-    _, i, kind, _ = g.split(".")
-    return f"model.layers.{i}.{_GGUF_TO_HF[kind]}.weight"
+from bench._hostile import hf_name as _hf_name  # noqa: E402  (the GGUF -> HF tensor names, one copy)
 
 
 def _write_safetensors(path, tensors: dict, dtype: str):

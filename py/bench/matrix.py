@@ -318,15 +318,10 @@ def main(argv=None) -> int:
              f"{n_ans} measured answers + {len(pa.items) * s['runs']} warm-ups + {n_ttft} cold-TTFT answers; host "
              f"{a.host} ({a.backend}); out {a.out}")
     t0 = time.perf_counter()
-    try:
-        host = product.open_host(pa)
-    except (product.HostError, OSError) as e:
-        print(f"error: could not start the {a.host} host: {e}", file=sys.stderr)
+    host, boot_s = product.boot_host(pa, t0)
+    if host is None:
         return 2
-    boot_s = time.perf_counter() - t0
     info = host.info
-    progress(f"booted in {boot_s:.1f} s: backend {info.get('backend')}, adapter "
-             f"{(info.get('adapter') or {}).get('description') or (info.get('adapter') or {}).get('device') or '-'}")
     memory = []
 
     def sample(what):

@@ -49,6 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "py"))
 
+from exactspec import benchmatrix as bm  # noqa: E402
 from exactspec.settings import DRAFTERS  # noqa: E402
 from exactspec_train.data import load_workload, workload_messages  # noqa: E402
 
@@ -364,13 +365,7 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
 
 
 # ---- summary ------------------------------------------------------------------------------------------------------
-def spread(xs: list) -> dict | None:
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    n = len(xs)
-    med = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-    return {"median": med, "min": xs[0], "max": xs[-1], "n": n}
+spread = bm.spread      # median / min / max / n (exactspec.benchmatrix: one definition)
 
 
 def _rate(rs: list) -> float | None:
@@ -620,6 +615,20 @@ def git_commit() -> str | None:
         return None
 
 
+def boot_host(a, t0: float):
+    """(host, boot seconds) with the boot said, or (None, None) with why it failed said (bench matrix boots the same)."""
+    try:
+        host = open_host(a)
+    except (HostError, OSError) as e:
+        print(f"error: could not start the {a.host} host: {e}", file=sys.stderr)
+        return None, None
+    boot_s = time.perf_counter() - t0
+    info = host.info
+    progress(f"booted in {boot_s:.1f} s: backend {info.get('backend')}, adapter "
+             f"{(info.get('adapter') or {}).get('description') or (info.get('adapter') or {}).get('device') or '-'}")
+    return host, boot_s
+
+
 def artifact_sha256s(a) -> dict:
     """sha256 of every file the run's answers depend on (the report's artifacts; bench matrix takes the same)."""
     return {"champion": sha256(Path(a.champion)), "workload": sha256(Path(a.workload)),
@@ -670,15 +679,10 @@ def main(argv=None) -> int:
     progress(f"{len(a.items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in a.items))} strata; host "
              f"{a.host} ({a.backend}); drafters {a.drafters}, k {a.ks}, modes {a.modes}, runs {a.runs}")
     t0 = time.perf_counter()
-    try:
-        host = open_host(a)
-    except (HostError, OSError) as e:
-        print(f"error: could not start the {a.host} host: {e}", file=sys.stderr)
+    host, boot_s = boot_host(a, t0)
+    if host is None:
         return 2
-    boot_s = time.perf_counter() - t0
     info = host.info
-    progress(f"booted in {boot_s:.1f} s: backend {info.get('backend')}, adapter "
-             f"{(info.get('adapter') or {}).get('description') or (info.get('adapter') or {}).get('device') or '-'}")
     try:   # the report so far is written after every stratum: a run cut short still leaves its figures
         res = run_bench(host, a.items, a,
                         checkpoint=lambda r: write_report(build_report(r, a, info, argv, t0, boot_s), a))
