@@ -24,6 +24,8 @@ def default_models() -> list[dict]:
     for mf in sorted(MODELS.glob("*.manifest.json")):
         try:
             m = json.loads(mf.read_text())
+            if str(m.get("schema", "")).startswith("exactspec.head-manifest/"):
+                continue                       # a draft head's manifest (head-*.gguf is not a default model)
             d = m.get("draft", {})
             pinned[d["file"]] = (d["sha256"], m["champion"]["sha256"])
             if d.get("bridge"):
