@@ -333,11 +333,14 @@ def test_session_one_model_per_role(micro, tmp_path):
 
 
 def test_default_draft_carries_its_provenance():
-    """build.py lists the shipped draft with the champion sha256 its manifest names (the page's 'verified' label)."""
+    """build.py lists each shipped draft with the champion sha256 its manifest names (the page's 'verified' label),
+    the champion's own vocabulary first (the page's default draft), the foreign draft after it."""
     import json
     drafts = [m for m in build.default_models() if m["role"] == "draft"]
-    assert drafts, "the shipped draft is missing from static/models"
+    assert [d["name"] for d in drafts] == ["draft-smollm2-kd", "draft-llama2"], "a shipped draft is missing"
+    manifests = {"draft-smollm2-kd": "draft-smollm2.manifest.json", "draft-llama2": "draft-llama2.manifest.json"}
     for d in drafts:
-        manifest = json.loads((build.MODELS / "draft-smollm2.manifest.json").read_text())
+        manifest = json.loads((build.MODELS / manifests[d["name"]]).read_text())
         assert d["provenance"] == {"draft_sha256": manifest["draft"]["sha256"],
                                    "champion_sha256": build.CHAMPION["sha256"]}
+    assert json.loads((build.MODELS / "draft-llama2.manifest.json").read_text())["draft"]["bridge"]["applies"]
