@@ -12,11 +12,12 @@
 # The shipped draft (static/models/draft-smollm2-kd.gguf) and the workload (tests/data/workload.jsonl) are tracked
 # files: they travel with the working tree (the run prints their sha256). static/rules.js is rebuilt there.
 #
-# Then the lead, on the device machine, THREE calls back to back (a warm machine keeps /tmp between calls; the first
-# two only stage what they carry into /tmp/exactspec, ~10 s each):
+# Then the lead, on the device machine, FOUR calls back to back (a warm machine keeps /tmp between calls; the first
+# three only stage what they carry into /tmp/exactspec, ~10 s each):
 #   1. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/gpu", ".devcarry/champ0"], timeout_s=120)
 #   2. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/product", ".devcarry/champ1"], timeout_s=120)
-#   3. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ2"], timeout_s=600)
+#   3. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/champ2"], timeout_s=120)
+#   4. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ3"], timeout_s=600)
 #      (or `bash bench/h200/product_run.sh --quick` for the quick slice only, ~1 minute)
 #      (or `bash bench/h200/product_run.sh --matrix`: the preregistered bench matrix, subsets full and gpu, whose
 #      answers also give bench product's figures: $OUT/matrix-full/, $OUT/matrix-gpu/, ~6 minutes; it can also follow

@@ -2,12 +2,13 @@
 # The product's own loop on the H200 (device machine): `bench product --host node --backend vulkan`, i.e.
 # py/bench/product.py driving bench/product/node_host.mjs (Pyodide + exactspec's decode loop + bridge.py +
 # app/gpu/engine.js under Node, Dawn over Vulkan on the NVIDIA GPU). Prepared here by bench/h200/product_prep.sh;
-# the three calls, back to back:
+# the four calls, back to back (the champion in NPARTS = 4 parts, product_prep.sh's SPLIT_MB):
 #   1. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/gpu", ".devcarry/champ0"], timeout_s=120)
 #   2. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/product", ".devcarry/champ1"], timeout_s=120)
-#   3. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ2"], timeout_s=600)
+#   3. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/champ2"], timeout_s=120)
+#   4. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ3"], timeout_s=600)
 #      or, for the preregistered bench matrix and bench product's figures from the same answers:
-#      run(command="bash bench/h200/product_run.sh --matrix", carry=[".devcarry/champ2"], timeout_s=600)
+#      run(command="bash bench/h200/product_run.sh --matrix", carry=[".devcarry/champ3"], timeout_s=600)
 # --stage   only unpack what this call carries into $X (/tmp/exactspec): node, Dawn, the Vulkan loader debs (into /,
 #           then ldconfig, on the GPU host), the Pyodide runtime + wheels, champion parts. Idempotent.
 # (none)    stage, check everything is there (else name the call to repeat), join the champion and check its
@@ -45,7 +46,7 @@
 #           carry .devcarry/shaders_30c877a, prepared by `bash bench/h200/shaders_ab.sh --prep`). Writes
 #           matrix-gpu/{matrix.json,report.html,product.txt}, head_engine.{json,txt}, shaders_ab.txt, all.log.
 #           With 4 champion parts (product_prep.sh's SPLIT_MB): calls 1-3 --stage carrying gpu+champ0,
-#           product+champ1, champ2, then run(command="NPARTS=4 bash bench/h200/product_run.sh --all",
+#           product+champ1, champ2, then run(command="bash bench/h200/product_run.sh --all",
 #           carry=[".devcarry/champ3", ".devcarry/shaders_30c877a"], timeout_s=400)
 # Whole call 3: about 6 minutes (measured on llvmpipe and extrapolated: see the README's bench product section).
 # Testing here (llvmpipe): BACKEND=opengl X=/tmp/exactspec-test OUT=/tmp/out EXTRA="--strata repetitive --max-new-tokens 8"
@@ -56,7 +57,7 @@ X=${X:-/tmp/exactspec}
 O=${OUT:-/tmp}
 BACKEND=${BACKEND:-vulkan}
 MODE=${1:-run}
-NPARTS=${NPARTS:-3}      # the champion's parts p0 .. p(NPARTS-1), as product_prep.sh split it (SPLIT_MB)
+NPARTS=${NPARTS:-4}      # the champion's parts p0 .. p(NPARTS-1), as product_prep.sh splits it (SPLIT_MB: 4 by default)
 C=$X/champion.gguf
 WANT=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 mkdir -p $X/champ $O
@@ -89,11 +90,11 @@ missing=""
 [ -f $X/pyodide/pyodide.asm.wasm ] || missing="$missing Pyodide (call 2)"
 for i in $(seq 0 $((NPARTS - 1))); do [ -f $X/champ/p$i ] || missing="$missing champion part $i"; done
 if [ -n "$missing" ]; then
-  echo "missing in $X:$missing. The machine was probably given back between calls: repeat calls 1-3." | tee $O/product_error.txt
+  echo "missing in $X:$missing. The machine was probably given back between calls: repeat calls 1-4." | tee $O/product_error.txt
   exit 3
 fi
 if [ ! -f $C ]; then cat $(seq -f "$X/champ/p%g" 0 $((NPARTS - 1))) > $C.part && mv $C.part $C; fi
-echo "$WANT  $C" | sha256sum -c || { echo "champion sha256 mismatch: repeat calls 1-3" | tee $O/product_error.txt; exit 3; }
+echo "$WANT  $C" | sha256sum -c || { echo "champion sha256 mismatch: repeat calls 1-4" | tee $O/product_error.txt; exit 3; }
 sha256sum static/models/draft-smollm2-kd.gguf tests/data/workload.jsonl
 mkdir -p node_modules
 [ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
@@ -101,6 +102,7 @@ mkdir -p node_modules
 export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null || true
 B="python3 py/bench/product.py --host node --backend $BACKEND --node $X/node/node --champion $C"
+M="python3 py/bench/matrix.py --host node --backend $BACKEND --node $X/node/node --champion $C"
 EXTRA=${EXTRA:-}
 
 if [ "$MODE" = "--head" ]; then
@@ -129,7 +131,6 @@ fi
 
 if [ "$MODE" = "--all" ]; then
   HEADF=${HEAD_FILE:-static/models/head-smollm2.gguf}
-  M="python3 py/bench/matrix.py --host node --backend $BACKEND --node $X/node/node --champion $C"
   export PYTHONUNBUFFERED=1
   T0=$(date +%s)
   sha256sum $HEADF
@@ -166,7 +167,6 @@ if [ "$MODE" = "--all" ]; then
 fi
 
 if [ "$MODE" = "--matrix" ]; then
-  M="python3 py/bench/matrix.py --host node --backend $BACKEND --node $X/node/node --champion $C"
   export PYTHONUNBUFFERED=1
   {
     echo "== matrix, subset full $(date -u +%T)"
