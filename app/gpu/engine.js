@@ -40,7 +40,9 @@
 //            ffn_sg.wgsl (default 512 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default
 //            256 GPU / 64 CPU) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true),
 //            fuseMatmulWg?: workgroup size of the qkv (fuse true) / gate-up (fuse 'attn') prologue matmuls (default
-//            matmulWg: fewer, larger workgroups stage x fewer times),
+//            matmulWg: fewer, larger workgroups stage x fewer times), fuseQkvPairs?: row pairs per subgroup of the qkv
+//            prologue matmul (fuse true; default 1): each workgroup stages x (the residual + every FFN partial) once
+//            for 2 * pairs * (workgroup / lanes) weight rows, so more pairs means fewer stagings,
 //            Tile and split policies (each gives the default's bits: every row's arithmetic is the same; subgroup
 //            matmul only): rowTiles?: op kinds ('qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits') or
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in

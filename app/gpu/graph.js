@@ -49,7 +49,8 @@ async function fusedForward(g, W) {
   for (const [i, L] of W.layers.entries()) {
     if (i === 0) await g.matmul('blk.0.qkv', L.qkv, { x: r, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
     else {                                                                                // x = r + sum_s P_ffn[s]; q|k|v
-      await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
+      await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv',
+        pairs: g.plan.fuseQkvPairs });
       r = other(r);
     }
     await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                                 // P_attn[h] = att_h @ W_o[:, h]

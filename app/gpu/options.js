@@ -41,7 +41,7 @@ function fusePlan(opts, m, device, cpu) {
   const fitWg = (want) => Math.max(m.lanes, Math.min(want, Math.floor(maxInv / m.lanes) * m.lanes));
   const f = { fuse, fuseAuto, fuseWg: opts.fuseWg ?? (cpu ? 64 : fitWg(512)), fuseSlice: opts.fuseSlice ?? 32,
     fuseHeadPairs: opts.fuseHeadPairs ?? 4, fuseHeadWg: opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256)),
-    fuseMatmulWg: opts.fuseMatmulWg ?? m.matmulWg };
+    fuseMatmulWg: opts.fuseMatmulWg ?? m.matmulWg, fuseQkvPairs: opts.fuseQkvPairs ?? 1 };
   if (!fuse) return f;
   for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg']) {
     const v = f[k];
@@ -50,7 +50,9 @@ function fusePlan(opts, m, device, cpu) {
     }
   }
   if (!Number.isInteger(f.fuseSlice) || f.fuseSlice < 32 || f.fuseSlice % 32) throw new Error(`fuseSlice ${f.fuseSlice} must be a positive multiple of 32`);
-  if (!Number.isInteger(f.fuseHeadPairs) || f.fuseHeadPairs < 1 || f.fuseHeadPairs > 64) throw new Error(`fuseHeadPairs ${f.fuseHeadPairs} must be in 1..64`);
+  for (const k of ['fuseHeadPairs', 'fuseQkvPairs']) {
+    if (!Number.isInteger(f[k]) || f[k] < 1 || f[k] > 64) throw new Error(`${k} ${f[k]} must be in 1..64`);
+  }
   return f;
 }
 
@@ -98,7 +100,7 @@ export const MAX_PASSES = 64;
 /** What adapterInfo.kernels reports: the kernels and variants the engine runs. */
 export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
-    fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, auto: plan.fuseAuto } : false;
+    fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
     head_sum: plan.headSum };

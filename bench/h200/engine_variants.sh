@@ -15,7 +15,9 @@
 # a dispatch of <= ROW_TILES_MAX (16) rows in its own workgroup with the 1-row tile (qkv + FFN; + the head; all); ATTN_SPLIT:
 # attention + O projection over 2 / 4 workgroups per head; HEAD_SUM: the fused head's input (r + 48 FFN partials)
 # summed once by residual.wgsl instead of in each of the head's 768 workgroups; PASS_SPLITS: command buffers per further pass of a
-# batched step; FUSE_MM_WG=128 (the prologue matmuls); FUSE=0 for comparison.
+# batched step; FUSE_MM_WG=128 (the prologue matmuls); FUSE_QKV_PAIRS / FUSE_MM_WG (qkv_*: weight rows per staging of
+# the qkv prologue's x, r + 48 FFN partials per chunk row, restaged by every workgroup: 240 of them by default);
+# FUSE=0 for comparison.
 # Dry run here (llvmpipe, 1-layer model, subgroups emulated, a few variants):
 #   SETUP=0 BACKEND=opengl BENCH_ARGS=--quick EXTRA_ENV="EMULATE_SG=1 SYNTH_LAYERS=1 AHEAD_NS=2" VARIANTS="default rows_qkv_ffn" \
 #   PYTEST=0 OUT=/tmp bash bench/h200/engine_variants.sh
@@ -46,6 +48,13 @@ run rows_max8 "FUSE=1 ROW_TILES=qkv,ffn ROW_TILES_MAX=8" 60
 run pass_splits0 "FUSE=1 PASS_SPLITS=0" 60
 run pass_splits2 "FUSE=1 PASS_SPLITS=2" 60
 run prologue_wg128 "FUSE=1 FUSE_MM_WG=128" 60
+run qkv_p2 "FUSE=1 FUSE_QKV_PAIRS=2" 60
+run qkv_p4 "FUSE=1 FUSE_QKV_PAIRS=4" 60
+run qkv_wg128_p2 "FUSE=1 FUSE_MM_WG=128 FUSE_QKV_PAIRS=2" 60
+run qkv_wg256 "FUSE=1 FUSE_MM_WG=256" 60
+run qkv_wg256_p2 "FUSE=1 FUSE_MM_WG=256 FUSE_QKV_PAIRS=2" 60
+run qkv_wg256_p4 "FUSE=1 FUSE_MM_WG=256 FUSE_QKV_PAIRS=4" 60
+run slice64_wg256_p2 "FUSE=1 FUSE_SLICE=64 FUSE_MM_WG=256 FUSE_QKV_PAIRS=2" 60
 run unfused "FUSE=0" 60
 run unfused_rows "FUSE=0 ROW_TILES=all" 60
 [ "${PYTEST:-1}" = 1 ] || exit 0

@@ -2,13 +2,13 @@
 # The product's own loop on the H200 (device machine): `bench product --host node --backend vulkan`, i.e.
 # py/bench/product.py driving bench/product/node_host.mjs (Pyodide + exactspec's decode loop + bridge.py +
 # app/gpu/engine.js under Node, Dawn over Vulkan on the NVIDIA GPU). Prepared here by bench/h200/product_prep.sh;
-# the four calls, back to back (the champion in NPARTS = 4 parts, product_prep.sh's SPLIT_MB):
-#   1. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/gpu", ".devcarry/champ0"], timeout_s=120)
-#   2. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/product", ".devcarry/champ1"], timeout_s=120)
-#   3. run(command="bash bench/h200/product_run.sh --stage", carry=[".devcarry/champ2"], timeout_s=120)
-#   4. run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ3"], timeout_s=600)
+# the six calls of product_prep.sh's header, back to back (the champion in NPARTS = 5 parts, its SPLIT_MB): five
+# `--stage` calls carrying gpu_node; gpu_rest + product + champ0; champ1; champ2; champ3; then the measuring call
+# carrying champ4, e.g.
+#   run(command="bash bench/h200/product_run.sh", carry=[".devcarry/champ4"], timeout_s=600)
 #      or, for the preregistered bench matrix and bench product's figures from the same answers:
-#      run(command="bash bench/h200/product_run.sh --matrix", carry=[".devcarry/champ3"], timeout_s=600)
+#      run(command="bash bench/h200/product_run.sh --matrix", carry=[".devcarry/champ4"], timeout_s=600)
+# --join    stage, check and join the champion into $X/champion.gguf (sha256 checked), nothing else (cover.sh)
 # --stage   only unpack what this call carries into $X (/tmp/exactspec): node, Dawn, the Vulkan loader debs (into /,
 #           then ldconfig, on the GPU host), the Pyodide runtime + wheels, champion parts. Idempotent.
 # (none)    stage, check everything is there (else name the call to repeat), join the champion and check its
@@ -26,8 +26,8 @@
 #   product_head.*   bench product, drafters none/model/head (the head beside the draft model), k = 1..4, greedy,
 #                    2 prompts per stratum, 64 new tokens, 3 runs, a deadline of 240 s
 #   product_head_coupled.*  coupled (T 0.7), seeds 0 and 1, none/head, k 2 and 4, 1 prompt per stratum, 1 run
-#   (as call 4 after calls 1-3, or as call 3 instead: run(command="bash bench/h200/product_run.sh --head",
-#   carry=[".devcarry/champ2"], timeout_s=600); the head file travels with the tree when tracked, else carry it)
+#   (as the measuring call: run(command="bash bench/h200/product_run.sh --head", carry=[".devcarry/champ4"],
+#   timeout_s=600); the head file travels with the tree when tracked, else carry it)
 # --matrix  stage, check, then the preregistered bench matrix (py/bench/matrix.py, bench/matrix/spec.json) instead of
 #           the three runs above; its answers also give bench product's figures (product.txt: measured next to
 #           predicted speedup, per stratum, drafter and k), so this one call replaces them. Writes (8 files at most
@@ -45,10 +45,9 @@
 #           (py/bench/head_engine.py); then, while time is left, the shaders' A/B, fused (bench/h200/shaders_ab.sh,
 #           carry .devcarry/shaders_30c877a, prepared by `bash bench/h200/shaders_ab.sh --prep`). Writes
 #           matrix-gpu/{matrix.json,report.html,product.txt}, head_engine.{json,txt}, shaders_ab.txt, all.log.
-#           With 4 champion parts (product_prep.sh's SPLIT_MB): calls 1-3 --stage carrying gpu+champ0,
-#           product+champ1, champ2, then run(command="bash bench/h200/product_run.sh --all",
-#           carry=[".devcarry/champ3", ".devcarry/shaders_30c877a"], timeout_s=400)
-# Whole call 3: about 6 minutes (measured on llvmpipe and extrapolated: see the README's bench product section).
+#           After the five staging calls: run(command="bash bench/h200/product_run.sh --all",
+#           carry=[".devcarry/champ4", ".devcarry/shaders_30c877a"], timeout_s=400)
+# Whole --all call: about 6 minutes (measured on llvmpipe and extrapolated: see the README's bench product section).
 # Testing here (llvmpipe): BACKEND=opengl X=/tmp/exactspec-test OUT=/tmp/out EXTRA="--strata repetitive --max-new-tokens 8"
 #   bash bench/h200/product_run.sh --quick      (EXTRA: bench product options appended to every command)
 set -u
@@ -57,7 +56,7 @@ X=${X:-/tmp/exactspec}
 O=${OUT:-/tmp}
 BACKEND=${BACKEND:-vulkan}
 MODE=${1:-run}
-NPARTS=${NPARTS:-4}      # the champion's parts p0 .. p(NPARTS-1), as product_prep.sh splits it (SPLIT_MB: 4 by default)
+NPARTS=${NPARTS:-5}      # the champion's parts p0 .. p(NPARTS-1), as product_prep.sh splits it (SPLIT_MB: 5 by default)
 C=$X/champion.gguf
 WANT=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 mkdir -p $X/champ $O
@@ -66,16 +65,23 @@ stage() {
   for p in .devcarry/champ*/p*; do
     [ -f "$p" ] && [ ! -f "$X/champ/$(basename $p)" ] && cp "$p" "$X/champ/" && echo "staged $p"
   done
-  if [ -f .devcarry/gpu/node.xz ] && [ ! -x $X/node/node ]; then
-    mkdir -p $X/node $X/node_modules
-    xz -T4 -dc .devcarry/gpu/node.xz > $X/node/node.part && chmod +x $X/node/node.part && mv $X/node/node.part $X/node/node
-    tar -C $X/node_modules -xJf .devcarry/gpu/webgpu.tar.xz
-    if [ -e /usr/local/nvidia ]; then      # the GPU host: NVIDIA's ICD needs the Vulkan loader and glvnd
-      for f in .devcarry/gpu/*.deb; do dpkg -x $f /; done
-      ldconfig
+  mkdir -p $X/node $X/node_modules
+  for d in .devcarry/gpu .devcarry/gpu_node; do   # node (the whole gpu folder, or its half gpu_node)
+    if [ -f $d/node.xz ] && [ ! -x $X/node/node ]; then
+      xz -T4 -dc $d/node.xz > $X/node/node.part && chmod +x $X/node/node.part && mv $X/node/node.part $X/node/node
+      echo "staged node $($X/node/node --version)"
     fi
-    echo "staged node $($X/node/node --version), Dawn (webgpu), Vulkan loader debs"
-  fi
+  done
+  for d in .devcarry/gpu .devcarry/gpu_rest; do   # Dawn and the debs (the whole gpu folder, or its half gpu_rest)
+    if [ -f $d/webgpu.tar.xz ] && [ ! -f $X/node_modules/webgpu/package.json ]; then
+      tar -C $X/node_modules -xJf $d/webgpu.tar.xz
+      if [ -e /usr/local/nvidia ]; then      # the GPU host: NVIDIA's ICD needs the Vulkan loader and glvnd
+        for f in $d/*.deb; do dpkg -x $f /; done
+        ldconfig
+      fi
+      echo "staged Dawn (webgpu), Vulkan loader debs"
+    fi
+  done
   if [ -f .devcarry/product/pyodide.tar.xz ] && [ ! -f $X/pyodide/pyodide.asm.wasm ]; then
     tar -C $X -xJf .devcarry/product/pyodide.tar.xz
     echo "staged the Pyodide runtime + wheels: $(ls $X/pyodide | tr '\n' ' ')"
@@ -86,15 +92,17 @@ stage
 [ "$MODE" = "--stage" ] && exit 0
 
 missing=""
-[ -x $X/node/node ] && [ -f $X/node_modules/webgpu/package.json ] || missing="$missing node+Dawn (call 1)"
+[ -x $X/node/node ] || missing="$missing node (call 1)"
+[ -f $X/node_modules/webgpu/package.json ] || missing="$missing Dawn (call 2)"
 [ -f $X/pyodide/pyodide.asm.wasm ] || missing="$missing Pyodide (call 2)"
 for i in $(seq 0 $((NPARTS - 1))); do [ -f $X/champ/p$i ] || missing="$missing champion part $i"; done
 if [ -n "$missing" ]; then
-  echo "missing in $X:$missing. The machine was probably given back between calls: repeat calls 1-4." | tee $O/product_error.txt
+  echo "missing in $X:$missing. The machine was probably given back between calls: repeat the staging calls (product_prep.sh's header)." | tee $O/product_error.txt
   exit 3
 fi
 if [ ! -f $C ]; then cat $(seq -f "$X/champ/p%g" 0 $((NPARTS - 1))) > $C.part && mv $C.part $C; fi
-echo "$WANT  $C" | sha256sum -c || { echo "champion sha256 mismatch: repeat calls 1-4" | tee $O/product_error.txt; exit 3; }
+echo "$WANT  $C" | sha256sum -c || { echo "champion sha256 mismatch: repeat the staging calls" | tee $O/product_error.txt; rm -f $C; exit 3; }
+[ "$MODE" = "--join" ] && exit 0
 sha256sum static/models/draft-smollm2-kd.gguf tests/data/workload.jsonl
 mkdir -p node_modules
 [ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu

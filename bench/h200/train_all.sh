@@ -13,7 +13,7 @@
 #        CHECKS=1: beside the training (same GPU; correctness only, no timings), the engine's exactness tests on the
 #        H200's own subgroups (tests/gpu: batched step, decode loop on the engine, invariance/parity incl. SmolLM2)
 #        and the product bench's quick slice (bench/h200/product_run.sh --quick: Pyodide + the decode loop on Dawn;
-#        answers identical?) — needs calls 1-3 of product_prep.sh's header staged first; outputs in logs.tar.gz
+#        answers identical?) — needs the staging calls of product_prep.sh's header first; outputs in logs.tar.gz
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/train_out}
 X=${X:-/tmp/exactspec}

@@ -2,7 +2,8 @@
 bridge that applies, through the product's own decode loop (exactspec.decode.generate).
 
     python build.py bench foreign [--draft static/models/draft-llama2.gguf] [--same static/models/draft-smollm2-kd.gguf]
-        [--per-stratum N] [--max-new-tokens 64] [--k 4] [--bridges tli,slem] [--json OUT]
+        [--per-stratum N] [--max-new-tokens 64] [--k 4] [--bridges tli,slem] [--json OUT] [--shard I/N]
+    python build.py bench foreign --merge SHARD.json ... [--json OUT]     # one report from the shards' prompts
 
 For each sampled workload prompt (the first N of every stratum; all 136 with the default N = 99) the champion answers
 alone, greedy and coupled at T = 0.7 (seed = prompt index); then the foreign draft through each bridge, greedy and
@@ -13,6 +14,9 @@ position, proposals held back at a boundary per round (slem), the draft's probab
 (tli), draft passes per round, and the bridge's own cost per round (view of the committed text, alignment, row
 mapping: not the draft's passes nor the mode's pick) in ms and as a fraction of one champion pass (a single-token
 forward of the reference backend, timed in the same run). The champion's KV is reused across a prompt's runs.
+--shard I/N runs only the chosen prompts whose index is I modulo N (each keeps its seed, its index among all the
+chosen prompts), so N processes split the run; --merge reads the shards' --json files (every prompt once, the same
+settings) and prints and writes the report of all of them, as one unsharded run would.
 """
 from __future__ import annotations
 
@@ -77,7 +81,14 @@ def main(argv=None) -> int:
     ap.add_argument("--bridges", default="tli,slem")
     ap.add_argument("--no-rejection", action="store_true", help="skip tli in rejection mode")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--shard", default=None, help="I/N: only the prompts whose index is I modulo N")
+    ap.add_argument("--merge", nargs="+", default=None, help="the shards' --json files: report them as one run")
     a = ap.parse_args(argv)
+    if a.merge:
+        return merge(a.merge, a.json)
+    shard = parse_shard(a.shard)
+    if shard and not a.json:
+        ap.error("--shard needs --json (the shard's file for --merge)")
     if not Path(a.draft).exists():
         print(f"no foreign draft at {a.draft}: train one (bench/h200/foreign_train.sh) or pass --draft", file=sys.stderr)
         return 2
@@ -111,8 +122,10 @@ def main(argv=None) -> int:
     per, mismatches = [], []
     t_all = time.time()
     for n, it in enumerate(chosen):
+        if shard and n % shard[1] != shard[0]:
+            continue
         prompt = encode_chat(tok, workload_messages(it))
-        rec = {"id": it["id"], "stratum": it["stratum"], "prompt_tokens": len(prompt), "runs": {}}
+        rec = {"id": it["id"], "index": n, "stratum": it["stratum"], "prompt_tokens": len(prompt), "runs": {}}
         base = {}
         for temp in (0.0, TEMP):
             cfg = GenerateConfig(max_new_tokens=a.max_new_tokens, temperature=temp, seed=n, drafter="none", k=0,
@@ -150,10 +163,57 @@ def main(argv=None) -> int:
                     "identical_runs": sum(1 for r in per for lab in exact_labels if r["runs"][lab]["identical"]),
                     "exact_runs_checked": len(per) * len(exact_labels),
                     "draft": Path(a.draft).name, "differences": pair.compat.differences,
-                    "elapsed_s": round(time.time() - t_all)})
+                    "elapsed_s": round(time.time() - t_all), "shard": a.shard,
+                    "settings": {"labels": [c[0] for c in configs], "exact_labels": exact_labels, "strata": strata,
+                                 "chosen": len(chosen), "per_stratum": a.per_stratum}})
     print_table(summary)
     if a.json:
         Path(a.json).write_text(json.dumps({"summary": summary, "prompts": per}, indent=1))
+    return 1 if mismatches else 0
+
+
+def parse_shard(text):
+    """'I/N' -> (I, N) with 0 <= I < N; None -> None."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard wants I/N (for example 0/4), not {text!r}")
+    if not 0 <= i < n:
+        raise SystemExit(f"--shard {text}: I must be in 0..N-1")
+    return i, n
+
+
+def merge(files, out) -> int:
+    """One report from the shards' JSON files: every chosen prompt exactly once, the same settings in each."""
+    shards = [json.loads(Path(f).read_text()) for f in files]
+    keys = ("k", "max_new_tokens", "draft", "settings")
+    first = shards[0]["summary"]
+    for f, d in zip(files, shards):
+        for key in keys:
+            if d["summary"].get(key) != first.get(key):
+                raise SystemExit(f"{f}: {key} differs from {files[0]}'s ({d['summary'].get(key)!r} vs "
+                                 f"{first.get(key)!r}): not shards of one run")
+    per = sorted((r for d in shards for r in d["prompts"]), key=lambda r: r["index"])
+    seen = [r["index"] for r in per]
+    st = first["settings"]
+    if seen != list(range(st["chosen"])):
+        missing = sorted(set(range(st["chosen"])) - set(seen))
+        dup = sorted({i for i in seen if seen.count(i) > 1})
+        raise SystemExit(f"the shards hold {len(seen)} of {st['chosen']} prompts (missing {missing[:10]}, "
+                         f"twice {dup[:10]})")
+    mismatches = [m for d in shards for m in d["summary"]["mismatches"]]
+    summary = summarise(per, st["strata"], st["labels"], first["k"])
+    summary.update({"prompts": len(per), "k": first["k"], "max_new_tokens": first["max_new_tokens"],
+                    "mismatches": mismatches,
+                    "identical_runs": sum(1 for r in per for lab in st["exact_labels"] if r["runs"][lab]["identical"]),
+                    "exact_runs_checked": len(per) * len(st["exact_labels"]), "draft": first["draft"],
+                    "differences": first["differences"], "settings": st, "shards": len(files),
+                    "elapsed_s_per_shard": [d["summary"]["elapsed_s"] for d in shards]})
+    print_table(summary)
+    if out:
+        Path(out).write_text(json.dumps({"summary": summary, "prompts": per}, indent=1))
     return 1 if mismatches else 0
 
 

@@ -23,6 +23,11 @@ Predicted speedup of each schedule, from its simulated counts (emitted E, rounds
 with two cost models: 'reference' (this machine's numpy timings: T_c one champion pass, T_verify(g) = T_v0 + g T_v1
 fitted over g = 1..8, T_d one head step) and 'gpu' (verification of up to 9 rows costs one pass: T_v0 = T_c,
 T_v1 = 0; T_d = --gpu-draft-cost x T_c, the issue's budget of 0.15 for a head step by default).
+
+--shard I/N runs only the prompts whose index is I modulo N (the --validate prompts stay the first N of every
+stratum of ALL the prompts; each shard checks those it holds) and writes its raw per-prompt counts, checks and
+timings to --json; --merge SHARD.json ... makes the one report of all of them (every prompt exactly once, the same
+heads and settings; each timing is the median over the shards), as an unsharded run would print it.
 """
 from __future__ import annotations
 
@@ -130,7 +135,7 @@ def simulate(chain, max_new, eos, spec):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--head", action="append", required=True, help="draft head GGUF (repeat for ablations; the "
+    ap.add_argument("--head", action="append", help="draft head GGUF (repeat for ablations; the "
                     "first one gets the schedules, the full chains and --validate)")
     ap.add_argument("--draft", default=str(DRAFT), help="the standalone draft beside it ('' for none)")
     ap.add_argument("--per-stratum", type=int, default=0, help="first N prompts of each stratum (0: all 136)")
@@ -142,7 +147,16 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", default=str(ROOT / "tests" / "data" / "workload.jsonl"))
     ap.add_argument("--cache", default=str(ROOT / ".devcarry" / "head-bench"))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--shard", default=None, help="I/N: only the prompts whose index is I modulo N")
+    ap.add_argument("--merge", nargs="+", default=None, help="the shards' --json files: report them as one run")
     a = ap.parse_args(argv)
+    if a.merge:
+        return merge(a.merge, a.json)
+    if not a.head:
+        ap.error("--head is required (or --merge)")
+    shard = parse_shard(a.shard)
+    if shard and not a.json:
+        ap.error("--shard needs --json (the shard's file for --merge)")
     t_start = time.time()
 
     def log(msg):
@@ -158,6 +172,10 @@ def main(argv=None) -> int:
     strata = list(dict.fromkeys(it["stratum"] for it in items))
     if a.per_stratum:
         items = [it for s in strata for it in [x for x in items if x["stratum"] == s][:a.per_stratum]]
+    validate_ids = {it["id"] for s in strata for it in [x for x in items if x["stratum"] == s][:a.validate]}
+    n_all = len(items)
+    if shard:
+        items = [it for i, it in enumerate(items) if i % shard[1] == shard[0]]
     stops = [float(x) for x in a.stops.split(",") if x]
     specs = schedules(stops, a.k_limit)
     log(json.dumps({"prompts": len(items), "max_new_tokens": a.max_new_tokens, "heads": list(heads),
@@ -191,10 +209,9 @@ def main(argv=None) -> int:
     # the real loop on a subset: same answer as the champion alone, same counts as the simulation
     checks = []
     if a.validate:
-        chosen = {it["id"] for s in strata for it in [x for x in items if x["stratum"] == s][:a.validate]}
         head = heads[main_head]
         for tr, rec in zip(trajs, per):
-            if tr["id"] not in chosen:
+            if tr["id"] not in validate_ids:
                 continue
             for m in MODES:
                 head.bind(champ)
@@ -213,7 +230,7 @@ def main(argv=None) -> int:
             "simulation (tokens and counts)")
 
     # timings (this machine): champion pass, verify of g + 1 rows, a head step and a draft step at one context
-    ctx = next(tr["prompt"] for tr in trajs if len(tr["prompt"]) < 200)
+    ctx = next((tr["prompt"] for tr in trajs if len(tr["prompt"]) < 200), min((tr["prompt"] for tr in trajs), key=len)[:200])
     t_c = time_forward(champ, ctx, 1)
     t_ver = {g: time_forward(champ, ctx, g + 1) for g in KS}
     slope, icpt = np.polyfit(list(t_ver), list(t_ver.values()), 1)
@@ -232,8 +249,79 @@ def main(argv=None) -> int:
         t_d[name] = float(np.median(ts))
     if draft is not None:
         t_d["draft"] = time_forward(draft, ctx, 1)
+    timing = {"champion_1": t_c, "champion_verify": t_ver, "verify_fit": [icpt, slope], "draft_step": t_d}
+    meta = {"max_new_tokens": a.max_new_tokens, "champion_sha256": champ_sha,
+            "heads": {n: {"file": Path(p).name, "sha256": sha256_file(p)} for n, p in zip(heads, a.head)},
+            "draft": {"file": Path(a.draft).name, "sha256": sha256_file(a.draft)} if draft is not None else None,
+            "gpu_draft_cost": a.gpu_draft_cost, "strata": strata, "drafters": list(heads) + (["draft"] if draft
+                                                                                               is not None else []),
+            "prompts_all": n_all, "validate": a.validate}
+    if shard:
+        Path(a.json).write_text(json.dumps({"shard": a.shard, "meta": meta, "timing_s": timing, "checks": checks,
+                                            "per_prompt": [raw(r) for r in per],
+                                            "ids": [tr["id"] for tr in trajs]}, indent=1))
+        log(f"shard {a.shard}: {len(per)} prompts written to {a.json}")
+        return 0 if all(c["counts_equal"] for c in checks) else 1
+    return report(per, checks, timing, meta, a.json)
+
+
+def raw(r):
+    """A per-prompt record as JSON: the (drafter, mode) keys as 'drafter|mode'."""
+    return {**{k: v for k, v in r.items() if k != "sims"}, "sims": {f"{d}|{m}": v for (d, m), v in r["sims"].items()}}
+
+
+def unraw(r):
+    return {**{k: v for k, v in r.items() if k != "sims"},
+            "sims": {tuple(key.split("|")): v for key, v in r["sims"].items()}}
+
+
+def parse_shard(text):
+    """'I/N' -> (I, N) with 0 <= I < N; None -> None."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard wants I/N (for example 0/4), not {text!r}")
+    if not 0 <= i < n:
+        raise SystemExit(f"--shard {text}: I must be in 0..N-1")
+    return i, n
+
+
+def merge(files, out) -> int:
+    """One report from the shards' JSON files: every prompt exactly once, the same heads and settings."""
+    shards = [json.loads(Path(f).read_text()) for f in files]
+    meta = shards[0]["meta"]
+    for f, d in zip(files, shards):
+        if d["meta"] != meta:
+            raise SystemExit(f"{f}: heads or settings differ from {files[0]}'s: not shards of one run")
+    ids = [i for d in shards for i in d["ids"]]
+    if len(ids) != meta["prompts_all"] or len(set(ids)) != len(ids):
+        raise SystemExit(f"the shards hold {len(set(ids))} distinct of {meta['prompts_all']} prompts "
+                         f"({len(ids) - len(set(ids))} twice)")
+    order = {it: n for n, it in enumerate(sorted(ids))}
+    per = sorted((unraw(r) for d in shards for r in d["per_prompt"]), key=lambda r: order[r["id"]])
+    checks = [c for d in shards for c in d["checks"]]
+    t = [d["timing_s"] for d in shards]
+    med = lambda xs: float(np.median(xs))  # noqa: E731
+    timing = {"champion_1": med([x["champion_1"] for x in t]),
+              "champion_verify": {g: med([x["champion_verify"][str(g)] if str(g) in x["champion_verify"]
+                                          else x["champion_verify"][g] for x in t]) for g in KS},
+              "draft_step": {d: med([x["draft_step"][d] for x in t]) for d in t[0]["draft_step"]}}
+    slope, icpt = np.polyfit(KS, [timing["champion_verify"][g] for g in KS], 1)
+    timing["verify_fit"] = [float(icpt), float(slope)]
+    timing["shards"] = len(files)
+    return report(per, checks, timing, meta, out)
+
+
+def report(per, checks, timing, meta, json_out) -> int:
+    """Aggregate the per-prompt simulated counts per drafter, mode, stratum and schedule; print the tables."""
+    t_c, t_d = timing["champion_1"], timing["draft_step"]
+    icpt, slope = timing["verify_fit"]
+    strata, drafters = meta["strata"], meta["drafters"]
+    main_head = drafters[0]
     models = {"reference": lambda d: (t_d[d], icpt, slope),
-              "gpu": lambda d: (a.gpu_draft_cost * t_c, t_c, 0.0)}
+              "gpu": lambda d: (meta["gpu_draft_cost"] * t_c, t_c, 0.0)}
 
     def agg(recs, d, m, s):
         tot = {k: sum(r["sims"][(d, m)][s][k] for r in recs) for k in ("emitted", "rounds", "proposed",
@@ -254,14 +342,10 @@ def main(argv=None) -> int:
             row[f"speedup_{cm}"] = round(tot["emitted"] * t_c / max(cost, 1e-12), 3)
         return row
 
-    drafters = list(heads) + (["draft"] if draft is not None else [])
-    summary = {"prompts": len(per), "max_new_tokens": a.max_new_tokens, "temperature": TEMP, "seed": SEED,
-               "champion_sha256": champ_sha,
-               "heads": {n: {"file": Path(p).name, "sha256": sha256_file(p)} for n, p in zip(heads, a.head)},
-               "draft": {"file": Path(a.draft).name, "sha256": sha256_file(a.draft)} if draft is not None else None,
-               "timing_s": {"champion_1": t_c, "champion_verify": t_ver, "verify_fit": [icpt, slope],
-                            "draft_step": t_d},
-               "gpu_model": {"draft_cost_over_champion": a.gpu_draft_cost, "verify": "one pass for <= 9 rows"},
+    summary = {"prompts": len(per), "max_new_tokens": meta["max_new_tokens"], "temperature": TEMP, "seed": SEED,
+               "champion_sha256": meta["champion_sha256"], "heads": meta["heads"], "draft": meta["draft"],
+               "timing_s": timing,
+               "gpu_model": {"draft_cost_over_champion": meta["gpu_draft_cost"], "verify": "one pass for <= 9 rows"},
                "validate": {"runs": len(checks), "all_equal": all(c["counts_equal"] for c in checks),
                             "checks": checks},
                "by_drafter": {}}
@@ -297,10 +381,8 @@ def main(argv=None) -> int:
                                             f"{row[n]['speedup_gpu']:.2f}" for n in names) + " |")
     print("\n" + json.dumps({"timing_s": summary["timing_s"], "validate": {k: v for k, v in summary["validate"].items()
                                                                           if k != "checks"}}))
-    if a.json:
-        Path(a.json).write_text(json.dumps({"summary": summary, "per_prompt": [
-            {**{k: v for k, v in r.items() if k != "sims"},
-             "sims": {f"{d}|{m}": v for (d, m), v in r["sims"].items()}} for r in per]}, indent=1))
+    if json_out:
+        Path(json_out).write_text(json.dumps({"summary": summary, "per_prompt": [raw(r) for r in per]}, indent=1))
     return 0 if all(c["counts_equal"] for c in checks) else 1
 
 

@@ -67,7 +67,7 @@ export function fuseOpts(env) {
   if (env.FUSE === '0') o.fuse = false;              // unfused (the engine's default is fused where it can be)
   else if (env.FUSE) o.fuse = env.FUSE === 'attn' ? 'attn' : true;
   for (const [k, e] of [['fuseSlice', 'FUSE_SLICE'], ['fuseWg', 'FUSE_WG'], ['fuseHeadWg', 'FUSE_HEAD_WG'],
-    ['fuseHeadPairs', 'FUSE_HEAD_PAIRS'], ['fuseMatmulWg', 'FUSE_MM_WG']]) {
+    ['fuseHeadPairs', 'FUSE_HEAD_PAIRS'], ['fuseMatmulWg', 'FUSE_MM_WG'], ['fuseQkvPairs', 'FUSE_QKV_PAIRS']]) {
     if (env[e]) o[k] = Number(env[e]);
   }
   return o;

@@ -386,12 +386,16 @@ ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
                                        (True, {"rowTiles": ROW_ALL, "rowTilesMax": 5, "attnSplit": 3}),
                                        (True, {"rowTiles": "all", "attnSplit": 2}),
                                        ("attn", {"rowTiles": ["qkv", "ffn_gate_up"], "attnSplit": 4}),
-                                       (True, {"headSum": True}), (True, {"headSum": True, "rowTiles": "all"})])
+                                       (True, {"headSum": True}), (True, {"headSum": True, "rowTiles": "all"}),
+                                       (True, {"fuseQkvPairs": 3, "fuseMatmulWg": 4}),
+                                       (True, {"fuseQkvPairs": 2, "rowTiles": ["qkv"]})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
-    residual.wgsl (headSum: then the head is a plain matmul_sg) compute each row with the same code in the same
-    order: every forward's logits equal the default policy's bit for bit (and so stay batch invariant)."""
+    residual.wgsl (headSum: then the head is a plain matmul_sg), and the qkv prologue matmul's row pairs per subgroup
+    and workgroup size (fuseQkvPairs, fuseMatmulWg: how many weight rows share one staging of x) compute each row
+    with the same code in the same order: every forward's logits equal the default policy's bit for bit (and so stay
+    batch invariant)."""
     from exactspec.formats import describe
 
     path = micro_paths["Q4_1"]
@@ -405,6 +409,8 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     k = info_b["adapter"]["kernels"]
     assert bool(k["row_tiles"]) == ("rowTiles" in more)
     assert k["attn_split"] == more.get("attnSplit", 1) and k["head_sum"] == more.get("headSum", False)
+    if fuse is True:
+        assert k["fuse"]["fuseQkvPairs"] == more.get("fuseQkvPairs", 1)
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
@@ -415,7 +421,8 @@ def test_tile_policy_refusals(micro_paths):
     d = describe(path)
     for kw, msg in [({"engine_opts": {"rowTiles": ["qkv"], "subgroups": False}}, "rowTiles needs the subgroup matmul"),
                     ({"emulate_sg": True, "engine_opts": {"rowTiles": ["attention"]}}, "rowTiles .* must be 'all' or"),
-                    ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be")]:
+                    ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64")]:
         with pytest.raises(RuntimeError, match=msg):
             run_engine(path, d, [], **kw)
 
