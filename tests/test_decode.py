@@ -111,6 +111,26 @@ def test_eos_inside_proposals_and_max_new_tokens_mid_proposal():
         assert r.token_ids == base[:m] and r.finish_reason == "length"
 
 
+@pytest.mark.parametrize("where", [1, 5, 6, 13])
+def test_acceptance_counters_stop_at_an_accepted_eos(where):
+    """A perfect draft keeps proposing past the EOS, and the champion's rows there agree with it: the counters count
+    the proposals up to the EOS only, as the acceptance simulation of the head bench (simulate_runs) replays them."""
+    from exactspec_train.accept import simulate_runs
+
+    base = run(ToyLM(V, seed=0), [1, 2], max_new_tokens=40).token_ids
+    eos = base[where]
+    first = base.index(eos)
+    res = generate(ToyLM(V, seed=0), [1, 2], GenerateConfig(max_new_tokens=40, k=4, drafter="model", adaptive=False),
+                   draft=ToyLM(V, seed=0), eos_ids=[eos])
+    assert res.token_ids == base[:first]
+    n = first + 1                                    # the trajectory with its EOS
+    sim = simulate_runs(np.full(n, 99), 4, max_new=40, ends_with_eos=True)
+    s = res.stats
+    assert (s["rounds"], s["proposed"]) == (sim["rounds"], sim["proposed"])
+    assert s["acceptance_by_position"] == pytest.approx(sim["acceptance_by_position"])
+    assert s["accepted"] <= n - s["rounds"] + 1      # none past the EOS (which may itself be an accepted proposal)
+
+
 def test_k0_is_plain_decoding():
     champion = ToyLM(V, seed=0)
     res = run(champion, [3, 1, 4, 1, 5], max_new_tokens=10, k=0, drafter="model", draft=ToyLM(V, seed=0))

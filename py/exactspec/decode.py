@@ -406,18 +406,21 @@ async def generate_async(
                             q_rows[np.arange(g), proposals] = 1.0
                         emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
                 n_acc = len(emitted) - 1
+                # the counters stop at an accepted EOS: proposals after it lie past the answer's end (the champion's
+                # rows there still agree with them at times), as exactspec_train.accept.simulate_runs counts them
+                n_cnt = next((i + 1 for i in range(n_acc) if emitted[i] in eos), n_acc)
                 free = [i for i in range(g) if gram is None or not drafter.forced_flags[i]]  # the drafter's
                 for j, i in enumerate(free):
                     n.proposed_at[j] += 1
-                    if i < n_acc:
+                    if i < n_cnt:
                         n.accepted_at[j] += 1
                 n.proposed += len(free)
-                n.accepted += sum(1 for i in free if i < n_acc)
+                n.accepted += sum(1 for i in free if i < n_cnt)
                 if len(free) < g:
                     n.forced_proposed += g - len(free)
-                    n.forced_accepted += sum(1 for i in range(min(n_acc, g)) if drafter.forced_flags[i])
+                    n.forced_accepted += sum(1 for i in range(min(n_cnt, g)) if drafter.forced_flags[i])
                 else:            # rounds with forced rows would mislead the scheduler's round timings
-                    sched.observe(g, clock() - t_a, n_acc)
+                    sched.observe(g, clock() - t_a, n_cnt)
                 if gram is not None:
                     gstate = drafter.state_after(n_acc, emitted[-1])
             # EOS inside the emitted tokens ends the answer there (the EOS itself is not part of the answer)
