@@ -277,6 +277,8 @@ class Tokenizer:
         ids = list(vocab.values()) + [a["id"] for a in added_list]
         if any((not isinstance(i, int)) or i < 0 for i in ids):
             raise TokenizerError("tokenizer.json has a negative or non-integer token id")
+        if not ids:
+            raise TokenizerError("tokenizer.json has no tokens (its vocab and added_tokens are empty)")
         n = max(ids) + 1
         if n > 4 * (len(ids) + 1024):
             raise TokenizerError(f"tokenizer.json ids are too sparse (max id {n - 1} for {len(ids)} tokens)")
