@@ -40,7 +40,7 @@
 //            ffn_sg.wgsl (default 512 GPU / 64 CPU adapters), fuseHeadWg?/fuseHeadPairs?: workgroup size (default
 //            256 GPU / 64 CPU) and row pairs per subgroup (default 4) of the head's prologue matmul (fuse true),
 //            fuseMatmulWg?: workgroup size of the qkv (fuse true) / gate-up (fuse 'attn') prologue matmuls (default
-//            matmulWg: fewer, larger workgroups stage x fewer times), fuseQkvPairs?: row pairs per subgroup of the qkv
+//            256 with fuse true on real subgroups, else matmulWg: fewer, larger workgroups stage x fewer times), fuseQkvPairs?: row pairs per subgroup of the qkv
 //            prologue matmul (fuse true; default 1): each workgroup stages x (the residual + every FFN partial) once
 //            for 2 * pairs * (workgroup / lanes) weight rows, so more pairs means fewer stagings,
 //            Tile and split policies (each gives the default's bits: every row's arithmetic is the same; subgroup

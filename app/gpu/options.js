@@ -29,7 +29,12 @@ function matmulPlan(opts, info, device, cpu) {
 function fusePlan(opts, m, device, cpu) {
   // default: the fused engine (3 dispatches per layer, FFN slices of 32) wherever matmul_sg.wgsl runs — measured
   // on an H200 (bench/h200/h200_results.md): 7-10% less GPU time per token than unfused, same verify cost for
-  // k <= 3; a model it cannot take (split attention/FFN bindings, small workgroup memory) runs unfused
+  // k <= 3; a model it cannot take (split attention/FFN bindings, small workgroup memory) runs unfused.
+  // The qkv prologue matmul's workgroup: 256 invocations with real subgroups (each workgroup stages x = r + the 48
+  // FFN partials once per chunk row, so 60 workgroups instead of 240 stage it a quarter as often): on an H200
+  // (bench/h200/results/2026-12-02b/engine_sweep.txt) 1.130 vs 1.170 ms GPU a pass running ahead, T_verify(4)
+  // 1.385 vs 1.546-1.591 ms, T_verify(8) 1.950 vs 2.087-2.134 ms; more row pairs per subgroup (fuseQkvPairs) cut
+  // the verify further but cost the one-row pass (1.22-1.44 ms)
   const req = opts.fuse ?? (opts.emulatedSubgroups ? false : 'auto');   // (tests emulate the unfused kernel)
   if (![false, true, 'attn', 'auto'].includes(req)) throw new Error(`fuse ${JSON.stringify(req)} must be false, true, 'attn' or 'auto'`);
   const fuseAuto = req === 'auto';
@@ -41,7 +46,8 @@ function fusePlan(opts, m, device, cpu) {
   const fitWg = (want) => Math.max(m.lanes, Math.min(want, Math.floor(maxInv / m.lanes) * m.lanes));
   const f = { fuse, fuseAuto, fuseWg: opts.fuseWg ?? (cpu ? 64 : fitWg(512)), fuseSlice: opts.fuseSlice ?? 32,
     fuseHeadPairs: opts.fuseHeadPairs ?? 4, fuseHeadWg: opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256)),
-    fuseMatmulWg: opts.fuseMatmulWg ?? m.matmulWg, fuseQkvPairs: opts.fuseQkvPairs ?? 1 };
+    fuseMatmulWg: opts.fuseMatmulWg ?? (fuse === true && m.subgroups && !opts.emulatedSubgroups ? fitWg(256) : m.matmulWg),
+    fuseQkvPairs: opts.fuseQkvPairs ?? 1 };
   if (!fuse) return f;
   for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg']) {
     const v = f[k];

@@ -28,6 +28,10 @@
 #   product_head_coupled.*  coupled (T 0.7), seeds 0 and 1, none/head, k 2 and 4, 1 prompt per stratum, 1 run
 #   (as the measuring call: run(command="bash bench/h200/product_run.sh --head", carry=[".devcarry/champ4"],
 #   timeout_s=600); the head file travels with the tree when tracked, else carry it)
+# --ab      stage, check, then bench product twice (all strata, 1 prompt each, none/ngram/model, k 2 and 4, greedy,
+#           3 runs, 64 tokens): A with the engine's defaults, B with createEngine options AB_OPTS (JSON; default
+#           '{"fuseMatmulWg":64}', the qkv prologue's workgroup before 2026-12-02's sweep), AB_THIRD=1 adds A again;
+#           product_ab_{A,B}.{json,txt}, ab.log                                                     ~5 minutes
 # --matrix  stage, check, then the preregistered bench matrix (py/bench/matrix.py, bench/matrix/spec.json) instead of
 #           the three runs above; its answers also give bench product's figures (product.txt: measured next to
 #           predicted speedup, per stratum, drafter and k), so this one call replaces them. Writes (8 files at most
@@ -171,6 +175,22 @@ if [ "$MODE" = "--all" ]; then
   } 2>&1 | tee $O/all.log
   rm -f $O/matrix-gpu/product.json $O/matrix-gpu/*.part
   ls -la $O $O/matrix-gpu
+  exit 0
+fi
+
+if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B), the same bench product run each
+  export PYTHONUNBUFFERED=1
+  AB_OPTS=${AB_OPTS:-'{"fuseMatmulWg":64}'}   # (JSON without spaces)
+  AB="--strata all --per-stratum 1 --drafters none,ngram,model --ks 2,4 --modes greedy --runs 3 --max-new-tokens 64 --deadline ${AB_DEADLINE:-120}"
+  {
+    for side in A B A2; do
+      [ "$side" = A2 ] && [ "${AB_THIRD:-0}" != 1 ] && continue
+      opts=""; [ "$side" = B ] && opts="--engine-opts $AB_OPTS"
+      echo "== product $side ${opts:-(the defaults)} $(date -u +%T)"
+      timeout ${AB_TIMEOUT:-170} $B $AB $opts --out $O/product_ab_$side.json --table $O/product_ab_$side.txt $EXTRA
+      echo "product $side: rc $? $(date -u +%T)"
+    done
+  } 2>&1 | tee $O/ab.log
   exit 0
 fi
 
