@@ -55,6 +55,14 @@ run qkv_wg256 "FUSE=1 FUSE_MM_WG=256" 60
 run qkv_wg256_p2 "FUSE=1 FUSE_MM_WG=256 FUSE_QKV_PAIRS=2" 60
 run qkv_wg256_p4 "FUSE=1 FUSE_MM_WG=256 FUSE_QKV_PAIRS=4" 60
 run slice64_wg256_p2 "FUSE=1 FUSE_SLICE=64 FUSE_MM_WG=256 FUSE_QKV_PAIRS=2" 60
+run mm_wg512 "FUSE=1 FUSE_MM_WG=512" 60
+run mm_wg64 "FUSE=1 FUSE_MM_WG=64" 60
+run ffn_wg1024 "FUSE=1 FUSE_WG=1024" 60
+run ffn_wg256 "FUSE=1 FUSE_WG=256" 60
+run attn_wg128 "FUSE=1 ATTN_WG=128" 60
+run attn_wg512 "FUSE=1 ATTN_WG=512" 60
+run attn_split3 "FUSE=1 ATTN_SPLIT=3" 60
+run matmul_wg256 "FUSE=1 MATMUL_WG=256" 60
 run unfused "FUSE=0" 60
 run unfused_rows "FUSE=0 ROW_TILES=all" 60
 [ "${PYTEST:-1}" = 1 ] || exit 0
