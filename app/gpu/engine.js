@@ -48,7 +48,7 @@
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in
 //            its own workgroup with the 1-row tile instead of the 4/8-row tiles, attnSplit?: workgroups
 //            per head sharing attention.wgsl's O projection, headSum?: the fused head's input (r + the FFN
-//            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 2 and
+//            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 3 and
 //            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}

@@ -64,10 +64,13 @@ function fusePlan(opts, m, device, cpu) {
 
 /** Tile and split policies: the op kinds that run every chunk row in its own workgroup (1-row tiles) up to
  * rowTilesMax rows; attention + O projection workgroups per head; the fused head's input summed once (headSum).
- * Default on the fused engine with real subgroups: 1-row tiles for qkv and the FFN, attention split 2, headSum —
+ * Default on the fused engine with real subgroups: 1-row tiles for qkv and the FFN, attention split 3, headSum —
  * measured on an H200 (bench/h200/results/2026-12-01/engine_variants.txt): GPU time of a pass 1.12 ms vs 1.19,
- * T_verify(4) 1.58 ms vs 1.90 (T_verify(4)/T_single 1.41 vs 1.60), T_verify(8) 2.07 vs 2.31; none of them changes a
- * bit of any row (tests/gpu/test_gpu_engine.py test_tile_policies_give_the_same_bits). Elsewhere: none. */
+ * T_verify(4) 1.58 ms vs 1.90 (T_verify(4)/T_single 1.41 vs 1.60), T_verify(8) 2.07 vs 2.31 (with split 2); split 3
+ * (bench/h200/results/2026-12-02b/attn_sweep.txt, with the qkv prologue's 256-invocation workgroup): 1.072 vs
+ * 1.127 ms GPU a pass running ahead, T_verify(4) 1.319 vs 1.38 ms (4 and 6: 1.071 / 1.066 ms, verify 1.39 / 1.36);
+ * none of them changes a bit of any row (tests/gpu/test_gpu_engine.py test_tile_policies_give_the_same_bits).
+ * Elsewhere: none. */
 const ROW_KINDS = ['qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits'];
 function rowPlan(opts, m, f) {
   const tuned = m.subgroups && f.fuse === true && !opts.emulatedSubgroups;   // (tests that emulate pick their own)
@@ -81,7 +84,7 @@ function rowPlan(opts, m, f) {
   if (!Number.isInteger(rowTilesMax) || rowTilesMax < 1) throw new Error(`rowTilesMax ${rowTilesMax} must be a positive integer`);
   const headSum = opts.headSum ?? tuned;
   if (typeof headSum !== 'boolean') throw new Error(`headSum ${JSON.stringify(headSum)} must be true or false`);
-  const attnSplit = opts.attnSplit ?? (tuned ? 2 : 1);
+  const attnSplit = opts.attnSplit ?? (tuned ? 3 : 1);
   if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
   return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum };
 }
