@@ -190,3 +190,31 @@ def test_a_matrix_with_the_head_records_the_heads_sha256():
     assert pa.sha["head"] == want and pa.sha["draft"] and pa.sha["champion"]
     arts = matrix.artifacts(a, pa)
     assert arts["head"]["sha256"] == want and arts["head"]["file"] == head.name
+
+
+def test_a_cold_ttft_phase_run_separately_joins_its_report():
+    """bench matrix --ttft-into DIR: a report whose run stopped before the cold-TTFT phase takes that phase from a
+    second run of the same subset, host and backend; the departure is named, the summary and figures recomputed;
+    a report of another subset, host or one that has the phase already is refused with the reason."""
+    sys.path.insert(0, str(ROOT / "py" / "bench"))
+    import matrix
+    a = matrix.parse_args(["--subset", "full", "--host", "chromium", "--backend", "cpu"])
+    recs = fake_records()
+    doc = {"kind": "exactspec.bench_matrix", "records": recs, "ttft": [], "memory": [], "errors": [],
+           "spec": {"sha256": a.spec_sha, "subset": "full", "definition": a.sub, "departures": []},
+           "meta": {"host": "chromium", "backend": "cpu"}}
+    assert matrix.ttft_target_problem(doc, a) is None
+    cold = [dict(r, phase="ttft", prompt_tokens=40, run=0) for r in recs if r["mode"] == "greedy" and r["run"] == 0]
+    out = matrix.merge_ttft(doc, cold, [], "python build.py bench matrix --ttft-into X", {"start": [1.0]})
+    assert out["ttft"] == cold and doc["ttft"] == []                       # the input is left as it was
+    assert any("cold-TTFT phase ran separately" in d for d in out["spec"]["departures"])
+    assert out["meta"]["ttft_phase"]["command"].endswith("--ttft-into X")
+    assert out["summary"]["ttft_cold"] and out["summary"]["ttft_cold"] == bm.summarise(out)["ttft_cold"]
+    assert out["figures"] == bm.figures(out, out["summary"])
+    for change, why in [(lambda d: d["meta"].update(host="node"), "ran on node"),
+                        (lambda d: d["spec"].update(subset="gpu"), "subset 'gpu'"),
+                        (lambda d: d.update(ttft=cold), "has its cold-TTFT phase already"),
+                        (lambda d: d["spec"].update(definition={**a.sub, "runs": 1}), "definition differs")]:
+        bad = json.loads(json.dumps(doc))
+        change(bad)
+        assert why in matrix.ttft_target_problem(bad, a)

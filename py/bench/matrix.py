@@ -6,6 +6,8 @@ as DIR/matrix.json and a self-contained DIR/report.html with plots.
         [--max-new-tokens N] [--modes greedy,coupled] [--seeds 0] [--head HEAD.gguf] [--champion GGUF] [--draft GGUF]
         [--out DIR] [--deadline S] [--node PATH] [--engine-opts JSON]
     python build.py bench matrix --redraw DIR      (report.html again from DIR/matrix.json, e.g. after a device run)
+    python build.py bench matrix --subset S --host H --backend B --ttft-into DIR   (only the cold-TTFT phase, added
+        to DIR/matrix.json of a run of the same subset, host and backend that stopped before it; a named departure)
 
 The answers come from py/bench/product.py's hosts and loop (no other harness): `--host chromium` is the real page in
 headless Chromium (`--backend cpu` = the CPU fallback, `webgpu` = Chromium's WebGPU), `--host node` the worker's own
@@ -73,6 +75,9 @@ def parse_args(argv=None):
     ap.add_argument("--node", default="node")
     ap.add_argument("--engine-opts", default=None)
     ap.add_argument("--redraw", default=None, metavar="DIR", help="only redraw DIR/report.html from DIR/matrix.json")
+    ap.add_argument("--ttft-into", default=None, metavar="DIR",
+                    help="only the cold-TTFT phase, added to DIR/matrix.json: a run of the same subset, host and "
+                         "backend that stopped before that phase (a departure the report names)")
     a = ap.parse_args(argv)
     if a.redraw:
         return a
@@ -298,6 +303,8 @@ def main(argv=None) -> int:
         (d / "matrix.json").write_text(json.dumps(doc, indent=1))
         progress(f"redrew {d / 'report.html'}")
         return 0
+    if a.ttft_into:
+        return ttft_into(a, argv)
     want = a.spec_doc["workload"]["sha256"]
     got = product.sha256(Path(a.workload))
     if got != want:
@@ -360,6 +367,70 @@ def main(argv=None) -> int:
     if doc["errors"]:
         return 2
     return 0 if sm["all_identical"] else 1
+
+
+def ttft_target_problem(doc: dict, a) -> str | None:
+    """Why DIR/matrix.json cannot take this run's cold-TTFT phase (None: it can)."""
+    if doc.get("kind") != "exactspec.bench_matrix":
+        return "it is not a bench matrix report"
+    if doc["spec"]["sha256"] != a.spec_sha or doc["spec"]["subset"] != a.subset:
+        return (f"it is subset {doc['spec']['subset']!r} of spec {doc['spec']['sha256'][:12]}..., this run subset "
+                f"{a.subset!r} of {a.spec_sha[:12]}...")
+    if doc["spec"].get("definition") != a.sub:
+        return "its subset definition differs from this run's (other strata, drafters, k, ... on the command line)"
+    if (doc["meta"].get("host"), doc["meta"].get("backend")) != (a.host, a.backend):
+        return f"it ran on {doc['meta'].get('host')} ({doc['meta'].get('backend')}), this run on {a.host} ({a.backend})"
+    if doc.get("ttft"):
+        return f"it has its cold-TTFT phase already ({len(doc['ttft'])} answers)"
+    if not bm.ttft_runs(a.sub):
+        return "the subset has no cold-TTFT phase"
+    return None
+
+
+def merge_ttft(doc: dict, cold: list, errors: list, command: str, load: dict) -> dict:
+    """doc with the cold-TTFT records of a separate run: the phase, its errors, the departure named, the summary and
+    figures recomputed."""
+    doc = dict(doc)
+    doc["ttft"] = cold
+    doc["errors"] = list(doc.get("errors", [])) + list(errors)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    doc["spec"] = dict(doc["spec"], departures=list(doc["spec"].get("departures", [])) + [
+        f"the cold-TTFT phase ran separately ({when}, `{command}`) and was added to the measured phase's report"])
+    doc["meta"] = dict(doc["meta"], ttft_phase={"command": command, "date": when, "load_average": load})
+    doc["summary"] = bm.summarise(doc)
+    doc["figures"] = bm.figures(doc, doc["summary"])
+    return doc
+
+
+def ttft_into(a, argv) -> int:
+    d = Path(a.ttft_into)
+    try:
+        doc = json.loads((d / "matrix.json").read_text())
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read {d / 'matrix.json'}: {e}", file=sys.stderr)
+        return 2
+    why = ttft_target_problem(doc, a)
+    if why:
+        print(f"error: {d / 'matrix.json'}: {why}", file=sys.stderr)
+        return 2
+    pa = product_args(a)
+    load = {"start": load_average()}
+    t0 = time.perf_counter()
+    host, _boot = product.boot_host(pa, t0)
+    if host is None:
+        return 2
+    try:
+        cold, cold_err = cold_ttft(host, pa.items, a, pa, time.perf_counter())
+    finally:
+        host.close()
+    load["end"] = load_average()
+    command = " ".join(["python build.py bench matrix"] + (sys.argv[1:] if argv is None else list(argv)))
+    doc = merge_ttft(doc, cold, cold_err, command, load)
+    write(doc, d)
+    progress(f"added {len(cold)} cold-TTFT answers to {d / 'matrix.json'} and redrew {d / 'report.html'} "
+             f"({(time.perf_counter() - t0) / 60:.1f} min; {len(cold_err)} errors)")
+    ok = all(r.get("identical") is not False for r in cold)
+    return 2 if cold_err else (0 if ok else 1)
 
 
 if __name__ == "__main__":
