@@ -4,7 +4,8 @@
 # simulation of the decode loop's rounds on held-out greedy answers) and exported.
 #
 #   carry: .devcarry/head/data   (made here by bench/h200/train_head_prep.sh, ~17 MB)
-#   needs: /tmp/champ/champ.gguf (the champion, sha256 b179c952..., joined by earlier calls); python3 with torch,
+#   needs: /tmp/champ/champ.gguf (the champion, sha256 b179c952..., joined by earlier calls, or
+#          /tmp/exactspec/champion.gguf from product_prep.sh's staging calls + product_run.sh --join); python3 with torch,
 #          numpy (no registry)
 #   env:   GEN_S (answer generation, default 140 s), TRAIN_S (each variant's training, default 300 s),
 #          VARIANTS (default full,no-multistep,no-subset,no-filter), AFTER_GEN (a shell command started beside the
@@ -22,6 +23,8 @@ G=${GEN_DIR:-/tmp/gen}
 K=${CKPT_DIR:-/tmp/head/ckpt}
 mkdir -p "$O" "$G" "$K"
 C=/tmp/champ/champ.gguf
+# the champion joined by `bash bench/h200/product_run.sh --join` (after product_prep.sh's five staging calls) serves too
+[ -f $C ] || { [ -f /tmp/exactspec/champion.gguf ] && mkdir -p /tmp/champ && ln -sf /tmp/exactspec/champion.gguf $C; }
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $C" | sha256sum -c
 PY=$(command -v python3)
 export PYTHONPATH=$PWD/py OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
