@@ -40,6 +40,7 @@ from exactspec.kv import TrackedCache  # noqa: E402
 from exactspec.session import load_model_files  # noqa: E402
 from exactspec.vocab import TliDrafter, bridge_pair  # noqa: E402
 from exactspec_train.data import load_workload, workload_messages  # noqa: E402
+from bench._shard import in_shard, parse_shard  # noqa: E402
 
 MODELS = ROOT / "static" / "models"
 CHAMPION = MODELS / "smollm2-135m-instruct-q4_1.gguf"
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
     per, mismatches = [], []
     t_all = time.time()
     for n, it in enumerate(chosen):
-        if shard and n % shard[1] != shard[0]:
+        if not in_shard(n, shard):
             continue
         prompt = encode_chat(tok, workload_messages(it))
         rec = {"id": it["id"], "index": n, "stratum": it["stratum"], "prompt_tokens": len(prompt), "runs": {}}
@@ -170,19 +171,6 @@ def main(argv=None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps({"summary": summary, "prompts": per}, indent=1))
     return 1 if mismatches else 0
-
-
-def parse_shard(text):
-    """'I/N' -> (I, N) with 0 <= I < N; None -> None."""
-    if text is None:
-        return None
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise SystemExit(f"--shard wants I/N (for example 0/4), not {text!r}")
-    if not 0 <= i < n:
-        raise SystemExit(f"--shard {text}: I must be in 0..N-1")
-    return i, n
 
 
 def merge(files, out) -> int:

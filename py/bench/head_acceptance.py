@@ -55,6 +55,7 @@ from exactspec.sampling import Rng, SamplingParams, scaled_logits  # noqa: E402
 from exactspec.tokenizer import Tokenizer  # noqa: E402
 from exactspec_train.accept import head_chains, runs_of, simulate_runs, stop_lengths  # noqa: E402
 from exactspec_train.data import load_workload, workload_messages  # noqa: E402
+from bench._shard import in_shard, parse_shard  # noqa: E402
 from bench.draft_acceptance import time_forward  # noqa: E402  (a pass of n tokens, all rows out: what a verify is)
 
 CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
@@ -174,8 +175,7 @@ def main(argv=None) -> int:
         items = [it for s in strata for it in [x for x in items if x["stratum"] == s][:a.per_stratum]]
     validate_ids = {it["id"] for s in strata for it in [x for x in items if x["stratum"] == s][:a.validate]}
     n_all = len(items)
-    if shard:
-        items = [it for i, it in enumerate(items) if i % shard[1] == shard[0]]
+    items = [it for i, it in enumerate(items) if in_shard(i, shard)]
     stops = [float(x) for x in a.stops.split(",") if x]
     specs = schedules(stops, a.k_limit)
     log(json.dumps({"prompts": len(items), "max_new_tokens": a.max_new_tokens, "heads": list(heads),
@@ -275,19 +275,6 @@ def unraw(r):
             "sims": {tuple(key.split("|")): v for key, v in r["sims"].items()}}
 
 
-def parse_shard(text):
-    """'I/N' -> (I, N) with 0 <= I < N; None -> None."""
-    if text is None:
-        return None
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise SystemExit(f"--shard wants I/N (for example 0/4), not {text!r}")
-    if not 0 <= i < n:
-        raise SystemExit(f"--shard {text}: I must be in 0..N-1")
-    return i, n
-
-
 def merge(files, out) -> int:
     """One report from the shards' JSON files: every prompt exactly once, the same heads and settings."""
     shards = [json.loads(Path(f).read_text()) for f in files]
@@ -299,14 +286,12 @@ def merge(files, out) -> int:
     if len(ids) != meta["prompts_all"] or len(set(ids)) != len(ids):
         raise SystemExit(f"the shards hold {len(set(ids))} distinct of {meta['prompts_all']} prompts "
                          f"({len(ids) - len(set(ids))} twice)")
-    order = {it: n for n, it in enumerate(sorted(ids))}
-    per = sorted((unraw(r) for d in shards for r in d["per_prompt"]), key=lambda r: order[r["id"]])
+    per = sorted((unraw(r) for d in shards for r in d["per_prompt"]), key=lambda r: r["id"])
     checks = [c for d in shards for c in d["checks"]]
     t = [d["timing_s"] for d in shards]
     med = lambda xs: float(np.median(xs))  # noqa: E731
     timing = {"champion_1": med([x["champion_1"] for x in t]),
-              "champion_verify": {g: med([x["champion_verify"][str(g)] if str(g) in x["champion_verify"]
-                                          else x["champion_verify"][g] for x in t]) for g in KS},
+              "champion_verify": {g: med([x["champion_verify"][str(g)] for x in t]) for g in KS},   # (JSON keys)
               "draft_step": {d: med([x["draft_step"][d] for x in t]) for d in t[0]["draft_step"]}}
     slope, icpt = np.polyfit(KS, [timing["champion_verify"][g] for g in KS], 1)
     timing["verify_fit"] = [float(icpt), float(slope)]
