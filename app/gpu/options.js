@@ -25,6 +25,12 @@ function matmulPlan(opts, info, device, cpu) {
   return { subgroups, sgSize: S, lanes, matmulWg, ksplit, tile1: opts.tile1 ?? lanes > 1, tile8: opts.tile8 ?? lanes > 1 };
 }
 
+/** The fused engine on real subgroups: where the defaults measured on an H200 apply (tests that emulate subgroups
+ * pick their own). */
+function tunedFused(opts, m, fuse) {
+  return m.subgroups && fuse === true && !opts.emulatedSubgroups;
+}
+
 /** The fused engine: false | 'attn' | true, with its workgroup sizes; fuseAuto: fall back rather than refuse. */
 function fusePlan(opts, m, device, cpu) {
   // default: the fused engine (3 dispatches per layer, FFN slices of 32) wherever matmul_sg.wgsl runs — measured
@@ -46,7 +52,7 @@ function fusePlan(opts, m, device, cpu) {
   const fitWg = (want) => Math.max(m.lanes, Math.min(want, Math.floor(maxInv / m.lanes) * m.lanes));
   const f = { fuse, fuseAuto, fuseWg: opts.fuseWg ?? (cpu ? 64 : fitWg(512)), fuseSlice: opts.fuseSlice ?? 32,
     fuseHeadPairs: opts.fuseHeadPairs ?? 4, fuseHeadWg: opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256)),
-    fuseMatmulWg: opts.fuseMatmulWg ?? (fuse === true && m.subgroups && !opts.emulatedSubgroups ? fitWg(256) : m.matmulWg),
+    fuseMatmulWg: opts.fuseMatmulWg ?? (tunedFused(opts, m, fuse) ? fitWg(256) : m.matmulWg),
     fuseQkvPairs: opts.fuseQkvPairs ?? 1 };
   if (!fuse) return f;
   for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg']) {
@@ -73,7 +79,7 @@ function fusePlan(opts, m, device, cpu) {
  * Elsewhere: none. */
 const ROW_KINDS = ['qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits'];
 function rowPlan(opts, m, f) {
-  const tuned = m.subgroups && f.fuse === true && !opts.emulatedSubgroups;   // (tests that emulate pick their own)
+  const tuned = tunedFused(opts, m, f.fuse);
   const want = opts.rowTiles ?? (tuned ? ['qkv', 'ffn'] : []);
   const kinds = want === 'all' ? ROW_KINDS.filter((k) => k !== 'logits') : want;
   if (!Array.isArray(kinds) || kinds.some((k) => !ROW_KINDS.includes(k))) {
