@@ -76,7 +76,7 @@ def cmd_test(args) -> int:
     # the suite took 7.7 minutes, where one process had done 16% of it after 5 (much of a browser or Node test waits);
     # `python build.py test -- -n 0` runs it in one. The slowest tests are named at the end, so a run that grows
     # past its budget says where the time went.
-    workers = [] if any(x == "-n" or x.startswith("-n") or x.startswith("--numprocesses") for x in extra) \
+    workers = [] if any(x.startswith(("-n", "--numprocesses")) for x in extra) \
         else ["-n", "2", "--dist", "loadfile"]
     return subprocess.call([sys.executable, "-m", "pytest", "-q", *workers, "--durations=25", *extra], cwd=ROOT)
 
