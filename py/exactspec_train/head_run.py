@@ -18,6 +18,9 @@ checkpointing to --ckpt-dir every --ckpt-every seconds (--resume continues from 
 chain tau for k = 1..8 on held-out greedy answers, exact per-start simulation of the decode loop's rounds) and
 exports OUT/head_<variant>.gguf (Q8_0 matrices) and OUT/head_<variant>.json.
 
+`multi` (exactspec_train.head_multi) trains several runs in ONE process that loads the data once, interleaving their
+steps by their measured step time (ablations at equal training time; a schedule that spans several calls).
+
 `all` runs gen, then one `train` process per variant in parallel on the one GPU, then writes OUT/run.json (every
 variant's record, the answers' summary, the argv) and OUT/log.txt. Runs on CUDA when there is one (bf16 autocast,
 tf32), else on the CPU (smoke tests: --tiny).
@@ -517,7 +520,18 @@ def main(argv=None) -> int:
     al.add_argument("--reuse-gen", action="store_true", help="use an existing gen.npz as it is")
     al.add_argument("--variants", default=",".join(VARIANTS))
     al.add_argument("--after-gen", default="", help="a shell command started once the answers exist (runs beside)")
+    mu = sub.add_parser("multi", help="several runs in one process (shared data), interleaved by their step time")
+    common(mu)
+    train_args(mu)
+    mu.add_argument("--gen", required=True)
+    mu.add_argument("--plan", required=True, help="NAME:VARIANT:TOTAL_S:GROUP,... (exactspec_train.head_multi)")
+    mu.add_argument("--workload-eval", action=argparse.BooleanOptionalAction, default=True)
+    mu.add_argument("--workload-max-new", type=int, default=64)
+    mu.add_argument("--stop-at", type=float, default=0.0, help="Unix time at which training stops (0: no limit)")
     a = ap.parse_args(argv)
+    if a.cmd == "multi":
+        from .head_multi import cmd_multi
+        return cmd_multi(a)
     return {"gen": cmd_gen, "train": cmd_train, "all": cmd_all}[a.cmd](a)
 
 
