@@ -128,3 +128,27 @@ def test_training_lowers_the_loss_and_the_filter_drops_its_share(setup):
         _, st_f = head_loss(net, *args, **{**kw, "depth": 1}, filter_frac=0.25)
     kept = ce[ce <= torch.quantile(ce, 0.75)]
     assert st_f[0]["ce"] == pytest.approx(float(kept.mean()), rel=1e-4)
+
+
+def test_padded_batches_train_the_same(setup):
+    """The trainer pads a batch's T up to a multiple of pad_to (few distinct shapes for the GPU's kernels): padding
+    rows come after the real ones and weigh 0, so the loss and its gradients are those of the unpadded batch."""
+    from exactspec_train.head_run import Data
+    cfg, cw, champ, seq, feats = setup
+    hc = HeadConfig.for_champion(cfg)
+    f = torch.from_numpy(feats)
+    seqs = [(np.asarray(seq[:17]), 0, np.ones(17, np.float32)), (np.asarray(seq[:13]), 0, np.ones(13, np.float32))]
+    fl = [f[:17], f[:13]]
+    kw = dict(depth=3, sigma=f.std(0).clamp_min(1e-3), noise=0.0, feat_weight=0.5, decay=0.8, filter_frac=0.25)
+    res = []
+    for pad in (1, 8):
+        d = Data(seqs, fl, 2, torch.device("cpu"), pad_to=pad)
+        tb, pb, wb, fb = d.batch([0, 1])
+        assert tb.shape[1] == (17 if pad == 1 else 24) and float(wb[:, 17:].abs().sum()) == 0
+        net = HeadNet(hc, torch.from_numpy(cw["token_embd.weight"]), torch.from_numpy(cw["output_norm.weight"]))
+        net.init_weights(0, float(f.pow(2).mean(-1).sqrt().mean()))
+        loss, st = head_loss(net, fb, tb, pb, wb, **kw)
+        loss.backward()
+        res.append((float(loss), [x["ce"] for x in st], net.w("blk.0.attn_q.weight").grad.clone()))
+    assert res[0][0] == pytest.approx(res[1][0], rel=1e-5) and res[0][1] == pytest.approx(res[1][1], rel=1e-5)
+    assert torch.allclose(res[0][2], res[1][2], rtol=1e-4, atol=1e-7)

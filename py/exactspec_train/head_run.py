@@ -69,6 +69,9 @@ def _device():
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    # cuDNN's attention builds a plan for every new shape: with the batches' and held-out answers' varying lengths
+    # a training step cost ~550 ms instead of ~55 (H200, bench/h200/head_step_profile.py --vary)
+    torch.backends.cuda.enable_cudnn_sdp(False)
     return dev
 
 
@@ -142,8 +145,9 @@ class Data:
     """Training sequences (prompt + answer, or corpus chunks) with the champion's features, flat on the device; a
     batch is one gather (padding reads a zero row)."""
 
-    def __init__(self, seqs, feats, n_gen, dev):
+    def __init__(self, seqs, feats, n_gen, dev, pad_to: int = 128):
         import torch
+        self.pad_to = max(1, int(pad_to))      # batches' T rounded up to a multiple of this (few distinct shapes)
         self.lens = np.array([len(s[0]) for s in seqs])
         self.off = np.concatenate([[0], np.cumsum(self.lens)])                 # (n+1,)
         self.pad = int(self.off[-1])                                           # index of the zero row
@@ -156,10 +160,12 @@ class Data:
         self.torch = torch
 
     def batch(self, idx):
-        """tokens (B, T), positions (B, T), target weights (B, T) (0 on padding), features (B, T, dim)."""
+        """tokens (B, T), positions (B, T), target weights (B, T) (0 on padding), features (B, T, dim). T is the
+        longest sequence's length rounded up to a multiple of pad_to: padding rows come after every real row (the
+        causal mask keeps them out of the real rows' attention) and weigh 0 in every loss term."""
         torch = self.torch
         idx = np.asarray(idx)
-        T = int(self.lens[idx].max())
+        T = -(-int(self.lens[idx].max()) // self.pad_to) * self.pad_to
         ar = np.arange(T)
         flat = np.where(ar[None] < self.lens[idx][:, None], self.off[idx][:, None] + ar[None], self.pad)  # (B, T)
         g = torch.from_numpy(flat).to(self.dev)
