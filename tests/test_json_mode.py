@@ -592,3 +592,83 @@ def test_mask_time_counts_cache_hits():
         c.done(c.start)
         c.forced(c.start)
     assert c.seconds > t
+
+
+def test_copies_of_the_prompts_text_are_proposed_inside_string_values():
+    """Inside a string value, GrammarDrafter first proposes a copy: the value's text so far found in the text before
+    it (the prompt), continued there. Token n-grams miss these: the prompt's tokens (` Fischer` after a space) are
+    not the answer's. Outside strings, or with under COPY_MIN_BYTES of the value written, nothing is copied."""
+    import asyncio
+    from exactspec.constrain.drafter import COPY_MIN_BYTES, GrammarDrafter, copy_tokens
+    from exactspec.drafters.ngram import NgramDrafter
+    vocab = toy_vocab()
+    tb = vocab.token_bytes
+
+    def toks(data: bytes) -> list[int]:
+        return vocab.longest_match(data)
+
+    text = b'Name: Lena Fischer, 34\n{"name": "Le'
+    got = copy_tokens(vocab, text, text.rfind(b'"'))
+    assert b"".join(tb[i] for i in got) == b"na Fischer, 34"           # up to the newline
+    assert copy_tokens(vocab, b'x\n{"name": "L', 12) == []             # under COPY_MIN_BYTES bytes: none
+    assert COPY_MIN_BYTES == 2
+    assert copy_tokens(vocab, b'Name: Bo\n{"name": "Zq', 17) == []     # not in the text before: none
+    rf = {"type": "json_schema", "schema": {"type": "object", "properties": {"name": {"type": "string"}},
+                                             "required": ["name"], "additionalProperties": False}}
+    c = Constraint(Grammar(parse_response_format(rf)), vocab)
+    prompt = toks(b"Name: Lena Fischer\n")
+    answer = toks(b'{"name": "Le')
+    st = c.start
+    for t in answer:
+        st = c.advance(st, t)
+    d = GrammarDrafter(NgramDrafter(max_ngram=3, min_ngram=2), c)
+    d.begin_round(st, 40, 8)
+    props, q = asyncio.run(d.propose(prompt + answer, 4, None))
+    assert q is None and not any(d.forced_flags)
+    # the copy, one token a free position, up to where the prompt's line ends (then nothing else to propose)
+    assert b"".join(tb[i] for i in props) == b"na Fischer" and len(props) == 3
+    # at the value's start nothing is copied (the value's text so far is empty)
+    st0 = c.start
+    for t in toks(b'{"name": "'):
+        st0 = c.advance(st0, t)
+    d.begin_round(st0, 40, 8)
+    assert d._copy(prompt + toks(b'{"name": "'), st0) == []
+    # outside a string (after the key's colon) nothing is copied either
+    st1 = c.start
+    for t in toks(b'{"name":'):
+        st1 = c.advance(st1, t)
+    assert not c.in_free_string(st1) and d._copy(prompt + toks(b'{"name":'), st1) == []
+
+
+def test_a_forced_token_the_champion_splits_is_learned_and_proposed_split():
+    """A forced proposal rejected for a token that spells its first bytes teaches the split (SmolLM2 writes `{"` as
+    `{` + `"`): later forced runs, in this answer or (with the session's dict) later ones, propose it that way.
+    A rejection by a token with other bytes, or one that runs past the proposal, teaches nothing."""
+    import asyncio
+    from exactspec.constrain.drafter import GrammarDrafter, apply_splits, learn_split
+    from exactspec.drafters.ngram import NgramDrafter
+    vocab = toy_vocab()
+    tb = vocab.token_bytes
+    ids = {b: i for i, b in enumerate(tb) if b is not None}
+    splits: dict = {}
+    learn_split(vocab, splits, ids[b'{"'], ids[b'{'])
+    assert splits == {ids[b'{"']: (ids[b'{'], ids[b'"'])}
+    learn_split(vocab, splits, ids[b'",'], ids[b'x'])                # other bytes: nothing
+    learn_split(vocab, splits, ids[b'"'], ids[b'",'])                # runs past it: nothing
+    assert list(splits) == [ids[b'{"']]
+    assert apply_splits(splits, [ids[b'{"'], ids[b'name']]) == [ids[b'{'], ids[b'"'], ids[b'name']]
+    rf = {"type": "json_schema", "schema": {"type": "object", "properties": {"name": {"type": "string"}},
+                                             "required": ["name"], "additionalProperties": False}}
+    c = Constraint(Grammar(parse_response_format(rf)), vocab)
+    learned: dict = {}
+    d = GrammarDrafter(NgramDrafter(), c, splits=learned)
+    d.begin_round(c.start, 40, 8)
+    props, _ = asyncio.run(d.propose([5, 6], 0, None))
+    assert props[0] == ids[b'{"'] and all(d.forced_flags)
+    d.state_after(0, ids[b'{'])                                       # the champion wrote `{` instead
+    assert learned == {ids[b'{"']: (ids[b'{'], ids[b'"'])}
+    d2 = GrammarDrafter(NgramDrafter(), c, splits=learned)              # the next answer of the session
+    d2.begin_round(c.start, 40, 8)
+    props2, _ = asyncio.run(d2.propose([5, 6], 0, None))
+    assert props2[:2] == [ids[b'{'], ids[b'"']]
+    assert b"".join(tb[i] for i in props2) == b"".join(tb[i] for i in props)

@@ -102,21 +102,24 @@ async def answer(s, row, rf, conf: dict) -> dict:
 
 
 def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_split: str = "tokenizer",
-                    use_forced: bool = True, draft_rows=None, prompt=(), lookup: bool = True) -> int:
+                    use_forced: bool = True, draft_rows=None, prompt=(), lookup: bool = True,
+                    splits: dict | None = None) -> int:
     """Target passes of a greedy JSON-mode answer under the decode loop's round rules (exactspec.decode with
     exactspec.constrain.drafter.GrammarDrafter, adaptive off), simulated along the champion's own answer: greedy
     accepts a proposal iff it is the champion's token, so only the proposals up to the first wrong one matter, and
     each of those sees the champion's own prefix.
-    free: "none" (no free proposals: forced drafting alone), "draft" (GrammarDrafter's free proposals: the lookup of
-    the text so far when `lookup`, else the draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows
+    free: "none" (no free proposals: forced drafting alone), "draft" (GrammarDrafter's free proposals: inside a
+    string value its copy of the prompt's text, then the lookup of the text so far, when `lookup`; else the draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows
     along prompt + answer) or "oracle" (every free proposal is the champion's own token: the most any draft can give
     at k = 4 with these forced runs). forced_split: "tokenizer" (forced runs as Constraint.forced proposes them) or
-    "champion" (the champion's own tokens where the grammar forces the bytes: a perfect guess of its tokenisation).
+    "champion" (the champion's own tokens where the grammar forces the bytes: a perfect guess of its tokenisation);
+    splits: the learned splits of forced tokens the answer started with (GrammarDrafter's, updated as it learns).
     The bench checks the simulation against the measured passes of every configuration it also measures."""
     import numpy as np
-    from exactspec.constrain.drafter import MAX_ROUND
+    from exactspec.constrain.drafter import MAX_ROUND, apply_splits, copy_tokens, learn_split
     from exactspec.drafters.ngram import NgramDrafter
     vocab = c.vocab
+    splits = {} if splits is None else splits
     eos = vocab.eos_ids[0]
     A = list(answer) + [eos]        # after the last token the champion's row allows only EOS (or the budget is out)
     look = NgramDrafter(max_ngram=3, min_ngram=2) if (free == "draft" and lookup) else None
@@ -130,7 +133,7 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
         s = st
         n_free = 0
         while n < cap and not c.done(s):
-            f = c.forced(s) if use_forced else []
+            f = apply_splits(splits, c.forced(s)) if use_forced else []
             if f and forced_split == "champion":
                 fb, got, f = b"".join(vocab.token_bytes[t] for t in f), b"", []
                 while pos + n + len(f) < len(answer) and \
@@ -145,6 +148,8 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                     s = c.advance(s, t)
                 n += m
                 if m < len(f):
+                    if forced_split != "champion":
+                        learn_split(vocab, splits, f[m], A[pos + n])
                     break                   # a forced proposal the champion writes otherwise: the round ends
                 continue
             if n_free >= kk:
@@ -153,7 +158,13 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                 tok = A[pos + n]
             else:
                 mask = c.mask(s, remaining - n)                            # (vocab,) bool
-                got = look.lookup(list(prompt) + A[:pos + n], 1) if look is not None else []
+                got = []
+                if look is not None and c.in_free_string(s):               # GrammarDrafter's copy first
+                    text = b"".join(vocab.token_bytes[t] or b"" for t in list(prompt) + A[:pos + n])
+                    q = text.rfind(b'"')
+                    got = copy_tokens(vocab, text, q)[:1] if q >= 0 else []
+                if not got or not mask[got[0]]:
+                    got = look.lookup(list(prompt) + A[:pos + n], 1) if look is not None else []
                 if got and mask[got[0]]:
                     tok = int(got[0])
                 else:
@@ -230,9 +241,11 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
     res["pass_ms_before"] = statistics.median(pass_ms(s))
     answers_ids: dict = {}
     forced_passes: dict = {}
+    snaps: dict = {}
     for i, (row, _sch) in enumerate(rows):
         ref = None
         for name in tau_configs:
+            snaps[(row["id"], name)] = dict(m.json_splits)          # the splits learned so far (the simulation's)
             out = await answer(s, row, rfs[row["id"]], TAU_CONFIGS[name])
             st = out["stats"]
             forced_passes.setdefault(name, {})[row["id"]] = st["target_passes"]
@@ -291,7 +304,9 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
             else:
                 p_ids = ()
             for name, kw in sim.items():
-                got = simulate_passes(c, ids, row["max_new_tokens"], K, draft_rows=rows_d, prompt=p_ids, **kw)
+                sp = dict(snaps.get((row["id"], name), snaps.get((row["id"], "combined"), {})))
+                got = simulate_passes(c, ids, row["max_new_tokens"], K, draft_rows=rows_d, prompt=p_ids, splits=sp,
+                                      **kw)
                 tot[name] += got
                 if name in forced_passes and got != forced_passes[name][row["id"]]:
                     raise AssertionError(f"{row['id']} {name}: simulated {got} passes, measured "

@@ -184,10 +184,12 @@ async def generate_async(
     constraint=None,
     grammar_state=None,
     faults=None,
+    json_splits: dict | None = None,
 ) -> GenerateResult:
     """JSON mode (cfg.response_format): `constraint` is the exactspec.constrain.Constraint to use (built from the
     tokenizer if None; the session passes a cached one), `grammar_state` where the answer's grammar starts (a
-    continued answer; default: the start). faults: an exactspec.faults.FaultPlan (armed faults fire at their phase;
+    continued answer; default: the start), `json_splits` the champion's learned splits of forced tokens (a dict the
+    session keeps per champion; default: learned for this answer alone, exactspec.constrain.drafter). faults: an exactspec.faults.FaultPlan (armed faults fire at their phase;
     None: none). A backend failure or an exception inside the loop ends the answer at its last committed token with
     finish 'error' and `failed` naming what failed (the caller decides how to go on: exactspec.session)."""
     cfg.validate()
@@ -220,7 +222,7 @@ async def generate_async(
     gram, gstate = _json_mode(cfg, constraint, grammar_state, tokenizer, V)
     if gram is not None:
         from .constrain.drafter import GrammarDrafter
-        drafter = GrammarDrafter(drafter, gram, cfg.grammar_draft)
+        drafter = GrammarDrafter(drafter, gram, cfg.grammar_draft, splits=json_splits)
         need = gram.min_tokens(gstate)
         room = min(cfg.max_new_tokens, C.seq_len - len(prompt))
         if need > room:

@@ -40,6 +40,7 @@ class LoadedModel:
     backend_name: str = "cpu"       # 'webgpu' | 'cpu'
     cache: Any = None               # TrackedCache(YieldingBackend(backend)): kept across turns for prefix reuse
     json_vocab: Any = None          # exactspec.constrain.TokenVocab, built at the first JSON-mode request
+    json_splits: dict = field(default_factory=dict)   # how this champion splits forced tokens (learned, proposals only)
 
 
 class YieldingBackend(PassThrough):
@@ -614,6 +615,7 @@ class Session:
                                                tokenizer=m.tokenizer, draft_tokenizer=run_dtok,
                                                on_tokens=on_tokens, should_cancel=lambda: self._cancel,
                                                constraint=constraint, grammar_state=g_now, faults=plan,
+                                               json_splits=m.json_splits,
                                                **({"clock": self._clock} if self._clock else {}))
                 except ValueError as e:
                     if not results:   # refused before any token (a bridge that cannot join the tokenizers, ...)

@@ -9,9 +9,16 @@ each row under the grammar's mask at that position, so greedy / coupled / reject
 a point mass (q(x) = 1) like an n-gram proposal, and a draft-model proposal was drawn from its masked distribution,
 which is what its q row holds.
 
+Inside a string value, a free position first tries a copy: the value's text so far (2+ bytes) is looked up in the
+text before the value (the prompt above all), and the tokens of what followed it there are proposed, as the
+tokenizer writes them (`copy_tokens`). Token n-grams miss such copies: the prompt writes ` Lena Fischer` where the
+answer writes `"Lena Fischer"`, so the tokens differ although the text is the same.
+
 A forced byte string is proposed as the tokenizer writes it (`Constraint.forced`); the model mostly writes text that
 way. When it does not (it prefers another split), the proposal is rejected at that row and the champion's own token
-is emitted instead: speed is lost, never exactness.
+is emitted instead: speed is lost, never exactness. Such a split is learned (`learn_split`: SmolLM2 writes `{"` as
+`{` + `"`): later forced runs propose that token as the champion wrote it. The splits are kept for the answer, or,
+passed in by the session, for every answer of that champion.
 """
 from __future__ import annotations
 
@@ -20,6 +27,59 @@ import numpy as np
 from ..drafters.ngram import NgramDrafter
 
 MAX_ROUND = 32           # proposals per round at most (forced + free): rows of one verify pass
+COPY_MIN_BYTES = 2       # a string value's text so far must be this long before it is looked up for a copy
+COPY_MAX_BYTES = 48      # the most text of a copy tokenised per lookup
+
+
+def copy_tokens(vocab, text: bytes, quote_at: int) -> list[int]:
+    """Token ids continuing the string value that opens at text[quote_at] ('"') by a copy: the value's bytes so
+    far, text[quote_at + 1:], found last in text[:quote_at]; what followed them there (up to a newline or a quote,
+    COPY_MAX_BYTES at most), tokenised as the tokenizer writes it, whole characters only. [] when none."""
+    needle = text[quote_at + 1:]
+    if len(needle) < COPY_MIN_BYTES or b'"' in needle or b"\\" in needle:
+        return []
+    at = text.rfind(needle, 0, quote_at)
+    if at < 0:
+        return []
+    tail = text[at + len(needle): at + len(needle) + COPY_MAX_BYTES]
+    for stop in (b"\n", b'"'):
+        cut = tail.find(stop)
+        if cut >= 0:
+            tail = tail[:cut]
+    while tail:
+        try:
+            piece = tail.decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            tail = tail[:-1]
+    if not tail:
+        return []
+    if vocab.encode is not None:
+        ids = [int(i) for i in vocab.encode(piece)]
+        if b"".join(vocab.token_bytes[i] or b"\x00" for i in ids) == tail:
+            return ids
+    return vocab.longest_match(tail) or []
+
+
+def learn_split(vocab, splits: dict, proposed: int, written: int) -> None:
+    """A forced proposal `proposed` was rejected and the champion wrote `written`: when written's bytes are a proper
+    prefix of proposed's, the champion splits that token: splits[proposed] = (written, the rest as the tokenizer
+    writes it). Anything else (a token that runs past it, or other bytes) teaches nothing."""
+    tb = vocab.token_bytes
+    a, b = tb[proposed], tb[written]
+    if not a or not b or len(b) >= len(a) or not a.startswith(b) or proposed in splits:
+        return
+    rest = vocab.longest_match(a[len(b):]) or []
+    if b"".join(tb[i] for i in rest) == a[len(b):]:
+        splits[proposed] = (int(written),) + tuple(int(i) for i in rest)
+
+
+def apply_splits(splits: dict, ids) -> list[int]:
+    """Forced ids with every learned split applied."""
+    out: list[int] = []
+    for t in ids:
+        out.extend(splits.get(t, (t,)))
+    return out
 
 
 class GrammarDrafter:
@@ -30,14 +90,17 @@ class GrammarDrafter:
     lookup_with_draft = True     # the text-so-far lookup before the draft model (bench json_mode turns it off to
                                  # measure the draft model alone)
 
-    def __init__(self, base, constraint, use_forced: bool = True):
+    def __init__(self, base, constraint, use_forced: bool = True, splits: dict | None = None):
         self.base = base
+        self.splits = {} if splits is None else splits   # token -> the tokens the champion writes it as (learned)
+        self._proposals: list = []                       # (g,) this round's proposals
         self.constraint = constraint
         self.use_forced = use_forced
         # with a draft model, a free position first looks for a continuation in the text so far (extraction copies
         # from the prompt): a match of 2+ tokens is proposed without a draft pass
         self.lookup = NgramDrafter(max_ngram=3, min_ngram=2) \
             if self.lookup_with_draft and getattr(base, "draft", None) is not None else None
+        self.copy = self.lookup is not None or getattr(base, "draft", None) is None   # copies of the prompt's text
         self.states: list = []           # (g + 1,) grammar state before each proposal, and after the last
         self.forced_flags: list = []     # (g,) True where the grammar forced the proposal
         self._budget = None
@@ -59,6 +122,7 @@ class GrammarDrafter:
         most proposals this round may carry (context, budget, draft cache)."""
         self.states = [state]
         self.forced_flags = []
+        self._proposals = []
         self._budget = budget
         self._cap = max(0, min(cap, MAX_ROUND))
 
@@ -82,7 +146,7 @@ class GrammarDrafter:
             if c.done(st):
                 break
             if self.use_forced:
-                forced = c.forced(st)[: self._cap - len(proposals)]
+                forced = apply_splits(self.splits, c.forced(st))[: self._cap - len(proposals)]
                 if forced:
                     for tok in forced:
                         st = c.advance(st, tok)
@@ -94,7 +158,9 @@ class GrammarDrafter:
             if n_free >= k:
                 break
             mask = c.mask(st, self._budget - len(proposals))      # (vocab,) bool
-            toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
+            toks = self._copy(list(seq) + proposals, st) if self.copy else []
+            if not toks or not mask[toks[0]]:
+                toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
             q = None
             if not toks or not mask[toks[0]]:
                 toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t: pick(row, t, mask))
@@ -112,6 +178,7 @@ class GrammarDrafter:
             n_free += 1
             if tok in vocab_eos:
                 break
+        self._proposals = list(proposals)
         if not sampled:
             return proposals, None
         V = c.vocab.vocab_size
@@ -123,6 +190,22 @@ class GrammarDrafter:
                 rows[i] = q
         return proposals, rows
 
+    def _copy(self, toks: list, state) -> list[int]:
+        """A copy's first token at this free position, or [] (not inside a string value, or nothing to copy)."""
+        c = self.constraint
+        if not c.in_free_string(state):
+            return []
+        tb = c.vocab.token_bytes
+        text = b"".join(tb[t] or b"" for t in toks)
+        q = text.rfind(b'"')
+        if q < 0:
+            return []
+        ids = copy_tokens(c.vocab, text, q)
+        return ids[:1]
+
     def state_after(self, n_accepted: int, token: int):
-        """The grammar state after the accepted proposals and the champion's own token."""
+        """The grammar state after the accepted proposals and the champion's own token (a forced proposal it wrote
+        otherwise teaches its split: learn_split)."""
+        if n_accepted < len(self._proposals) and self.forced_flags[n_accepted]:
+            learn_split(self.constraint.vocab, self.splits, self._proposals[n_accepted], token)
         return self.constraint.advance(self.states[n_accepted], token)

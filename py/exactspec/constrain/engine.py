@@ -190,6 +190,10 @@ class Constraint:
         """Tokens needed at most to complete the document (one per byte of a shortest completion)."""
         return self.grammar.min_bytes(state)
 
+    def in_free_string(self, state: tuple) -> bool:
+        """Inside a string body where at least two bytes are allowed (so nothing is forced)."""
+        return self._free_string(state)
+
     def _free_string(self, state: tuple) -> bool:
         """Inside a string body where at least two bytes are allowed (so nothing is forced)."""
         if not state:
