@@ -152,3 +152,26 @@ def test_padded_batches_train_the_same(setup):
         res.append((float(loss), [x["ce"] for x in st], net.w("blk.0.attn_q.weight").grad.clone()))
     assert res[0][0] == pytest.approx(res[1][0], rel=1e-5) and res[0][1] == pytest.approx(res[1][1], rel=1e-5)
     assert torch.allclose(res[0][2], res[1][2], rtol=1e-4, atol=1e-7)
+
+
+def test_multi_run_plan_and_scheduler():
+    """head_run multi's plan: NAME:VARIANT:TOTAL_S:GROUP; the scheduler steps the lowest group with time left, in it
+    the run furthest behind its own schedule, so runs of equal TOTAL_S end with equal training time."""
+    from exactspec_train.head_multi import parse_plan, pick_next
+    from exactspec_train.head_run import VARIANTS
+    plan = parse_plan("a:full:10:0,b:no-multistep:20:0,c:full:5:1", VARIANTS)
+    assert [(e.name, e.variant, e.total_s, e.group) for e in plan] == [("a", "full", 10.0, 0),
+                                                                       ("b", "no-multistep", 20.0, 0),
+                                                                       ("c", "full", 5.0, 1)]
+    for bad, frag in (("a:full:10", "NAME:VARIANT"), ("a:nope:10:0", "unknown variant"), ("a:full:0:0", "> 0"),
+                      ("a:full:1:0,a:full:1:0", "used twice"), ("a b:full:1:0", "letters"), ("", "empty")):
+        with pytest.raises(ValueError, match=frag):
+            parse_plan(bad, VARIANTS)
+    spent = {"a": 0.0, "b": 0.0, "c": 0.0}
+    order = []
+    while (n := pick_next(plan, spent)) is not None:
+        order.append(n)
+        spent[n] += 1.0 if n != "b" else 2.0          # b's steps cost twice a's
+    assert spent == {"a": 10.0, "b": 20.0, "c": 5.0}
+    assert order.index("c") > max(i for i, n in enumerate(order) if n in "ab")   # group 1 only after group 0
+    assert order.count("a") == 10 and order.count("b") == 10                      # same fraction, step by step

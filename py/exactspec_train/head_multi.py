@@ -77,12 +77,6 @@ def pick_next(entries: list, spent: dict) -> str | None:
     return best.name
 
 
-def lr_at(hp: dict, step: int, frac: float) -> float:
-    """Linear warm-up over hp['warmup'] steps, then cosine from 1x to 0.1x over the run's time fraction."""
-    frac = min(1.0, max(0.0, frac))
-    return hp["lr"] * min(1.0, (step + 1) / hp["warmup"]) * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac)))
-
-
 @dataclass
 class Run:
     entry: PlanEntry
@@ -99,11 +93,9 @@ class Run:
 def cmd_multi(a) -> int:
     import torch
     from exactspec.drafters.head import HeadConfig, head_memory
-    from exactspec.tokenizer import Tokenizer
-    from . import data as D
-    from .head import HeadNet, export_head, frequency_subset, head_loss
-    from .head_run import DEFAULTS, TINY, VARIANTS, _device, _log_to, _sha, build_data, evaluate, EOS_NAMES
-    from .model import TorchLlama
+    from .head import export_head, frequency_subset
+    from .head_run import (DEFAULTS, TINY, VARIANTS, _device, _log_to, _sha, build_data, evaluate, load_champion,
+                           lr_at, new_head, train_step)
     plan = parse_plan(a.plan, VARIANTS)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,12 +104,7 @@ def cmd_multi(a) -> int:
     log = _log_to(out / "log.txt", "multi: ")
     dev = _device()
     torch.manual_seed(a.seed)
-    a._champion_sha = D.sha256_file(a.champion)
-    tok = Tokenizer.from_gguf(a.champion)
-    a._eos = [tok.id_of(n) for n in EOS_NAMES]
-    champ = TorchLlama.from_gguf(a.champion).to(dev).eval()
-    for p in champ.parameters():
-        p.requires_grad_(False)
+    tok, champ = load_champion(a, dev)
     base = dict(DEFAULTS)
     if a.tiny:
         base.update(TINY)
@@ -141,12 +128,7 @@ def cmd_multi(a) -> int:
             ids = frequency_subset(answers_ids, champ.config.vocab_size, hp["vocab_subset"], always=a._eos)
         else:
             ids = None
-        cfg = HeadConfig.for_champion(champ.config, champion_sha256=a._champion_sha, window=hp["window"])
-        net = HeadNet(cfg, champ.w("token_embd.weight"), champ.w("output_norm.weight"), ids).to(dev)
-        net.init_weights(a.seed + 1, rms)
-        opt = torch.optim.AdamW([{"params": [p for p in net.parameters() if p.ndim >= 2], "weight_decay": 0.01},
-                                 {"params": [p for p in net.parameters() if p.ndim < 2], "weight_decay": 0.0}],
-                                lr=hp["lr"], betas=(0.9, 0.95))
+        _, net, opt = new_head(a, champ, hp, ids, rms, dev)
         r = Run(e, hp, ids, net, opt)
         if st is not None:
             net.load_state_dict(st["net"])
@@ -155,18 +137,6 @@ def cmd_multi(a) -> int:
             log(f"{e.name}: resumed at step {r.step}, {r.spent:.0f} of {e.total_s:.0f} s trained")
         runs[e.name] = r
     rng = np.random.default_rng(a.seed + 17 + sum(r.step for r in runs.values()))
-    lens = data.lens
-    gen_idx = np.arange(data.n_gen)
-    cor_idx = np.arange(data.n_gen, len(lens))
-
-    def draw(hp):
-        src = cor_idx if len(cor_idx) and rng.random() < hp["corpus_weight"] else gen_idx
-        first = int(rng.choice(src))
-        T = lens[first]
-        near = src[np.abs(lens[src] - T) <= max(16, T // 4)]
-        b = max(1, hp["tokens_per_step"] // max(T, 1))
-        return [first] + rng.choice(near, size=b - 1).tolist() if b > 1 else [first]
-
     def save(r):
         path = ck / f"{r.entry.name}.pt"
         torch.save({"net": r.net.state_dict(), "opt": r.opt.state_dict(), "step": r.step, "spent": r.spent,
@@ -188,21 +158,9 @@ def cmd_multi(a) -> int:
         if a.max_steps and r.step >= a.max_steps:
             r.spent = r.entry.total_s                  # (smoke tests: a step cap instead of time)
             continue
-        hp = r.hp
-        lr = lr_at(hp, r.step, r.spent / r.entry.total_s)
-        for gr in r.opt.param_groups:
-            gr["lr"] = lr
+        lr = lr_at(r.hp, r.step, r.spent / r.entry.total_s)
         ts = time.time()
-        tb, pb, wb, fb = data.batch(draw(hp))
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=amp):
-            filt = hp["filter_frac"] if r.step >= hp["warmup"] else 0.0
-            loss, st = head_loss(r.net, fb.float() if not amp else fb, tb, pb, wb, depth=hp["depth"], sigma=sigma,
-                                 noise=hp["noise"], feat_weight=hp["feat_weight"], decay=hp["decay"],
-                                 filter_frac=filt)
-        r.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(r.net.parameters(), 1.0)
-        r.opt.step()
+        loss, st, gn = train_step(r.net, r.opt, data, r.hp, sigma, rng, r.step, lr, amp)
         sync()
         r.spent += time.time() - ts
         if r.step % a.log_every == 0:

@@ -159,6 +159,18 @@ class Data:
         self.dev = dev
         self.torch = torch
 
+    def draw(self, hp: dict, rng) -> list:
+        """A batch's sequence indices: about hp['tokens_per_step'] tokens of sequences of similar length from one
+        source (corpus chunks with probability hp['corpus_weight'], else answers)."""
+        lens = self.lens
+        gen_idx, cor_idx = np.arange(self.n_gen), np.arange(self.n_gen, len(lens))
+        src = cor_idx if len(cor_idx) and rng.random() < hp["corpus_weight"] else gen_idx
+        first = int(rng.choice(src))
+        T = lens[first]
+        near = src[np.abs(lens[src] - T) <= max(16, T // 4)]
+        b = max(1, hp["tokens_per_step"] // max(T, 1))
+        return [first] + rng.choice(near, size=b - 1).tolist() if b > 1 else [first]
+
     def batch(self, idx):
         """tokens (B, T), positions (B, T), target weights (B, T) (0 on padding), features (B, T, dim). T is the
         longest sequence's length rounded up to a multiple of pad_to: padding rows come after every real row (the
@@ -267,6 +279,59 @@ def torch_cat(xs):
     return torch.cat(xs, 0)
 
 
+def load_champion(a, dev):
+    """(tokenizer, the champion in torch, frozen); sets a._champion_sha and a._eos."""
+    from exactspec.tokenizer import Tokenizer
+    from . import data as D
+    from .model import TorchLlama
+    a._champion_sha = D.sha256_file(a.champion)
+    tok = Tokenizer.from_gguf(a.champion)
+    a._eos = [tok.id_of(n) for n in EOS_NAMES]
+    champ = TorchLlama.from_gguf(a.champion).to(dev).eval()
+    for p in champ.parameters():
+        p.requires_grad_(False)
+    return tok, champ
+
+
+def new_head(a, champ, hp: dict, ids, rms: float, dev):
+    """(config, net, AdamW) of a fresh head for the champion: weight decay 0.01 on matrices, none on norms."""
+    import torch
+    from exactspec.drafters.head import HeadConfig
+    from .head import HeadNet
+    cfg = HeadConfig.for_champion(champ.config, champion_sha256=a._champion_sha, window=hp["window"])
+    net = HeadNet(cfg, champ.w("token_embd.weight"), champ.w("output_norm.weight"), ids).to(dev)
+    net.init_weights(a.seed + 1, rms)
+    opt = torch.optim.AdamW([{"params": [p for p in net.parameters() if p.ndim >= 2], "weight_decay": 0.01},
+                             {"params": [p for p in net.parameters() if p.ndim < 2], "weight_decay": 0.0}],
+                            lr=hp["lr"], betas=(0.9, 0.95))
+    return cfg, net, opt
+
+
+def lr_at(hp: dict, step: int, frac: float) -> float:
+    """Linear warm-up over hp['warmup'] steps, then cosine from 1x to 0.1x over the run's time fraction."""
+    frac = min(1.0, max(0.0, frac))
+    return hp["lr"] * min(1.0, (step + 1) / hp["warmup"]) * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac)))
+
+
+def train_step(net, opt, data, hp: dict, sigma, rng, step: int, lr: float, amp: bool):
+    """One optimiser step on a drawn batch: (loss, per-level figures, gradient norm before clipping to 1)."""
+    import torch
+    from .head import head_loss
+    for gr in opt.param_groups:
+        gr["lr"] = lr
+    tb, pb, wb, fb = data.batch(data.draw(hp, rng))
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=amp):
+        filt = hp["filter_frac"] if step >= hp["warmup"] else 0.0
+        loss, st = head_loss(net, fb.float() if not amp else fb, tb, pb, wb, depth=hp["depth"], sigma=sigma,
+                             noise=hp["noise"], feat_weight=hp["feat_weight"], decay=hp["decay"],
+                             filter_frac=filt)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    opt.step()
+    return loss, st, gn
+
+
 def _sha(path) -> str:
     from exactspec.formats import sha256_file
     return sha256_file(path)
@@ -307,11 +372,8 @@ def evaluate(net, champ, held, dev, k_max=8):
 
 def cmd_train(a) -> int:
     import torch
-    from exactspec.drafters.head import HeadConfig, head_memory
-    from exactspec.tokenizer import Tokenizer
-    from . import data as D
-    from .head import HeadNet, export_head, head_loss
-    from .model import TorchLlama
+    from exactspec.drafters.head import head_memory
+    from .head import export_head
     hp = dict(DEFAULTS)
     if a.tiny:
         hp.update(TINY)
@@ -326,24 +388,14 @@ def cmd_train(a) -> int:
     log = _log_to(out / f"head_{a.variant}.log", f"{a.variant}: ")
     dev = _device()
     torch.manual_seed(a.seed)
-    a._champion_sha = D.sha256_file(a.champion)
-    tok = Tokenizer.from_gguf(a.champion)
-    a._eos = [tok.id_of(n) for n in EOS_NAMES]
-    champ = TorchLlama.from_gguf(a.champion).to(dev).eval()
-    for p in champ.parameters():
-        p.requires_grad_(False)
+    tok, champ = load_champion(a, dev)
     data, held, ids, sigma, rms, dstats = build_data(a, hp, champ, tok, dev, log)
     ckpt = Path(a.ckpt_dir) / f"{a.variant}.pt"
     st = torch.load(ckpt, map_location=dev, weights_only=False) if a.resume and ckpt.exists() else None
     if st is not None:
         ids = st["ids"]                         # the subset the checkpoint was trained with (more answers since
         hp = st["hp"]                           # may rank the vocabulary differently); its hyper-parameters
-    cfg = HeadConfig.for_champion(champ.config, champion_sha256=a._champion_sha, window=hp["window"])
-    net = HeadNet(cfg, champ.w("token_embd.weight"), champ.w("output_norm.weight"), ids).to(dev)
-    net.init_weights(a.seed + 1, rms)
-    opt = torch.optim.AdamW([{"params": [p for p in net.parameters() if p.ndim >= 2], "weight_decay": 0.01},
-                             {"params": [p for p in net.parameters() if p.ndim < 2], "weight_decay": 0.0}],
-                            lr=hp["lr"], betas=(0.9, 0.95))
+    cfg, net, opt = new_head(a, champ, hp, ids, rms, dev)
     step, hist, spent = 0, [], 0.0
     if st is not None:
         net.load_state_dict(st["net"])
@@ -351,18 +403,6 @@ def cmd_train(a) -> int:
         step, hist, spent = st["step"], st["hist"], st["seconds"]
         log(f"resumed from {ckpt} at step {step} ({spent:.0f}s trained before)")
     rng = np.random.default_rng(a.seed + 17 + step)
-    lens = data.lens
-    gen_idx = np.arange(data.n_gen)
-    cor_idx = np.arange(data.n_gen, len(lens))
-
-    def draw():
-        """A batch of about tokens_per_step tokens: sequences of similar length from one source."""
-        src = cor_idx if len(cor_idx) and rng.random() < hp["corpus_weight"] else gen_idx
-        first = int(rng.choice(src))
-        T = lens[first]
-        near = src[np.abs(lens[src] - T) <= max(16, T // 4)]
-        b = max(1, hp["tokens_per_step"] // max(T, 1))
-        return [first] + rng.choice(near, size=b - 1).tolist() if b > 1 else [first]
 
     t0 = time.time()
     last_ckpt = t0
@@ -380,20 +420,8 @@ def cmd_train(a) -> int:
         el = time.time() - t0
         if el > budget or (a.max_steps and step >= a.max_steps):
             break
-        frac = el / budget
-        lr = hp["lr"] * min(1.0, (step + 1) / hp["warmup"]) * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac)))
-        for gr in opt.param_groups:
-            gr["lr"] = lr
-        tb, pb, wb, fb = data.batch(draw())
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=amp):
-            filt = hp["filter_frac"] if step >= hp["warmup"] else 0.0
-            loss, st = head_loss(net, fb.float() if not amp else fb, tb, pb, wb, depth=hp["depth"], sigma=sigma,
-                                 noise=hp["noise"], feat_weight=hp["feat_weight"], decay=hp["decay"],
-                                 filter_frac=filt)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
+        lr = lr_at(hp, step, el / budget)
+        loss, st, gn = train_step(net, opt, data, hp, sigma, rng, step, lr, amp)
         if step % a.log_every == 0:
             hist.append({"step": step, "loss": round(float(loss.detach()), 4), "levels": st, "lr": lr,
                          "grad_norm": round(float(gn), 3), "s": round(spent + time.time() - t0, 1)})
