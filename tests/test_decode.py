@@ -262,3 +262,33 @@ def test_fault_invalidates_tracked_cache():
     champ.backend.fail_at_pass = None
     r2 = generate(champ, [1, 2, 3], GenerateConfig(max_new_tokens=10))
     assert r2.token_ids == generate(ToyLM(V, seed=0), [1, 2, 3], GenerateConfig(max_new_tokens=10)).token_ids
+
+
+def test_the_adaptive_scheduler_remembers_between_answers():
+    """With `sched_memory` the next answer's scheduler starts from what the last one learned: where speculation does
+    not pay (every row of a verify costs a full pass here, the draft is a stranger) the second answer neither
+    calibrates nor opens with a k-proposal round, so it proposes less; the tokens are the champion's either way."""
+    from toy import ToyLM
+    t = [0.0]
+
+    class Timed(ToyLM):
+        def __init__(self, cost, **kw):
+            super().__init__(**kw)
+            self.cost = cost
+
+        def forward(self, tokens, start_pos, n_out=None):
+            t[0] += self.cost * max(1, n_out or 1)          # a CPU: every row costs
+            return super().forward(tokens, start_pos, n_out)
+
+    V = 100
+    cfg = GenerateConfig(max_new_tokens=24, k=4, drafter="model", adaptive=True)
+    mem: dict = {}
+    runs = []
+    for _ in range(2):
+        runs.append(generate(Timed(1.0, vocab_size=V, seed=0), [1, 2], cfg, draft=Timed(0.5, vocab_size=V, seed=9),
+                             clock=lambda: t[0], sched_memory=mem))
+    plain = generate(ToyLM(V, seed=0), [1, 2], GenerateConfig(max_new_tokens=24, drafter="none"))
+    assert runs[0].token_ids == runs[1].token_ids == plain.token_ids
+    assert len(mem) == 1 and 0 in next(iter(mem.values()))["t_round"]
+    assert runs[1].stats["proposed"] < runs[0].stats["proposed"]
+    assert runs[1].stats["spec_disabled_rounds"] > runs[0].stats["spec_disabled_rounds"]

@@ -35,7 +35,24 @@ def test_interpolates_unmeasured_k_and_reprobes():
     feed(s, 4, 3.0, 0)
     assert s.round_time(2) == pytest.approx(2.0)  # linear between T(0) and T(4)
     picks = [s.choose(4) for _ in range(8)]
-    assert picks.count(4) == 2 and picks.count(0) == 6    # off, re-probing every 4th round
+    assert picks.count(1) == 2 and picks.count(0) == 6    # off, re-probing every 4th round with one proposal
+
+
+def test_state_carries_over_to_the_next_answer():
+    """A scheduler loaded with an earlier answer's state decides at once: no calibration round, no first probe."""
+    s = SpecScheduler(4, adaptive=True)
+    feed(s, 0, 1.0, 0)
+    feed(s, 4, 3.0, 0)
+    assert s.choose(4) == 0
+    nxt = SpecScheduler(4, adaptive=True)
+    nxt.load(s.state())
+    assert nxt.choose(4) == 0 and nxt.round_time(4) == pytest.approx(3.0)
+    fresh = SpecScheduler(4, adaptive=True)
+    fresh.load(None)
+    assert fresh.choose(4) == 0 and fresh.choose(4) == 0 and fresh.t_round == {}   # (calibrates first)
+    small = SpecScheduler(2, adaptive=True)
+    small.load(s.state())                      # round times of k above its k_max are dropped
+    assert sorted(small.t_round) == [0]
 
 
 def test_not_adaptive_always_k_max():

@@ -185,11 +185,14 @@ async def generate_async(
     grammar_state=None,
     faults=None,
     json_splits: dict | None = None,
+    sched_memory: dict | None = None,
 ) -> GenerateResult:
     """JSON mode (cfg.response_format): `constraint` is the exactspec.constrain.Constraint to use (built from the
     tokenizer if None; the session passes a cached one), `grammar_state` where the answer's grammar starts (a
     continued answer; default: the start), `json_splits` the champion's learned splits of forced tokens (a dict the
-    session keeps per champion; default: learned for this answer alone, exactspec.constrain.drafter). faults: an exactspec.faults.FaultPlan (armed faults fire at their phase;
+    session keeps per champion; default: learned for this answer alone, exactspec.constrain.drafter),
+    `sched_memory` a dict in which the adaptive scheduler keeps what it learned between answers, per drafter and
+    setting (exactspec.schedule; the session keeps one per champion and draft; default: this answer alone). faults: an exactspec.faults.FaultPlan (armed faults fire at their phase;
     None: none). A backend failure or an exception inside the loop ends the answer at its last committed token with
     finish 'error' and `failed` naming what failed (the caller decides how to go on: exactspec.session)."""
     cfg.validate()
@@ -248,6 +251,11 @@ async def generate_async(
     k_hi = 0 if cfg.drafter == "none" or not cfg.k else \
         cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
     sched = SpecScheduler(k_hi, adaptive=cfg.adaptive, schedule=cfg.k_schedule, k_start=cfg.k)
+    # what an earlier answer learned with the same drafter and setting (round times, acceptance)
+    sched_key = (cfg.drafter, k_hi, cfg.k_schedule, cfg.mode if not params.greedy else "greedy",
+                 cfg.response_format is not None)
+    if sched_memory is not None and cfg.adaptive:
+        sched.load(sched_memory.get(sched_key))
     n = _Counters(proposed_at=[0] * k_hi, accepted_at=[0] * k_hi)
 
     seq = list(prompt)
@@ -526,6 +534,8 @@ async def generate_async(
         "accepted_at": list(n.accepted_at),
     }
     stats.update(drafter.stats() if hasattr(drafter, "stats") else {})   # a bridged drafter's counters
+    if sched_memory is not None and cfg.adaptive:
+        sched_memory[sched_key] = sched.state()
     return GenerateResult(generated, finish, stats, text=text, error=error, eos_id=eos_hit, failed=failed)
 
 

@@ -3,8 +3,10 @@
 With acceptance rate a and k proposals, a round emits E(a, k) = (1 - a^(k+1)) / (1 - a) tokens on average and costs
 T(k) = k * T_draft + T_verify(k) + T_overhead. Speculation pays while T(k) / E(a, k) < T_target(1). The scheduler
 keeps exponentially weighted estimates of the timings and of a, picks the k in 0..k_max with the lowest predicted
-time per token, and re-probes k_max now and then while off so that a stays current. Its choice never changes an
-answer (every verifier is exact), only the speed.
+time per token, and re-probes now and then while off so that a stays current (with one proposal: a probe at k_max
+costs a whole verify of k_max + 1 rows where the CPU fallback pays for every row). What it learned can carry over
+to the next answer (`state` / `load`: the session keeps it per champion, drafter and setting), so that only the first
+answer pays for the calibration. Its choice never changes an answer (every verifier is exact), only the speed.
 """
 from __future__ import annotations
 
@@ -60,6 +62,21 @@ class SpecScheduler:
         self.rounds_off = 0
         self.disabled_rounds = 0
 
+    def state(self) -> dict:
+        """What was learned (round times per k, acceptance), for `load` in the next answer's scheduler."""
+        return {"t_round": {k: e.value for k, e in self.t_round.items() if e.value is not None},
+                "accept": self.accept.value}
+
+    def load(self, state: dict | None) -> None:
+        """Start from an earlier answer's `state` (None: from scratch)."""
+        if not state:
+            return
+        for k, v in state.get("t_round", {}).items():
+            if int(k) <= self.k_max:
+                self.t_round.setdefault(int(k), Ewma()).value = float(v)
+        if state.get("accept") is not None:
+            self.accept.value = float(state["accept"])
+
     def observe(self, k: int, t_round: float, n_accepted: int = 0) -> None:
         self.t_round.setdefault(k, Ewma()).add(t_round)
         if k > 0 and self.schedule == "additive":
@@ -103,7 +120,7 @@ class SpecScheduler:
             self.rounds_off += 1
             self.disabled_rounds += 1
             if self.rounds_off % self.probe_every == 0:
-                return k_cap  # re-probe so the acceptance estimate stays current
+                return 1      # re-probe so the acceptance estimate stays current (one proposal: the cheapest)
         else:
             self.rounds_off = 0
         return best_k

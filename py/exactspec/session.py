@@ -212,6 +212,15 @@ class Session:
         self._parsed: dict = {}             # path -> ((size, mtime_ns), formats.GGUFFile): one parse per file
         self._recovering = False            # a device recovery reloads the models while an answer is running
         self._constraints: dict = {}        # (champion, schema) -> exactspec.constrain.Constraint (its mask caches)
+        self._sched: dict = {}              # (champion, draft, head, backend) -> the adaptive scheduler's memory
+
+    def _sched_memory(self, draft) -> dict:
+        """The scheduler's memory between answers (exactspec.schedule: round times, acceptance) for these models on
+        this backend; decode keys it further by drafter and setting. No draft in this run: the n-gram drafter's."""
+        m = self.models[self.champion]
+        key = (self.champion, self.draft if draft is not None else None, self.head if draft is not None else None,
+               m.backend_name)
+        return self._sched.setdefault(key, {})
 
     # -- models -----------------------------------------------------------------------------------------------
     def _gguf(self, path: str):
@@ -616,6 +625,7 @@ class Session:
                                                on_tokens=on_tokens, should_cancel=lambda: self._cancel,
                                                constraint=constraint, grammar_state=g_now, faults=plan,
                                                json_splits=m.json_splits,
+                                               sched_memory=self._sched_memory(run_draft),
                                                **({"clock": self._clock} if self._clock else {}))
                 except ValueError as e:
                     if not results:   # refused before any token (a bridge that cannot join the tokenizers, ...)
