@@ -252,8 +252,8 @@ async def generate_async(
         cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
     sched = SpecScheduler(k_hi, adaptive=cfg.adaptive, schedule=cfg.k_schedule, k_start=cfg.k)
     # what an earlier answer learned with the same drafter and setting (round times, acceptance)
-    sched_key = (cfg.drafter, k_hi, cfg.k_schedule, cfg.mode if not params.greedy else "greedy",
-                 cfg.response_format is not None)
+    sched_key = (cfg.drafter, cfg.bridge, cfg.draft_stop, k_hi, cfg.k_schedule,
+                 cfg.mode if not params.greedy else "greedy", cfg.response_format is not None)
     if sched_memory is not None and cfg.adaptive:
         sched.load(sched_memory.get(sched_key))
     n = _Counters(proposed_at=[0] * k_hi, accepted_at=[0] * k_hi)
