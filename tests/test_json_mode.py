@@ -599,7 +599,7 @@ def test_copies_of_the_prompts_text_are_proposed_inside_string_values():
     it (the prompt), continued there. Token n-grams miss these: the prompt's tokens (` Fischer` after a space) are
     not the answer's. Outside strings, or with under COPY_MIN_BYTES of the value written, nothing is copied."""
     import asyncio
-    from exactspec.constrain.drafter import COPY_MIN_BYTES, GrammarDrafter, copy_tokens
+    from exactspec.constrain.drafter import COPY_MIN_BYTES, GrammarDrafter, copy_proposal, copy_tokens
     from exactspec.drafters.ngram import NgramDrafter
     vocab = toy_vocab()
     tb = vocab.token_bytes
@@ -632,12 +632,12 @@ def test_copies_of_the_prompts_text_are_proposed_inside_string_values():
     for t in toks(b'{"name": "'):
         st0 = c.advance(st0, t)
     d.begin_round(st0, 40, 8)
-    assert d._copy(prompt + toks(b'{"name": "'), st0) == []
+    assert copy_proposal(c, prompt + toks(b'{"name": "'), st0) == []
     # outside a string (after the key's colon) nothing is copied either
     st1 = c.start
     for t in toks(b'{"name":'):
         st1 = c.advance(st1, t)
-    assert not c.in_free_string(st1) and d._copy(prompt + toks(b'{"name":'), st1) == []
+    assert not c.in_free_string(st1) and copy_proposal(c, prompt + toks(b'{"name":'), st1) == []
 
 
 def test_a_forced_token_the_champion_splits_is_learned_and_proposed_split():

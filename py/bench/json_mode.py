@@ -109,14 +109,14 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
     accepts a proposal iff it is the champion's token, so only the proposals up to the first wrong one matter, and
     each of those sees the champion's own prefix.
     free: "none" (no free proposals: forced drafting alone), "draft" (GrammarDrafter's free proposals: inside a
-    string value its copy of the prompt's text, then the lookup of the text so far, when `lookup`; else the draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows
-    along prompt + answer) or "oracle" (every free proposal is the champion's own token: the most any draft can give
+    string value its copy of the prompt's text, then the lookup of the text so far, when `lookup`; else the
+    draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows along prompt + answer) or "oracle" (every free proposal is the champion's own token: the most any draft can give
     at k = 4 with these forced runs). forced_split: "tokenizer" (forced runs as Constraint.forced proposes them) or
     "champion" (the champion's own tokens where the grammar forces the bytes: a perfect guess of its tokenisation);
     splits: the learned splits of forced tokens the answer started with (GrammarDrafter's, updated as it learns).
     The bench checks the simulation against the measured passes of every configuration it also measures."""
     import numpy as np
-    from exactspec.constrain.drafter import MAX_ROUND, apply_splits, copy_tokens, learn_split
+    from exactspec.constrain.drafter import MAX_ROUND, apply_splits, copy_proposal, learn_split
     from exactspec.drafters.ngram import NgramDrafter
     vocab = c.vocab
     splits = {} if splits is None else splits
@@ -158,11 +158,7 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                 tok = A[pos + n]
             else:
                 mask = c.mask(s, remaining - n)                            # (vocab,) bool
-                got = []
-                if look is not None and c.in_free_string(s):               # GrammarDrafter's copy first
-                    text = b"".join(vocab.token_bytes[t] or b"" for t in list(prompt) + A[:pos + n])
-                    q = text.rfind(b'"')
-                    got = copy_tokens(vocab, text, q)[:1] if q >= 0 else []
+                got = copy_proposal(c, list(prompt) + A[:pos + n], s) if look is not None else []   # its copy first
                 if not got or not mask[got[0]]:
                     got = look.lookup(list(prompt) + A[:pos + n], 1) if look is not None else []
                 if got and mask[got[0]]:

@@ -192,8 +192,8 @@ async def generate_async(
     continued answer; default: the start), `json_splits` the champion's learned splits of forced tokens (a dict the
     session keeps per champion; default: learned for this answer alone, exactspec.constrain.drafter),
     `sched_memory` a dict in which the adaptive scheduler keeps what it learned between answers, per drafter and
-    setting (exactspec.schedule; the session keeps one per champion and draft; default: this answer alone). faults: an exactspec.faults.FaultPlan (armed faults fire at their phase;
-    None: none). A backend failure or an exception inside the loop ends the answer at its last committed token with
+    setting (exactspec.schedule; the session keeps one per champion and draft; default: this answer alone).
+    faults: an exactspec.faults.FaultPlan (armed faults fire at their phase; None: none). A backend failure or an exception inside the loop ends the answer at its last committed token with
     finish 'error' and `failed` naming what failed (the caller decides how to go on: exactspec.session)."""
     cfg.validate()
     clock = clock or time.perf_counter

@@ -61,6 +61,17 @@ def copy_tokens(vocab, text: bytes, quote_at: int) -> list[int]:
     return vocab.longest_match(tail) or []
 
 
+def copy_proposal(constraint, toks, state) -> list[int]:
+    """The copy's first token at a free position after `toks` (prompt + answer so far) in grammar `state`, or []
+    (not inside a string value, or nothing to copy): GrammarDrafter's, and bench json_mode's simulation of it."""
+    if not constraint.in_free_string(state):
+        return []
+    tb = constraint.vocab.token_bytes
+    text = b"".join(tb[t] or b"" for t in toks)
+    q = text.rfind(b'"')
+    return copy_tokens(constraint.vocab, text, q)[:1] if q >= 0 else []
+
+
 def learn_split(vocab, splits: dict, proposed: int, written: int) -> None:
     """A forced proposal `proposed` was rejected and the champion wrote `written`: when written's bytes are a proper
     prefix of proposed's, the champion splits that token: splits[proposed] = (written, the rest as the tokenizer
@@ -158,7 +169,7 @@ class GrammarDrafter:
             if n_free >= k:
                 break
             mask = c.mask(st, self._budget - len(proposals))      # (vocab,) bool
-            toks = self._copy(list(seq) + proposals, st) if self.copy else []
+            toks = copy_proposal(c, list(seq) + proposals, st) if self.copy else []
             if not toks or not mask[toks[0]]:
                 toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
             q = None
@@ -189,19 +200,6 @@ class GrammarDrafter:
             else:
                 rows[i] = q
         return proposals, rows
-
-    def _copy(self, toks: list, state) -> list[int]:
-        """A copy's first token at this free position, or [] (not inside a string value, or nothing to copy)."""
-        c = self.constraint
-        if not c.in_free_string(state):
-            return []
-        tb = c.vocab.token_bytes
-        text = b"".join(tb[t] or b"" for t in toks)
-        q = text.rfind(b'"')
-        if q < 0:
-            return []
-        ids = copy_tokens(c.vocab, text, q)
-        return ids[:1]
 
     def state_after(self, n_accepted: int, token: int):
         """The grammar state after the accepted proposals and the champion's own token (a forced proposal it wrote

@@ -192,10 +192,6 @@ class Constraint:
 
     def in_free_string(self, state: tuple) -> bool:
         """Inside a string body where at least two bytes are allowed (so nothing is forced)."""
-        return self._free_string(state)
-
-    def _free_string(self, state: tuple) -> bool:
-        """Inside a string body where at least two bytes are allowed (so nothing is forced)."""
         if not state:
             return False
         n, ph, d, count = state[-1]
@@ -216,7 +212,7 @@ class Constraint:
         g = self.grammar
         data = bytearray()
         s = state
-        while len(data) < MAX_FORCED_BYTES and not self._free_string(s) and not g.accepting(s):
+        while len(data) < MAX_FORCED_BYTES and not self.in_free_string(s) and not g.accepting(s):
             nb = self._only_byte(s)
             if nb is None:
                 break
@@ -237,7 +233,7 @@ class Constraint:
         or the champion picks the merged token instead). Only punctuation merges (the pre-tokenizer splits letters,
         digits and spaces off), so only runs followed by punctuation alone are checked."""
         g, encode = self.grammar, self.vocab.encode
-        if encode is None or self._free_string(end) or g.accepting(end):
+        if encode is None or self.in_free_string(end) or g.accepting(end):
             return ids
         nxt = g.next_bytes(end)
         if not nxt or len(nxt) > 16 or not all(0x21 <= b < 0x7F and not chr(b).isalnum() for b in nxt):
