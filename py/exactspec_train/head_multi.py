@@ -21,6 +21,7 @@ the reference), and exported to OUT/head_<NAME>.gguf; OUT/run.json holds every r
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -93,7 +94,7 @@ class Run:
 def cmd_multi(a) -> int:
     import torch
     from exactspec.drafters.head import HeadConfig, head_memory
-    from .head import export_head, frequency_subset
+    from .head import export_head
     from .head_run import (DEFAULTS, TINY, VARIANTS, _device, _log_to, _sha, build_data, evaluate, load_champion,
                            lr_at, new_head, train_step)
     plan = parse_plan(a.plan, VARIANTS)
@@ -108,10 +109,9 @@ def cmd_multi(a) -> int:
     base = dict(DEFAULTS)
     if a.tiny:
         base.update(TINY)
-    # the data depend only on the hyper-parameters every variant shares (max_len, weights, corpus): one copy
-    data_hp = dict(base, vocab_subset=0)
-    data, held, _, sigma, rms, dstats = build_data(a, data_hp, champ, tok, dev, log)
-    answers_ids = None
+    # the data depend only on the hyper-parameters every variant shares (max_len, weights, corpus): one copy, with
+    # the vocabulary subset of the defaults (the variants either keep it or drop it)
+    data, held, subset_ids, sigma, rms, dstats = build_data(a, base, champ, tok, dev, log)
     runs = {}
     for e in plan:
         hp = dict(base)
@@ -120,14 +120,11 @@ def cmd_multi(a) -> int:
         st = torch.load(path, map_location=dev, weights_only=False) if a.resume and path.exists() else None
         if st is not None:
             hp, ids = st["hp"], st["ids"]
-        elif hp["vocab_subset"]:
-            if answers_ids is None:
-                g = np.load(a.gen)
-                use = np.flatnonzero(g["done"] & ~g["refused"])
-                answers_ids = [g["ids"][g["off"][i]:g["off"][i + 1]] for i in use]
-            ids = frequency_subset(answers_ids, champ.config.vocab_size, hp["vocab_subset"], always=a._eos)
+        elif hp["vocab_subset"] not in (0, base["vocab_subset"]):
+            raise ValueError(f"{e.name}: a vocabulary subset of {hp['vocab_subset']} rows (the data have "
+                             f"{base['vocab_subset']} or none)")
         else:
-            ids = None
+            ids = subset_ids if hp["vocab_subset"] else None
         _, net, opt = new_head(a, champ, hp, ids, rms, dev)
         r = Run(e, hp, ids, net, opt)
         if st is not None:
@@ -225,7 +222,6 @@ def workload_trajectories(a, champ, tok, dev, log) -> dict:
     prompts = [list(encode_chat(tok, workload_messages(it))) for it in items]
     t0 = time.time()
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    import copy
     gen_model = copy.deepcopy(champ).to(dtype) if dev.type == "cuda" else champ      # (training keeps f32 weights)
     ys = generate_all(gen_model, prompts, [0.0] * len(prompts),
                       a.workload_max_new, a._eos[0], a.seed, dev, token_budget=400_000 if dev.type == "cuda" else 4096,

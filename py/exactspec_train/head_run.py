@@ -156,14 +156,14 @@ class Data:
         self.feats = torch.cat(feats + [torch.zeros_like(feats[0][:1])])         # (total+1, dim) bf16
         self.start = np.array([int(s[1]) for s in seqs])                       # absolute position of row 0
         self.n_gen = n_gen                                                     # the first n_gen are answers
+        self.gen_idx, self.cor_idx = np.arange(n_gen), np.arange(n_gen, len(seqs))   # answers, corpus chunks
         self.dev = dev
         self.torch = torch
 
     def draw(self, hp: dict, rng) -> list:
         """A batch's sequence indices: about hp['tokens_per_step'] tokens of sequences of similar length from one
         source (corpus chunks with probability hp['corpus_weight'], else answers)."""
-        lens = self.lens
-        gen_idx, cor_idx = np.arange(self.n_gen), np.arange(self.n_gen, len(lens))
+        lens, gen_idx, cor_idx = self.lens, self.gen_idx, self.cor_idx
         src = cor_idx if len(cor_idx) and rng.random() < hp["corpus_weight"] else gen_idx
         first = int(rng.choice(src))
         T = lens[first]
