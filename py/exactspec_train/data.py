@@ -38,7 +38,12 @@ SOURCES = {
                      "sha256": "9eed5b45064e41133dae0967cf3a17588ad77c014fcc7bf1527fa3ea48e44d07"},
     "python3.11-doc": {"package": "python3.11-doc", "version": "3.11.2-6+deb12u9", "license": "PSF-2.0",
                        "registry": "Debian bookworm", "file": "python3.11-doc_3.11.2-6+deb12u9_all.deb",
-                       "sha256": "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be"},
+                       "sha256": "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be",
+                       # on 2026-12-02 Debian's bookworm index served only the build before (u8): accepted too,
+                       # by its own sha256, and prep.json records which build the data came from
+                       "alternatives": [{"version": "3.11.2-6+deb12u8",
+                                         "file": "python3.11-doc_3.11.2-6+deb12u8_all.deb",
+                                         "sha256": "50eb63e7f636c4281e9ce1b8f10386f1def42159eddce34fc1f41c46261df71b"}]},
 }
 
 

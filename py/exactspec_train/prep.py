@@ -24,6 +24,22 @@ import numpy as np
 from . import data as D
 
 
+def pick_build(key: str, s: dict, pkgdir) -> dict:
+    """The source record of the build of `key` found in pkgdir: the pinned file, else one of its `alternatives`
+    (each with its own sha256); its sha256 checked. SystemExit naming the files when none is there or it differs."""
+    from . import data as D
+    builds = [s] + [dict(s, **alt) for alt in s.get("alternatives", ())]
+    have = [b for b in builds if (Path(pkgdir) / b["file"]).exists()]
+    if not have:
+        raise SystemExit(f"{key}: none of {', '.join(b['file'] for b in builds)} is in {pkgdir}")
+    b = have[0]
+    p = Path(pkgdir) / b["file"]
+    got = D.sha256_file(p)
+    if got != b["sha256"]:
+        raise SystemExit(f"{p}: sha256 {got} != pinned {b['sha256']}")
+    return {k: v for k, v in b.items() if k != "alternatives"}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", required=True)
@@ -43,11 +59,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     sources = []
     for key, s in D.SOURCES.items():
-        p = Path(a.pkgdir) / s["file"]
-        got = D.sha256_file(p)
-        if got != s["sha256"]:
-            raise SystemExit(f"{p}: sha256 {got} != pinned {s['sha256']}")
-        sources.append(dict(s))
+        sources.append(pick_build(key, s, a.pkgdir))
     widx = D.WorkloadIndex.from_file(a.workload)
     tok = Tokenizer.from_gguf(a.champion)
     eot = tok.id_of("<|endoftext|>")
