@@ -2,10 +2,10 @@
 # The draft head trained longer, with its ablations at equal training time, in ONE process (exactspec_train.head_multi:
 # the champion, the answers and their features loaded once), over two back-to-back H200 calls.
 #
-# (Move bench/h200/results/*/head_*.gguf out of the working tree too.)
 # Staging (each call carries what the ~64 MiB limit leaves beside the tree; product_prep.sh with SPLIT_MB="34 27"
 # makes the champion's three parts; the tree is ~12.5 MiB when the two tracked drafts, 28 MiB, are moved out of the
-# working tree for these calls and put back after them: `git checkout -- static/models/`):
+# working tree for these calls and put back after them: `git checkout -- static/models/`; so are the heads committed
+# under bench/h200/results/*/head_*.gguf, put back with `git checkout -- bench/h200/results/`):
 #   1. run(command="bash bench/h200/train_head_multi.sh --stage", carry=[".devcarry/head/data", ".devcarry/champ0"])
 #   2. run(command="bash bench/h200/train_head_multi.sh --stage", carry=[".devcarry/gpu_node", ".devcarry/champ1"])
 #   3. run(command="bash bench/h200/train_head_multi.sh", carry=[".devcarry/champ2", ".devcarry/gpu_rest",

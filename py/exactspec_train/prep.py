@@ -27,7 +27,6 @@ from . import data as D
 def pick_build(key: str, s: dict, pkgdir) -> dict:
     """The source record of the build of `key` found in pkgdir: the pinned file, else one of its `alternatives`
     (each with its own sha256); its sha256 checked. SystemExit naming the files when none is there or it differs."""
-    from . import data as D
     builds = [s] + [dict(s, **alt) for alt in s.get("alternatives", ())]
     have = [b for b in builds if (Path(pkgdir) / b["file"]).exists()]
     if not have:
