@@ -392,6 +392,25 @@ def test_head_manifest_checks_the_files(micro, tmp_path):
         build(wrong, "full", run, prep, champ_path, workload, None)
     with pytest.raises(SystemExit, match="champion mismatch"):
         build(head_path, "full", run, {**prep, "champion_sha256": SHA_B}, champ_path, workload, None)
+    # head_run multi's run.json: runs by name, the data and (since 2026-12-03) the answers beside them; a bench
+    # of several heads keeps only this head's figures
+    mrec = {k: v for k, v in rec.items() if k not in ("seed", "seconds", "data")}
+    mrun = {"argv": ["multi", "--plan", "long:full:9:1"], "data": {"train_answers": 7},
+            "runs": {"long": {**mrec, "variant": "full", "train_seconds": 2.0, "total_s": 9.0}}}
+    with pytest.raises(SystemExit, match="pass --answers"):
+        build(head_path, "long", mrun, prep, champ_path, workload, None)
+    with pytest.raises(SystemExit, match="'full' is not in this run.json"):
+        build(head_path, "full", mrun, prep, champ_path, workload, None, run["answers"])
+    bench = {"prompts": 136, "heads": {"a": {"sha256": rec["gguf_sha256"]}, "b": {"sha256": "2" * 64}},
+             "by_drafter": {"a": {"greedy": 1}, "b": {"greedy": 2}}}
+    m = build(head_path, "long", mrun, prep, champ_path, workload, bench, run["answers"])
+    assert m["train"]["variant"] == "full" and m["train"]["run"] == "long" and m["train"]["seed"] == 4321
+    assert m["train"]["seconds"] == 2.0 and m["data"]["train_answers"] == 7
+    assert m["measured"]["by_drafter"] == {"a": {"greedy": 1}} and m["measured"]["prompts"] == 136
+    assert "train_head_multi.sh" in m["rerun"]["device"] and m["rerun"]["variant"] == "plan entry long:full:9.0"
+    with pytest.raises(SystemExit, match="did not measure this head"):
+        build(head_path, "long", mrun, prep, champ_path, workload, {**bench, "heads": {"b": {"sha256": "2" * 64}}},
+              run["answers"])
 
 
 def test_reference_keeps_features_takes_input_rows_and_windows(micro):

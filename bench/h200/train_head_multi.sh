@@ -2,7 +2,7 @@
 # The draft head trained longer, with its ablations at equal training time, in ONE process (exactspec_train.head_multi:
 # the champion, the answers and their features loaded once), over two back-to-back H200 calls.
 #
-# Staging (each call carries what the ~64 MiB limit leaves beside the tree; product_prep.sh with SPLIT_MB="34 27"
+# Staging (each call carries what the ~64 MiB limit leaves beside the tree; product_prep.sh with SPLIT_MB="33 26"
 # makes the champion's three parts; the tree is ~12.5 MiB when the two tracked drafts, 28 MiB, are moved out of the
 # working tree for these calls and put back after them: `git checkout -- static/models/`; so are the heads committed
 # under bench/h200/results/*/head_*.gguf, put back with `git checkout -- bench/h200/results/`):

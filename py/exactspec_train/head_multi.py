@@ -95,8 +95,8 @@ def cmd_multi(a) -> int:
     import torch
     from exactspec.drafters.head import HeadConfig, head_memory
     from .head import export_head
-    from .head_run import (DEFAULTS, TINY, VARIANTS, _device, _log_to, _sha, build_data, evaluate, load_champion,
-                           lr_at, new_head, train_step)
+    from .head_run import (DEFAULTS, TINY, VARIANTS, _device, _log_to, _sha, answers_record, build_data, evaluate,
+                           load_champion, lr_at, new_head, train_step)
     plan = parse_plan(a.plan, VARIANTS)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -175,7 +175,8 @@ def cmd_multi(a) -> int:
     log(f"training stopped after {time.time() - t0:.0f} s: " +
         ", ".join(f"{n} {r.step} steps {r.spent:.0f}/{r.entry.total_s:.0f} s" for n, r in runs.items()))
     wl = workload_trajectories(a, champ, tok, dev, log) if a.workload_eval else None
-    rec = {"argv": sys.argv[1:], "plan": [vars(e) for e in plan], "data": dstats, "runs": {}}
+    rec = {"argv": sys.argv[1:], "plan": [vars(e) for e in plan], "data": dstats, "answers": answers_record(a.gen),
+           "runs": {}}
     for n, r in runs.items():
         old = r.evals
         if old and old["step"] == r.step and (old["workload"] is not None or not wl):

@@ -44,6 +44,9 @@ VARIANTS = {
     "no-subset": {"vocab_subset": 0},
     "no-filter": {"filter_frac": 0.0},
 }
+SEED_DEFAULT = 4321
+GEN_TEMPS = {0.0: 0.5, 0.7: 0.4, 1.0: 0.1}       # the answers' temperatures: value -> share of the prompts
+
 DEFAULTS = {"depth": 4, "vocab_subset": 16384, "filter_frac": 0.2, "window": 1024, "lr": 5e-4, "noise": 0.05,
             "feat_weight": 0.5, "decay": 0.8, "tokens_per_step": 12288, "max_len": 1024, "prompt_weight": 0.1,
             "corpus_rows": 1024, "corpus_weight": 0.15, "warmup": 100, "eval_frac": 0.03, "eval_max": 256}
@@ -102,7 +105,7 @@ def cmd_gen(a) -> int:
     eos = tok.id_of("<|im_end|>")
     prompts = _prompts(data, a.max_prompts or (24 if a.tiny else 0))
     rng = np.random.default_rng(a.seed)
-    temps = rng.choice([0.0, 0.7, 1.0], size=len(prompts), p=[0.5, 0.4, 0.1]).astype(np.float32)
+    temps = rng.choice(list(GEN_TEMPS), size=len(prompts), p=list(GEN_TEMPS.values())).astype(np.float32)
     answers = [None] * len(prompts)
     if a.reuse and out.exists():
         g = np.load(out)
@@ -475,13 +478,8 @@ def cmd_all(a) -> int:
     codes = {v: p.wait() for v, p in procs.items()}
     if a.after_gen:
         codes["after_gen"] = extra.wait()
-    g = np.load(gen_out)
     run = {"argv": sys.argv[1:], "seconds": round(time.time() - t0, 1), "exit_codes": codes,
-           "answers": {"done": int(g["done"].sum()), "refused": int(g["refused"].sum()), "prompts": len(g["done"]),
-                       "answer_tokens": int(len(g["ids"])), "gen_sha256": _sha(gen_out),
-                       "champion_sha256": str(g["champion_sha256"]), "max_new": int(g["max_new"]),
-                       "temps": {"0.0": 0.5, "0.7": 0.4, "1.0": 0.1}},
-           "variants": {}}
+           "answers": answers_record(gen_out), "variants": {}}
     for v in procs:
         f = out / f"head_{v}.json"
         if f.exists():
@@ -504,6 +502,15 @@ def cmd_all(a) -> int:
     return 0 if not any(codes.values()) else 1
 
 
+def answers_record(gen_out) -> dict:
+    """What gen.npz holds, for run.json and the manifest: how many answers, refused, of how many prompts, its sha256."""
+    g = np.load(gen_out)
+    return {"done": int(g["done"].sum()), "refused": int(g["refused"].sum()), "prompts": len(g["done"]),
+            "answer_tokens": int(len(g["ids"])), "gen_sha256": _sha(gen_out),
+            "champion_sha256": str(g["champion_sha256"]), "max_new": int(g["max_new"]),
+            "temps": {str(t): f for t, f in GEN_TEMPS.items()}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m exactspec_train.head_run")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -512,7 +519,7 @@ def main(argv=None) -> int:
         p.add_argument("--champion", required=True)
         p.add_argument("--data", required=True, help="exactspec_train.prep output")
         p.add_argument("--workload", required=True)
-        p.add_argument("--seed", type=int, default=4321)
+        p.add_argument("--seed", type=int, default=SEED_DEFAULT)
         p.add_argument("--tiny", action="store_true", help="smoke test: few prompts, tiny sizes")
 
     def gen_args(p):

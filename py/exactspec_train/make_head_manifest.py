@@ -15,14 +15,27 @@ import json
 from pathlib import Path
 
 from . import data as D
+from .head_run import SEED_DEFAULT
 from .make_manifest import CHAMPION_SOURCE
 
 SCHEMA = "exactspec.head-manifest/1"
 
 
-def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workload: Path, bench: dict | None):
+def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workload: Path, bench: dict | None,
+          answers: dict | None = None):
+    """variant: a variant of `head_run all`'s run.json ("variants"), or a run's name in `head_run multi`'s ("runs");
+    answers: gen.npz's record (head_run.answers_record) where run.json has none (multi runs before 2026-12-03)."""
     from exactspec.drafters.head import head_memory, read_head_gguf
-    rec = run["variants"][variant]
+    multi = "runs" in run
+    runs = run["runs"] if multi else run["variants"]
+    if variant not in runs:
+        raise SystemExit(f"{variant!r} is not in this run.json (it has {', '.join(sorted(runs))})")
+    rec = runs[variant]
+    ans = run.get("answers") or answers
+    if ans is None:
+        raise SystemExit("this run.json has no record of the champion's answers: pass --answers")
+    argv = run["argv"]
+    seed = rec.get("seed", int(argv[argv.index("--seed") + 1]) if "--seed" in argv else SEED_DEFAULT)
     sha = D.sha256_file(head)
     if sha != rec["gguf_sha256"]:
         raise SystemExit(f"{head}: sha256 {sha} is not the {variant!r} head of this run ({rec['gguf_sha256']})")
@@ -34,8 +47,13 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
     if D.sha256_file(workload) != prep["workload_sha256"]:
         raise SystemExit("the workload changed since the training data was checked against it")
     items = D.load_workload(workload)
+    if bench and "heads" in bench:                   # a head_acceptance run of several heads: this head's figures
+        mine = [n for n, h in bench["heads"].items() if h.get("sha256") == sha]
+        if not mine:
+            raise SystemExit(f"the --bench run did not measure this head (sha256 {sha})")
+        bench = {**{k: v for k, v in bench.items() if k not in ("heads", "by_drafter")},
+                 "head": bench["heads"][mine[0]], "by_drafter": {mine[0]: bench["by_drafter"][mine[0]]}}
     hist = rec.get("history") or []
-    ans = run["answers"]
     return {
         "schema": SCHEMA,
         "head": {"file": head.name, "sha256": sha, "bytes": head.stat().st_size, "config": cfg.to_json(),
@@ -64,21 +82,25 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
              "prompt_set_sha256": prep["prompts_sha256"], "temperatures": ans["temps"],
              "max_new_tokens": ans["max_new"]}],
         "data": {"corpus_sha256": prep["corpus_sha256"], "prep_seed": prep["seed"], "stats": prep["stats"],
-                 **rec["data"]},
-        "train": {"variant": variant, "hp": rec["hp"], "seed": rec["seed"], "steps_done": rec["steps_done"],
-                  "seconds": rec["seconds"], "loss_first": hist[0]["loss"] if hist else None,
+                 **rec.get("data", run.get("data", {}))},
+        "train": {"variant": rec.get("variant", variant), "run": variant if multi else None, "hp": rec["hp"],
+                  "seed": seed, "steps_done": rec["steps_done"], "seconds": rec.get("seconds", rec.get("train_seconds")), "loss_first": hist[0]["loss"] if hist else None,
                   "loss_last": hist[-1]["loss"] if hist else None, "held_out_eval": rec["eval"],
                   "host": "one NVIDIA H200 (torch, bf16 autocast, tf32)",
-                  "code": "py/exactspec_train (prep -> head_run all -> make_head_manifest)"},
+                  "code": "py/exactspec_train (prep -> head_run " + ("multi" if multi else "all") +
+                          " -> make_head_manifest)"},
         "ablations": {v: {"sha256": r.get("gguf_sha256"), "hp": r.get("hp"), "steps_done": r.get("steps_done"),
-                          "held_out_eval": r.get("eval")} for v, r in run["variants"].items() if v != variant},
+                          "held_out_eval": r.get("eval")} for v, r in runs.items() if v != variant},
         "measured": bench,
         "rerun": {
             "prep": "bash bench/h200/train_head_prep.sh   (pip download / apt-get download the pinned packages, "
                     "then python -m exactspec_train.prep ... --n-prompts 12288 --out .devcarry/head/data)",
-            "device": "OUT=<out> bash bench/h200/train_head.sh   (carry .devcarry/head/data; the champion at "
-                      "/tmp/champ/champ.gguf) = python -m exactspec_train.head_run " + " ".join(run["argv"]),
-            "variant": "python -m exactspec_train.head_run " + " ".join(rec.get("argv", [])),
+            "device": ("PLAN=... bash bench/h200/train_head_multi.sh   (the calls of its header) = "
+                       if multi else "OUT=<out> bash bench/h200/train_head.sh   (carry .devcarry/head/data; the "
+                                     "champion at /tmp/champ/champ.gguf) = ")
+                      + "python -m exactspec_train.head_run " + " ".join(argv),
+            "variant": (f"plan entry {variant}:{rec.get('variant')}:{rec.get('total_s')}" if multi else
+                        "python -m exactspec_train.head_run " + " ".join(rec.get("argv", []))),
             "bench": "python build.py bench head_acceptance --head static/models/" + head.name + " --json OUT",
             "note": "generation and training stop at wall-clock limits and bf16 GPU kernels are not bitwise "
                     "deterministic: a rerun gives a similar, not identical, head; `answers` and `steps_done` say "
@@ -95,11 +117,13 @@ def main(argv=None) -> int:
     ap.add_argument("--champion", required=True)
     ap.add_argument("--workload", required=True)
     ap.add_argument("--bench", default=None, help="--json output of the head_acceptance bench")
+    ap.add_argument("--answers", default=None, help="JSON of gen.npz's record where run.json has none")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     bench = json.loads(Path(a.bench).read_text())["summary"] if a.bench else None
     m = build(Path(a.head), a.variant, json.loads(Path(a.run).read_text()), json.loads(Path(a.prep).read_text()),
-              Path(a.champion), Path(a.workload), bench)
+              Path(a.champion), Path(a.workload), bench,
+              json.loads(Path(a.answers).read_text()) if a.answers else None)
     from .export import write_manifest
     write_manifest(a.out, m)
     print(f"wrote {a.out}")
