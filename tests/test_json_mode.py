@@ -627,6 +627,13 @@ def test_copies_of_the_prompts_text_are_proposed_inside_string_values():
     assert q is None and not any(d.forced_flags)
     # the copy, one token a free position, up to where the prompt's line ends (then nothing else to propose)
     assert b"".join(tb[i] for i in props) == b"na Fischer" and len(props) == 3
+    # copies cost no draft pass: k bounds the base drafter's proposals, not them; k = 0 (no drafter) copies nothing
+    d.begin_round(st, 40, 8)
+    assert asyncio.run(d.propose(prompt + answer, 1, None))[0] == props
+    d.begin_round(st, 40, 8)
+    assert asyncio.run(d.propose(prompt + answer, 0, None))[0] == []
+    d.begin_round(st, 40, 2)
+    assert asyncio.run(d.propose(prompt + answer, 4, None))[0] == props[:2]      # the round's cap still does
     # at the value's start nothing is copied (the value's text so far is empty)
     st0 = c.start
     for t in toks(b'{"name": "'):

@@ -103,7 +103,7 @@ async def answer(s, row, rf, conf: dict) -> dict:
 
 def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_split: str = "tokenizer",
                     use_forced: bool = True, draft_rows=None, prompt=(), lookup: bool = True,
-                    splits: dict | None = None) -> int:
+                    splits: dict | None = None, trace: list | None = None) -> int:
     """Target passes of a greedy JSON-mode answer under the decode loop's round rules (exactspec.decode with
     exactspec.constrain.drafter.GrammarDrafter, adaptive off), simulated along the champion's own answer: greedy
     accepts a proposal iff it is the champion's token, so only the proposals up to the first wrong one matter, and
@@ -113,7 +113,12 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
     draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows along prompt + answer) or "oracle" (every free proposal is the champion's own token: the most any draft can give
     at k = 4 with these forced runs). forced_split: "tokenizer" (forced runs as Constraint.forced proposes them) or
     "champion" (the champion's own tokens where the grammar forces the bytes: a perfect guess of its tokenisation);
-    splits: the learned splits of forced tokens the answer started with (GrammarDrafter's, updated as it learns).
+    k bounds the draft's (or the oracle's) proposals of a round, not the copies and lookups, which cost no draft
+    pass (GrammarDrafter's rule);
+    splits: the learned splits of forced tokens the answer started with (GrammarDrafter's, updated as it learns);
+    trace: a list that gets, for every round, (position, why it ended, proposed id or None, the champion's id or
+    None) with why one of "forced", "copy", "lookup", "draft", "oracle" (that proposal was wrong), "k" (k free
+    proposals made), "cap" (the round's cap or the answer's end), "eos".
     The bench checks the simulation against the measured passes of every configuration it also measures."""
     import numpy as np
     from exactspec.constrain.drafter import MAX_ROUND, apply_splits, copy_proposal, learn_split
@@ -132,6 +137,7 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
         n = 0                           # proposals so far, all equal to the champion's tokens
         s = st
         n_free = 0
+        why = ("cap", None, None)
         while n < cap and not c.done(s):
             f = apply_splits(splits, c.forced(s)) if use_forced else []
             if f and forced_split == "champion":
@@ -148,32 +154,46 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                     s = c.advance(s, t)
                 n += m
                 if m < len(f):
+                    why = ("forced", f[m], A[pos + n])
                     if forced_split != "champion":
                         learn_split(vocab, splits, f[m], A[pos + n])
                     break                   # a forced proposal the champion writes otherwise: the round ends
                 continue
-            if n_free >= kk:
+            if kk <= 0:
+                why = ("k", None, None)
                 break
             if free == "oracle":
-                tok = A[pos + n]
+                if n_free >= kk:
+                    why = ("k", None, None)
+                    break
+                tok, kind = A[pos + n], "oracle"
             else:
                 mask = c.mask(s, remaining - n)                            # (vocab,) bool
                 got = copy_proposal(c, list(prompt) + A[:pos + n], s) if look is not None else []   # its copy first
+                kind = "copy"
                 if not got or not mask[got[0]]:
                     got = look.lookup(list(prompt) + A[:pos + n], 1) if look is not None else []
+                    kind = "lookup"
                 if got and mask[got[0]]:
                     tok = int(got[0])
                 else:
-                    tok = int(np.argmax(np.where(mask, draft_rows[pos + n], -np.inf)))
+                    if n_free >= kk:            # k bounds the draft's proposals; copies and lookups are free
+                        why = ("k", None, None)
+                        break
+                    tok, kind = int(np.argmax(np.where(mask, draft_rows[pos + n], -np.inf))), "draft"
                 if not mask[tok]:
                     break
             if tok != A[pos + n]:
+                why = (kind, tok, A[pos + n])
                 break                       # the round's first wrong proposal
             n += 1
-            n_free += 1
+            n_free += kind in ("draft", "oracle")
             if tok == eos:
+                why = ("eos", None, None)
                 break
             s = c.advance(s, tok)
+        if trace is not None:
+            trace.append((pos + n,) + why)
         emitted = A[pos:pos + n + 1]
         for t in emitted:
             if t != eos:
@@ -238,9 +258,13 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
     answers_ids: dict = {}
     forced_passes: dict = {}
     snaps: dict = {}
+    # each configuration learns the champion's splits from its own answers only (as a session of that setting
+    # would), so that no configuration's figure depends on which ran before it on the same prompt
+    learned: dict = {name: {} for name in tau_configs}
     for i, (row, _sch) in enumerate(rows):
         ref = None
         for name in tau_configs:
+            m.json_splits = learned[name]
             snaps[(row["id"], name)] = dict(m.json_splits)          # the splits learned so far (the simulation's)
             out = await answer(s, row, rfs[row["id"]], TAU_CONFIGS[name])
             st = out["stats"]
@@ -269,6 +293,7 @@ async def measure(champion: str, draft: str | None, n_prompts: int | None, runs:
                             "passes": st["target_passes"], "tau": round(st["tau"], 3),
                             "forced": [st["forced_accepted"], st["forced_proposed"]],
                             "mask_ms_per_token": round(st["mask_ms"] / max(1, st["new_tokens"]), 3)}))
+    m.json_splits = learned.get("combined", {})   # the later answers (coupled, timed) start where combined ended
     for name, p in per.items():
         p["tau"] = p["tokens"] / max(1, p["passes"])
     res["tau"] = per

@@ -4,7 +4,8 @@ Where the grammar admits exactly one continuation (`{"name": "`, `", "age": `, a
 proposed by the grammar itself, any number of them, with no draft pass; at the other ("free") positions the base
 drafter (draft model or n-gram) proposes under the grammar's mask, at most k of them per round. With a draft model,
 a free position first looks the text so far up for a continuation (a match of 2+ tokens; extraction copies values
-from the prompt) and proposes it without a draft pass; the draft model fills the rest. The champion verifies all of them in one pass,
+from the prompt) and proposes it without a draft pass; the draft model fills the rest. Like forced tokens, copies
+and lookups cost no draft pass, so k does not bound them: only the round's cap (MAX_ROUND rows) does. The champion verifies all of them in one pass,
 each row under the grammar's mask at that position, so greedy / coupled / rejection stay exact: a forced proposal is
 a point mass (q(x) = 1) like an n-gram proposal, and a draft-model proposal was drawn from its masked distribution,
 which is what its q row holds.
@@ -166,14 +167,17 @@ class GrammarDrafter:
                         self.states.append(st)
                         self.forced_flags.append(True)
                     continue
-            if n_free >= k:
+            if k <= 0:                          # no drafter (or k = 0): the grammar's forced tokens alone
                 break
             mask = c.mask(st, self._budget - len(proposals))      # (vocab,) bool
             toks = copy_proposal(c, list(seq) + proposals, st) if self.copy else []
             if not toks or not mask[toks[0]]:
                 toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
             q = None
-            if not toks or not mask[toks[0]]:
+            from_base = not toks or not mask[toks[0]]
+            if from_base:
+                if n_free >= k:                 # k bounds the base drafter's proposals; copies and lookups are free
+                    break
                 toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t: pick(row, t, mask))
             if not toks:
                 break
@@ -186,7 +190,7 @@ class GrammarDrafter:
             sampled = sampled or q is not None
             self.forced_flags.append(False)
             self.states.append(nxt)
-            n_free += 1
+            n_free += from_base
             if tok in vocab_eos:
                 break
         self._proposals = list(proposals)
