@@ -627,10 +627,9 @@ def test_copies_of_the_prompts_text_are_proposed_inside_string_values():
     assert q is None and not any(d.forced_flags)
     # the copy, one token a free position, up to where the prompt's line ends (then nothing else to propose)
     assert b"".join(tb[i] for i in props) == b"na Fischer" and len(props) == 3
-    # a round holds FREE_PER_K * k free proposals at most, copies included; k = 0 (no drafter) copies nothing
-    from exactspec.constrain.drafter import FREE_PER_K
+    # a round holds k free proposals at most, copies included; k = 0 (no drafter) copies nothing
     d.begin_round(st, 40, 8)
-    assert asyncio.run(d.propose(prompt + answer, 1, None))[0] == props[:FREE_PER_K]
+    assert asyncio.run(d.propose(prompt + answer, 1, None))[0] == props[:1]
     d.begin_round(st, 40, 8)
     assert asyncio.run(d.propose(prompt + answer, 0, None))[0] == []
     d.begin_round(st, 40, 2)

@@ -113,15 +113,14 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
     draft's masked argmax from draft_rows (len(answer) + 1, vocab), its rows along prompt + answer) or "oracle" (every free proposal is the champion's own token: the most any draft can give
     at k = 4 with these forced runs). forced_split: "tokenizer" (forced runs as Constraint.forced proposes them) or
     "champion" (the champion's own tokens where the grammar forces the bytes: a perfect guess of its tokenisation);
-    a draft (or oracle) proposal is made only while the round holds fewer than k free proposals; copies and
-    lookups, which cost no draft pass, run on past k (GrammarDrafter's rule);
+    a round holds at most k free proposals, copies and lookups included (GrammarDrafter's rule);
     splits: the learned splits of forced tokens the answer started with (GrammarDrafter's, updated as it learns);
     trace: a list that gets, for every round, (position, why it ended, proposed id or None, the champion's id or
     None) with why one of "forced", "copy", "lookup", "draft", "oracle" (that proposal was wrong), "k" (k free
     proposals made), "cap" (the round's cap or the answer's end), "eos".
     The bench checks the simulation against the measured passes of every configuration it also measures."""
     import numpy as np
-    from exactspec.constrain.drafter import FREE_PER_K, MAX_ROUND, apply_splits, copy_proposal, learn_split
+    from exactspec.constrain.drafter import MAX_ROUND, apply_splits, copy_proposal, learn_split
     from exactspec.drafters.ngram import NgramDrafter
     vocab = c.vocab
     splits = {} if splits is None else splits
@@ -159,13 +158,10 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                         learn_split(vocab, splits, f[m], A[pos + n])
                     break                   # a forced proposal the champion writes otherwise: the round ends
                 continue
-            if kk <= 0 or (free != "oracle" and n_free >= FREE_PER_K * kk):
+            if n_free >= kk:
                 why = ("k", None, None)
                 break
             if free == "oracle":
-                if n_free >= kk:
-                    why = ("k", None, None)
-                    break
                 tok, kind = A[pos + n], "oracle"
             else:
                 mask = c.mask(s, remaining - n)                            # (vocab,) bool
@@ -177,9 +173,6 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                 if got and mask[got[0]]:
                     tok = int(got[0])
                 else:
-                    if n_free >= kk:            # no draft pass past k free proposals; copies and lookups go on
-                        why = ("k", None, None)
-                        break
                     tok, kind = int(np.argmax(np.where(mask, draft_rows[pos + n], -np.inf))), "draft"
                 if not mask[tok]:
                     break

@@ -420,7 +420,7 @@ async def generate_async(
                 # rows there still agree with them at times), as exactspec_train.accept.simulate_runs counts them
                 n_cnt = next((i + 1 for i in range(n_acc) if emitted[i] in eos), n_acc)
                 free = [i for i in range(g) if gram is None or not drafter.forced_flags[i]]  # the drafter's
-                for j, i in enumerate(free[:k_hi]):    # by position up to k_hi (JSON mode's copies may run past k)
+                for j, i in enumerate(free):
                     n.proposed_at[j] += 1
                     if i < n_cnt:
                         n.accepted_at[j] += 1

@@ -84,7 +84,9 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
         "data": {"corpus_sha256": prep["corpus_sha256"], "prep_seed": prep["seed"], "stats": prep["stats"],
                  **rec.get("data", run.get("data", {}))},
         "train": {"variant": rec.get("variant", variant), "run": variant if multi else None, "hp": rec["hp"],
-                  "seed": seed, "steps_done": rec["steps_done"], "seconds": rec.get("seconds", rec.get("train_seconds")), "loss_first": hist[0]["loss"] if hist else None,
+                  "seed": seed, "steps_done": rec["steps_done"],
+                  "seconds": rec.get("seconds", rec.get("train_seconds")),
+                  "loss_first": hist[0]["loss"] if hist else None,
                   "loss_last": hist[-1]["loss"] if hist else None, "held_out_eval": rec["eval"],
                   "host": "one NVIDIA H200 (torch, bf16 autocast, tf32)",
                   "code": "py/exactspec_train (prep -> head_run " + ("multi" if multi else "all") +

@@ -4,8 +4,9 @@ Where the grammar admits exactly one continuation (`{"name": "`, `", "age": `, a
 proposed by the grammar itself, any number of them, with no draft pass; at the other ("free") positions the base
 drafter (draft model or n-gram) proposes under the grammar's mask, at most k of them per round. With a draft model,
 a free position first looks the text so far up for a continuation (a match of 2+ tokens; extraction copies values
-from the prompt) and proposes it without a draft pass; the draft model fills the rest. A round holds at most
-FREE_PER_K * k free proposals (copies and lookups included); the base drafter proposes only under k of them. The champion verifies all of them in one pass,
+from the prompt) and proposes it without a draft pass; the draft model fills the rest. Copies and lookups count
+toward k like the base drafter's proposals (letting them run past k was measured and not kept: README, JSON mode).
+The champion verifies all of them in one pass,
 each row under the grammar's mask at that position, so greedy / coupled / rejection stay exact: a forced proposal is
 a point mass (q(x) = 1) like an n-gram proposal, and a draft-model proposal was drawn from its masked distribution,
 which is what its q row holds.
@@ -30,10 +31,6 @@ from ..drafters.ngram import NgramDrafter
 MAX_ROUND = 32           # proposals per round at most (forced + free): rows of one verify pass
 COPY_MIN_BYTES = 2       # a string value's text so far must be this long before it is looked up for a copy
 COPY_MAX_BYTES = 48      # the most text of a copy tokenised per lookup
-FREE_PER_K = 1           # free proposals per round at most, in units of k (copies and lookups included). Letting
-                         # copies run past k raised tau (2: 3.39, unbounded: 3.58, from 3.17) but cost tok/s on the
-                         # CPU (JSON combined vs plain 0.94x / 0.82x, from 1.24x): the extra rows cost more than
-                         # they save there (README, JSON mode)
 
 
 def copy_tokens(vocab, text: bytes, quote_at: int) -> list[int]:
@@ -171,17 +168,17 @@ class GrammarDrafter:
                         self.states.append(st)
                         self.forced_flags.append(True)
                     continue
-            if k <= 0 or n_free >= FREE_PER_K * k:   # no drafter (k = 0): the grammar's forced tokens alone
+            # k free proposals a round, copies and lookups included: letting them run past k raised tau (to 3.39 at
+            # 2k, 3.58 unbounded, from 3.17) but cost tok/s on the CPU (JSON combined vs plain 0.94x / 0.82x, from
+            # 1.24x): the extra verify rows cost more than they save there (README, JSON mode)
+            if n_free >= k:
                 break
             mask = c.mask(st, self._budget - len(proposals))      # (vocab,) bool
             toks = copy_proposal(c, list(seq) + proposals, st) if self.copy else []
             if not toks or not mask[toks[0]]:
                 toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
             q = None
-            from_base = not toks or not mask[toks[0]]
-            if from_base:
-                if n_free >= k:                 # a draft pass only while the round has under k free proposals;
-                    break                       # copies and lookups (no draft pass) run on past k
+            if not toks or not mask[toks[0]]:
                 toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t: pick(row, t, mask))
             if not toks:
                 break
