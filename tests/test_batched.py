@@ -27,6 +27,7 @@ class Ahead8:
 
     def __init__(self, inner, ahead_max=8, picker=pick_row):
         self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
+        self.calls = []      # (token, start_pos, n, then) of every decode_ahead
 
     @property
     def length(self):
@@ -38,7 +39,8 @@ class Ahead8:
     def truncate(self, n):
         self.inner.truncate(n)
 
-    def decode_ahead(self, token, start_pos, n, pick, rows=True):
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0):
+        self.calls.append((int(token), start_pos, n, then))
         return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
 
     def spec_round(self, draft, *a, **k):
@@ -88,6 +90,52 @@ def test_decode_ahead_same_tokens_and_counts(micro, temperature, top_p):
         assert ahead.stats["target_passes"] == plain.stats["target_passes"] == len(plain.token_ids)
         assert ahead.stats["submissions"] < plain.stats["submissions"]    # 4, 8, 8, 1 passes per submission
         assert ahead.stats["ahead_passes"] == ahead.stats["target_passes"] + ahead.stats["wasted_passes"]
+
+
+def continuations(calls):
+    """(followed, dropped) of the `then` hints in decode_ahead calls (token, start_pos, n, then): a hint is followed
+    when the next call asks for exactly those passes, at the position after the run."""
+    followed, dropped = 0, 0
+    for (tok, pos, n, then), nxt in zip(calls, calls[1:] + [None]):
+        if then:
+            if nxt is not None and nxt[1:3] == (pos + n, then):
+                followed += 1
+            else:
+                dropped += 1
+    return followed, dropped
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_continuation_hints_are_the_next_calls(micro, temperature):
+    """The champion alone hints each run's continuation (decode_ahead's `then`): with every row confirmed the next
+    call asks for exactly it (token = the run's last id, at the position after it); a run that ends early (EOS, a
+    wrong pick) or the answer's end drops it. With a drafter nothing is hinted (a round may make proposals)."""
+    cfg, champ, self_draft, _ = micro
+    for seed, prompt in enumerate(prompts(cfg, seed=5)):
+        kw = dict(max_new_tokens=40, temperature=temperature, seed=seed, k=0, drafter="none")
+        dev = Ahead8(champ)
+        a = gen(dev, prompt, batched=True, **kw)
+        assert a.token_ids == gen(champ, prompt, batched=False, **kw).token_ids
+        assert [c[2] for c in dev.calls] == [4, 8, 8, 8, 8, 4]            # (40 tokens: the loop's own sizes)
+        assert [c[3] for c in dev.calls] == [8, 8, 8, 8, 4, 0]            # each hint is the next call's size
+        for (tok, pos, n, then), nxt in zip(dev.calls, dev.calls[1:]):
+            assert nxt[1] == pos + n                                      # every row confirmed
+        assert continuations(dev.calls) == (5, 0)
+    # a wrong pick ends a run early (sampled: Python confirms from the rows): the hint made for that run is dropped,
+    # the answer unchanged
+    def bad_picker(row, pick, t):
+        good = pick_row(row, pick, t)
+        return (good + 1) % cfg.vocab_size if t % 7 == 0 else good
+    prompt = prompts(cfg, 1, seed=9)[0]
+    dev = Ahead8(champ, picker=bad_picker)
+    kw = dict(max_new_tokens=40, temperature=0.9, seed=4, k=0, drafter="none")
+    assert gen(dev, prompt, batched=True, **kw).token_ids == gen(champ, prompt, batched=False, **kw).token_ids
+    followed, dropped = continuations(dev.calls)
+    assert dropped > 0 and followed + dropped == sum(1 for c in dev.calls if c[3])
+    # with a drafter (here the n-gram one, whose empty rounds run ahead) nothing is hinted
+    dev = Ahead8(champ)
+    gen(dev, prompt, batched=True, max_new_tokens=40, k=3, drafter="ngram")
+    assert dev.calls and all(c[3] == 0 for c in dev.calls)
 
 
 def test_wrong_picks_change_nothing_but_waste(micro):

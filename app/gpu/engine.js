@@ -25,6 +25,7 @@
 //            splits?: command buffers per forward, submitted one by one so the GPU starts while the rest is
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
 //            further pass of a batched step (default 1),
+//            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 16 on GPUs; 0 on CPU adapters,
 //            where a pass costs far more than a round trip and a pass wasted at the end of an answer costs a lot),
 //            fuse?: false | 'attn' | true | 'auto' (default 'auto', false with emulatedSubgroups: true where
@@ -75,10 +76,14 @@
 //   pick = {temperature: 0 greedy argmax, ties -> lowest id | T > 0: argmax(row / T + Gumbel noise of
 //   sampling.Rng(seed) at the picked token's absolute position), seed}):
 //   model.aheadMax           how many passes the decode loop may run ahead (opts.aheadMax)
-//   await model.decodeAhead(token, start_pos, n, pick, rows)
+//   await model.decodeAhead(token, start_pos, n, pick, rows, then = 0)
 //       -> {ids: Int32Array (n), rows: Float32Array (n * vocab) | null}: n one-token passes, pass 0 fed `token` at
 //          start_pos, pass i > 0 fed ids[i-1] (the pick on row i-1, written to the token buffer by the GPU); length
-//          becomes start_pos + n.
+//          becomes start_pos + n. then > 0: the next `then` passes (a continuation, fed ids[n-1] at start_pos + n)
+//          are submitted before this call waits for its readback, so the GPU has work queued while the caller
+//          confirms these ids; decodeAhead(ids[n-1], start_pos + n, then, pick, rows) next returns their result (the
+//          same as without the continuation); any other call or a truncate drops them (only KV positions past the
+//          committed length were written).
 //   await champion.specRound(draft, feed, draft_start, k, token, start_pos, pick, rows)
 //       -> {proposals: Int32Array (k), ids: Int32Array (k + 1), rows: Float32Array ((k + 1) * vocab) | null}: the
 //          draft (another model of this engine, or a draft head on this champion: engine.loadHead) takes `feed`

@@ -151,6 +151,7 @@ export class EngineModel {
     this.outCap = 0;         // rows the logits buffer holds
     this.gen = 0;            // bumps when the logits buffer (and so the commands reading it) changes
     this.pre = null;         // command buffers pre-encoded for the next submission of the same shape
+    this.ahead = null;       // a continuation of decodeAhead already submitted (aheadNow), or null
     this.stats = { dispatches: 0, chunks: 0, encode_ms: 0, gpu_ms: null };
     this.weightBytes = W.bytes;
     this.fused = plan.fuse;
@@ -200,9 +201,13 @@ export class EngineModel {
     const { vocab_size: vocab } = this.config;
     const cap = Math.max(rows, Math.min(this.plan.maxRows, 16));
     if (cap * vocab * 4 > this.eng.maxBinding) throw new Error(`n_out ${rows}: logits exceed the binding limit`);
-    for (const k of ['logits', 'staging', 'pick_part']) this.mem.free(this.bufs[k]);
+    await this.settleAhead();   // (its commands read the buffers replaced here)
+    for (const k of ['logits', 'staging', 'staging2', 'pick_part']) this.mem.free(this.bufs[k]);
     this.bufs.logits = this.mem.create('logits', cap * vocab * 4);                                     // (cap, vocab)
-    this.bufs.staging = this.mem.create('staging', cap * vocab * 4 + 8 * (cap + 1), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+    // readbacks: staging, and staging2 for a continuation submitted while staging still waits for its map
+    for (const k of ['staging', 'staging2']) {
+      this.bufs[k] = this.mem.create(k, cap * vocab * 4 + 8 * (cap + 1), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+    }
     this.bufs.pick_part = this.mem.create('pick_part', cap * this.pickGroups * 8);                     // (cap, groups) (value, id)
     const head = [];
     await this.builder(head).head(this.W, this.headIn);
@@ -228,15 +233,17 @@ export class EngineModel {
 
   // ---- the public API (engine.js): every call holds the engine's lock, so submissions never interleave
 
-  forward(tokens, startPos, nOut) { return this.eng.locked(() => this.forwardNow(tokens, startPos, nOut)); }
+  forward(tokens, startPos, nOut) { return this.eng.locked(async () => { await this.settleAhead(); return this.forwardNow(tokens, startPos, nOut); }); }
 
-  decodeAhead(token, startPos, n, pick, rows = true) { return this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows)); }
-
-  specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
-    return this.eng.locked(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
+  decodeAhead(token, startPos, n, pick, rows = true, then = 0) {
+    return this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows, then));
   }
 
-  verify(tokens, startPos, pick, rows = false) { return this.eng.locked(() => this.verifyNow(tokens, startPos, pick, rows)); }
+  specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
+    return this.eng.locked(async () => { await this.settleAhead(); return this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows); });
+  }
+
+  verify(tokens, startPos, pick, rows = false) { return this.eng.locked(async () => { await this.settleAhead(); return this.verifyNow(tokens, startPos, pick, rows); }); }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
    * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
@@ -263,6 +270,7 @@ export class EngineModel {
 
   truncate(n) {
     if (!Number.isInteger(n) || n < 0 || n > this.length) throw new Error(`truncate: ${n} must be in 0..${this.length}`);
+    if (this.ahead && n !== this.length) this.ahead.stale = true;   // its passes were fed what is rolled back now
     this.length = n;
     this.featFrom = Math.min(this.featFrom, n);   // positions from n on are recomputed with their features
   }
@@ -323,23 +331,85 @@ export class EngineModel {
     return new Float32Array(out);
   }
 
-  async aheadNow(token, startPos, n, pick, rows) {
+  /** decodeAhead; `then` > 0 also submits the next `then` passes (a continuation: pass 0 fed ids[n-1] at
+   * start_pos + n) before waiting for this readback, so the GPU never waits for the decode loop. The next
+   * decodeAhead(ids[n-1], start_pos + n, then, pick, rows) takes its result; any other call, or a truncate, drops it
+   * (its passes only wrote KV positions past the committed length and its own readback buffer). */
+  async aheadNow(token, startPos, n, pick, rows, then) {
     this.usable();
     const [tok] = this.tokenIds('decodeAhead', [token]);
     if (!Number.isInteger(n) || n < 1 || n > MAX_PASSES) throw new Error(`decodeAhead: n ${n} must be in 1..${MAX_PASSES}`);
+    if (!Number.isInteger(then) || then < 0 || then > MAX_PASSES) throw new Error(`decodeAhead: then ${then} must be in 0..${MAX_PASSES}`);
     this.checkStart('decodeAhead', startPos, n);
     const p = checkPick(pick);
-    await this.ensureOut(n);
-    const q = this.device.queue;
-    q.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
-    this.setPick(p);
-    const sub = new Submission(this);
+    const want = JSON.stringify([tok, startPos, n, p, !!rows]);
+    // (plan.aheadThen false: continuations off, for A/B benches; bench timestamps: one submission at a time)
+    const next = startPos + n + then <= this.config.seq_len && this.plan.aheadThen && !this.ts ? then : 0;
+    const c = this.ahead;
+    let run;
+    let staging = 'staging';
+    if (c && !c.stale && c.want === want) {
+      this.ahead = null;
+      run = c.run;                                    // submitted by the call before: its passes may be done already
+      staging = c.staging;
+      if (then > this.outCap) {                       // (room for the continuation: after this run's readback)
+        await run.catch(() => {});
+        await this.ensureOut(then);
+      }
+    } else {
+      await this.settleAhead();
+      await this.ensureOut(Math.max(n, then));
+      this.device.queue.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
+      this.setPick(p);
+      run = this.launch(this.aheadSub(startPos, n, rows, null, staging), next === 0);
+    }
+    if (next > 0) {
+      // the continuation: its first pass reads the pick of this run's last pass (tokens[n], moved to tokens[0]); it
+      // reads back into the other staging buffer (this run's may still wait for its map)
+      const other = staging === 'staging' ? 'staging2' : 'staging';
+      const cont = this.launch(this.aheadSub(startPos + n, next, rows, n, other), true);
+      cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
+      this.ahead = { run: cont, stale: false, want: null, n: next, staging: other };
+    }
+    let out;
+    try {
+      out = await run;
+    } catch (e) {
+      await this.settleAhead();
+      throw e;
+    }
+    this.stats = { ...out.stats, continued: run === c?.run };   // continued: submitted by the call before
+    this.length = startPos + n;
+    const ids = new Int32Array(out.bytes, 0, n);
+    if (this.ahead && this.ahead.want === null) {
+      this.ahead.want = JSON.stringify([ids[n - 1], startPos + n, this.ahead.n, p, !!rows]);
+    }
+    return { ids, rows: rows ? new Float32Array(out.bytes, 4 * n, n * this.config.vocab_size) : null };
+  }
+
+  /** A decodeAhead submission of n passes at startPos.. reading ids (n,) then rows (n, vocab) back into the staging
+   * buffer named `staging`; `from` (a continuation): its first token is the pick of the previous run's last pass, at
+   * tokens[from], copied to tokens[0] through ids[0] (a copy cannot stay inside one buffer). Pre-encoded for the
+   * next continuation, which reads back into the other staging buffer. */
+  aheadSub(startPos, n, rows, from, staging) {
+    const sub = new Submission(this, staging);
+    if (from !== null) {
+      sub.copy(this.bufs.tokens, 4 * from, this.bufs.ids, 0, 4);
+      sub.copy(this.bufs.ids, 0, this.bufs.tokens, 0, 4);
+      sub.preStaging = staging === 'staging' ? 'staging2' : 'staging';
+    }
     for (let i = 0; i < n; i++) sub.pass(this, { n: 1, startPos: startPos + i, nOut: 1, tokBase: i, outBase: i }, 'tokens');
     sub.read(this.bufs.tokens, 4, 4 * n);                                        // ids (n,): tokens[1..n]
     if (rows) sub.read(this.bufs.logits, 0, n * this.config.vocab_size * 4);   // rows (n, vocab)
-    const out = await this.submit(sub, true);
-    this.length = startPos + n;
-    return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * this.config.vocab_size) : null };
+    return sub;
+  }
+
+  /** Wait for a dropped (or unread) continuation: its readback buffer must be free before anything else runs. */
+  async settleAhead() {
+    const c = this.ahead;
+    if (!c) return;
+    this.ahead = null;
+    try { await c.run; } catch { /* its error (a lost device) is the next submission's to report */ }
   }
 
   async verifyNow(tokens, startPos, pick, rows) {
@@ -417,8 +487,17 @@ export class EngineModel {
   }
 
   /** Write the step slots, submit (pre-encoded commands when the shape repeats), wait for the readback; returns a
-   * copy of the bytes read back. preEncode: encode the same shape again while the GPU runs. */
+   * copy of the bytes read back (this.stats: the submission's). preEncode: encode the same shape again while the GPU
+   * runs. */
   async submit(sub, preEncode) {
+    const { bytes, stats } = await this.launch(sub, preEncode);
+    this.stats = stats;
+    return bytes;
+  }
+
+  /** submit's work: everything up to the queue submission happens before the first await (so a caller may launch
+   * another submission before awaiting this one); resolves to {bytes, stats}. */
+  async launch(sub, preEncode) {
     const q = this.device.queue;
     const tEnc = performance.now();
     for (const [m, steps] of sub.steps) {   // step slots are slotBytes apart (the dynamic offset alignment)
@@ -428,26 +507,26 @@ export class EngineModel {
       q.writeBuffer(m.stepBuf, 0, words);
     }
     const key = sub.key();
-    const encode = () => encodeSubmission(this.device, sub.items, sub.reads, this.bufs.staging,
+    const staging = this.bufs[sub.staging];
+    const encode = (into) => encodeSubmission(this.device, sub.items, sub.reads, into,
       { splits: this.plan.splits + (sub.passes - 1) * this.plan.passSplits, ts: this.ts });
-    const cmd = this.pre && this.pre.key === key ? this.pre : { ...encode(), key };
+    const cmd = this.pre && this.pre.key === key ? this.pre : { ...encode(staging), key };
     this.pre = null;
     const tSub = performance.now();
     for (const cb of cmd.cbs) q.submit([cb]);
-    const st = this.stats;
-    st.submit_ms = performance.now() - tSub;
-    st.encode_ms = performance.now() - tEnc;
-    Object.assign(st, { dispatches: cmd.dispatches, command_buffers: cmd.cbs.length, chunks: sub.chunks, passes: sub.passes,
-      pre_encoded: cmd.pre === true });
+    const st = { submit_ms: performance.now() - tSub, encode_ms: performance.now() - tEnc, dispatches: cmd.dispatches,
+      command_buffers: cmd.cbs.length, chunks: sub.chunks, passes: sub.passes, pre_encoded: cmd.pre === true, gpu_ms: null };
     // While the GPU runs, encode the next submission of the same shape (the decode loop repeats shapes; positions
     // and tokens travel in buffers written at submit time, not in the commands).
-    if (preEncode) this.pre = { ...encode(), key, pre: true };
+    // (sub.preStaging: the same shape reading back into another staging buffer, a continuation's next one)
+    const pre = sub.preStaging ?? sub.staging;
+    if (preEncode) this.pre = { ...encode(this.bufs[pre]), key: sub.key(pre), pre: true };
     const bytes = sub.readBytes;
-    if (bytes > this.bufs.staging.size) throw new Error(`readback of ${bytes} bytes exceeds the staging buffer`);
-    await this.mapped(this.bufs.staging, bytes);
+    if (bytes > staging.size) throw new Error(`readback of ${bytes} bytes exceeds the staging buffer`);
+    await this.mapped(staging, bytes);
     st.wait_ms = performance.now() - tEnc - st.encode_ms;
-    const out = this.bufs.staging.getMappedRange(0, bytes).slice(0);
-    this.bufs.staging.unmap();
+    const out = staging.getMappedRange(0, bytes).slice(0);
+    staging.unmap();
     if (this.ts) {
       await this.ts.read.mapAsync(GPUMapMode.READ);
       const t = new BigUint64Array(this.ts.read.getMappedRange());
@@ -455,7 +534,7 @@ export class EngineModel {
       this.ts.read.unmap();
     }
     if (this.eng.state.error) throw new Error(`gpu error: ${this.eng.state.error}`);
-    return out;
+    return { bytes: out, stats: st };
   }
 
   /** Map a buffer for reading; a lost device rejects with "device lost: ..." (never hangs). */
@@ -474,8 +553,10 @@ export class EngineModel {
 
 /** One submission's work: passes of one or two models (their chunks, step slots and ops), copies, readbacks. */
 export class Submission {
-  constructor(owner) {
+  /** staging: the owner's readback buffer by name ('staging' | 'staging2'). */
+  constructor(owner, staging = 'staging') {
     this.owner = owner;
+    this.staging = staging;
     this.items = [];
     this.reads = [];
     this.readBytes = 0;
@@ -512,7 +593,7 @@ export class Submission {
   }
 
   /** Commands depend only on this: the chunk shapes, copies, readbacks and the buffers they use. */
-  key() {
-    return `${this.shape.join('|')}|${this.reads.map(([s, o, n]) => `${s.label}@${o}+${n}`).join(',')}|${this.owner.gen}`;
+  key(staging = this.staging) {
+    return `${this.shape.join('|')}|${this.reads.map(([s, o, n]) => `${s.label}@${o}+${n}`).join(',')}>${staging}|${this.owner.gen}`;
   }
 }

@@ -295,6 +295,7 @@ async function main() {
   out.decode_tok_s = nDec / (decMs / 1e3);
   log(`decode alone: ${nDec} tokens from pos ${P} in ${decMs.toFixed(1)} ms = ${out.decode_tok_s.toFixed(0)} tok/s`);
   await benchAhead(model, P, out, quick);
+  if (process.env.ABLATE === '1') await benchAblate(model, P, out, quick);
   if (!modelPath) await benchSpecRound(engine, model, P, single, out, quick);
   console.log('JSON ' + JSON.stringify(out));
   model.destroy();
@@ -331,6 +332,57 @@ async function benchAhead(model, P, out, quick) {
         `${r.encode_submit_ms.toFixed(3)} ms, ${r.command_buffers} command buffers, pre-encoded ${r.pre_encoded})`);
     }
   }
+}
+
+/** ABLATE=1: where a pass's GPU time goes INSIDE one submission (profile() times each dispatch in a pass of its own,
+ * which adds a pass's overhead to each): the GPU time per pass of decodeAhead(n = 16, greedy) with every dispatch of
+ * one kind left out (its cost = full - without), at positions 64 and 512; and with every dispatch replaced by the
+ * embed kernel's (tiny) dispatch: the floor the dispatch count alone sets. The rows are wrong while ablated.
+ * (Without timestamps, e.g. llvmpipe here, wall times: a dry run of the code, not a figure.) */
+async function benchAblate(model, P, out, quick) {
+  const kindOf = (label) => label.replace(/^blk\.\d+\./, '');
+  const full = { ops: model.ops, head: model.headOps, pick: model.pickOps };
+  const kinds = [...new Set([...full.ops, ...full.head].map((op) => kindOf(op.label)))];
+  const n = 16;
+  const reps = quick ? 2 : 8;
+  const run = async (pos) => {
+    const gpu = [];
+    model.pre = null;
+    for (let r = 0; r < reps + 1; r++) {
+      model.truncate(pos);
+      const t = performance.now();
+      await model.decodeAhead(7, pos, n, { temperature: 0, seed: 0 }, false);
+      if (r > 0) gpu.push((model.stats.gpu_ms ?? performance.now() - t) / n);   // (no timestamps: wall, a dry run)
+    }
+    return median(gpu);
+  };
+  const restore = () => { model.ops = full.ops; model.headOps = full.head; model.pickOps = full.pick; model.pre = null; };
+  out.ablate = {};
+  for (const pos of [P, 512]) {
+    model.truncate(Math.min(pos, model.length));
+    if (model.length < pos) await model.forward(Array.from({ length: pos - model.length }, (_, i) => (i * 13) % 1000), model.length, 1);
+    const r = { full: await run(pos), without: {} };
+    for (const k of kinds) {
+      model.ops = full.ops.filter((op) => kindOf(op.label) !== k);
+      model.headOps = full.head.filter((op) => kindOf(op.label) !== k);
+      r.without[k] = await run(pos);
+      restore();
+    }
+    model.pickOps = { tokens: [], ids: [] };
+    r.without.pick = await run(pos);
+    const embed = full.ops[0];
+    model.ops = full.ops.map(() => embed);
+    model.headOps = full.head.map(() => embed);
+    model.pickOps = { tokens: full.pick.tokens.map(() => embed), ids: [] };
+    r.floor_all_embed = await run(pos);
+    restore();
+    out.ablate[pos] = r;
+    const counts = Object.fromEntries(kinds.map((k) => [k, [...full.ops, ...full.head].filter((op) => kindOf(op.label) === k).length]));
+    log(`ablation at pos ${pos} (GPU ms per pass, decodeAhead n=${n}): full ${r.full.toFixed(4)}; floor (every dispatch the embed's) ` +
+      `${r.floor_all_embed.toFixed(4)}; cost of each kind (full - without): ` +
+      Object.entries(r.without).map(([k, v]) => `${k} x${counts[k] ?? full.pick.tokens.length} ${(r.full - v).toFixed(4)}`).join(', '));
+  }
+  model.truncate(P);
 }
 
 /** specRound(k) with a SmolLM2-shaped draft of DRAFT_LAYERS layers: one submission, greedy ids only. */

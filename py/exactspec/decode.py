@@ -240,6 +240,11 @@ async def generate_async(
     pick = Pick(0.0 if params.greedy else float(params.temperature), cfg.seed, params.top_k, params.top_p)
     want_rows = not params.greedy        # greedy confirms from the device's argmax ids (equal to numpy's: tested)
     ahead = 4                            # decode_ahead passes; doubles while every row is confirmed
+
+    def ahead_n(ahead: int, k: int, remaining: int, t0: int) -> int:
+        """Passes to run ahead from absolute position t0 (a drafter that found nothing this time may find proposals
+        soon: run ahead less far then)."""
+        return max(1, min(ahead if k == 0 else min(ahead, 4), remaining, C.seq_len - t0 + 1))
     from .drafters.model import ModelDrafter
 
     def confirm(row, t: int, device_id: int) -> int:
@@ -337,11 +342,14 @@ async def generate_async(
             if not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
-                # (a drafter that found nothing this time may find proposals soon: run ahead less far then)
-                n_ahead = max(1, min(ahead if k == 0 else min(ahead, 4), remaining, C.seq_len - t0 + 1))
+                n_ahead = ahead_n(ahead, k, remaining, t0)
+                # the champion alone: the next run's passes (if every row here is confirmed, the next round asks for
+                # exactly these) may start on the device before this one is confirmed, so it never waits for Python
+                then = ahead_n(min(2 * ahead, champion.ahead_max), 0, remaining - n_ahead, t0 + n_ahead) \
+                    if cfg.drafter == "none" and remaining > n_ahead and t0 + n_ahead < C.seq_len else 0
                 hit("verify")
                 try:
-                    res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows)
+                    res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then)
                 except Exception as e:
                     raise BackendError(f"champion forward failed: {e}") from e
                 n.submissions += 1

@@ -13,7 +13,9 @@ the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever re
     {"position": p,                         # prompt length - 1: where the measured passes start
      "forward_ms": {"median", "min"},       # one champion forward of 1 token, logits read back into numpy
      "ahead": {"n", "ms_per_token": {...}} | None,   # decode_ahead(n) / n where the backend runs ahead
-     "single_ms": {...},                    # T_single: per token of plain decoding (ahead where offered)
+     "ahead_chain": {"n", "runs", "ms_per_token"},   # CHAIN runs of decode_ahead(n) chained by continuations
+                                            # (`then`), as the decode loop runs the champion alone; where there is room
+     "single_ms": {...},                    # T_single: per token of plain decoding (ahead, chained, where offered)
      "verify_ms": {k: {...}},               # T_verify(k): one champion forward of k + 1 tokens, k = 1..max(ks) (greedy
                                             # on a backend offering verify: picks read back, as the decode loop does)
      "draft_ms": {"model": {...}, "head": {...}, "ngram": {...}},   # T_draft per proposal (a draft / head forward,
@@ -25,6 +27,9 @@ from __future__ import annotations
 
 import json
 import time
+
+
+CHAIN = 4      # decode_ahead runs chained by continuations per timed repetition (ahead_chain)
 
 
 def _stat(xs: list) -> dict:
@@ -99,6 +104,20 @@ async def measure(session, req: dict, clock=None) -> dict:
         t = await timed(ahead)
         out["ahead"] = {"n": n_ahead, "ms_per_token": _stat([x / n_ahead for x in t])}
         out["single_ms"] = out["ahead"]["ms_per_token"]
+        # as the decode loop runs the champion alone: runs of n_ahead chained by continuations (decode_ahead's
+        # `then`: each run's successor is submitted before the run is read back), CHAIN runs per repetition
+        chain = min(CHAIN, (m.config.seq_len - p) // n_ahead)
+        if chain >= 2:
+            async def chained():
+                t, pos = tok, p
+                for i in range(chain):
+                    r = await champ.decode_ahead(t, pos, n_ahead, pick, rows, then=n_ahead if i < chain - 1 else 0)
+                    t, pos = int(r.ids[-1]), pos + n_ahead
+                champ.truncate(p)
+            await chained()
+            t = await timed(chained)
+            out["ahead_chain"] = {"n": n_ahead, "runs": chain, "ms_per_token": _stat([x / (chain * n_ahead) for x in t])}
+            out["single_ms"] = out["ahead_chain"]["ms_per_token"]
     out["verify_ms"] = {}
     for k in range(1, max(ks) + 1):          # every k up to the largest: rounds with fewer proposals use them
         async def verify(k=k):

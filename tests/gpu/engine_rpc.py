@@ -87,8 +87,10 @@ class EngineModelProxy:
     def bind(self, champion):
         self._call("bind", champion=champion.name)
 
-    def decodeAhead(self, token, start_pos, n, pick, rows):
-        r = self._call("decodeAhead", token=int(token), start_pos=int(start_pos), n=int(n), pick=dict(pick), rows=bool(rows))
+    def decodeAhead(self, token, start_pos, n, pick, rows, then=0):
+        r = self._call("decodeAhead", token=int(token), start_pos=int(start_pos), n=int(n), pick=dict(pick), rows=bool(rows),
+                       then=int(then))
+        self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))   # taken from a continuation
         return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
 
     def verify(self, tokens, start_pos, pick, rows):

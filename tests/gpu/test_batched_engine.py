@@ -218,3 +218,45 @@ def test_picks_over_many_vocab_groups(tmp_path, vocab):
     res = [r for r in info["results"] if r["op"] == "decode_ahead"]
     for r, rows, pick in zip(res, outs[1:], PICKS.values()):
         check_picks(r["ids"], rows, pick, 6)
+
+
+@pytest.mark.parametrize("variant", ["cpu_path", "fused"])
+@pytest.mark.parametrize("pick_name", ["greedy", "coupled"])
+def test_decode_ahead_continuation(models, variant, pick_name):
+    """decodeAhead(..., then): the next `then` passes are submitted before the call waits for its readback. The next
+    call that asks for exactly them returns their result (stats.continued), BITWISE what it returns without the
+    continuation; a truncate, another call (forward) or a call for other passes drops it, and the KV caches are as if
+    it never ran (the forwards after each equal those of the same calls made without `then`)."""
+    (path, d), _ = models
+    kw, pick = VARIANTS[variant], PICKS[pick_name]
+    V = d["config"]["vocab_size"]
+    prompt = [int(x) for x in np.random.default_rng(5).integers(0, V, 6)]
+    P = len(prompt)
+
+    def ahead(token, pos, n, then):
+        return {"op": "decode_ahead", "token": token, "start_pos": pos, "n": n, "pick": pick, "rows": True, "then": then}
+
+    def seq(t):   # t(then) -> the `then` of each call, or 0 for the plain run
+        return [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
+                ahead(prompt[-1], P, 4, t(8)), ahead("last", P + 4, 8, t(5)), ahead("last", P + 12, 5, t(6)),
+                {"op": "truncate", "n": P + 14},                               # drops the continuation of 6
+                {"op": "forward", "tokens": [11], "start_pos": P + 14},
+                ahead(23, P + 15, 3, t(4)),
+                ahead(29, P + 18, 4, t(4)),                                    # another token: not the continuation
+                {"op": "forward", "tokens": [13], "start_pos": P + 22},        # drops the continuation of 4
+                ahead(31, P + 23, 2, t(7)),
+                {"op": "truncate", "n": P + 25},                               # a truncate to the length keeps it
+                ahead("last", P + 25, 7, 0),
+                {"op": "forward", "tokens": [17], "start_pos": P + 32}]
+    info, outs = run_engine(path, d, seq(lambda t: t), **kw)
+    info0, outs0 = run_engine(path, d, seq(lambda t: 0), **kw)
+    res, res0 = info["results"], info0["results"]
+    errors = [r["error"] for r in res + res0 if "error" in r]
+    assert not errors, errors
+    assert len(outs) == len(outs0)
+    for i, (a, b) in enumerate(zip(outs, outs0)):
+        assert np.array_equal(bits(a), bits(b)), f"output {i} differs with continuations"
+    for r, r0 in zip(res, res0):
+        if r["op"] == "decode_ahead":
+            assert r["ids"] == r0["ids"] and r["length"] == r0["length"] and not r0["continued"]
+    assert [r["continued"] for r in res if r["op"] == "decode_ahead"] == [False, True, True, False, False, False, True]
