@@ -39,7 +39,7 @@ class Ahead8:
     def truncate(self, n):
         self.inner.truncate(n)
 
-    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0):
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
         self.calls.append((int(token), start_pos, n, then))
         return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
 

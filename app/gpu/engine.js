@@ -76,14 +76,14 @@
 //   pick = {temperature: 0 greedy argmax, ties -> lowest id | T > 0: argmax(row / T + Gumbel noise of
 //   sampling.Rng(seed) at the picked token's absolute position), seed}):
 //   model.aheadMax           how many passes the decode loop may run ahead (opts.aheadMax)
-//   await model.decodeAhead(token, start_pos, n, pick, rows, then = 0)
+//   await model.decodeAhead(token, start_pos, n, pick, rows, then = 0, stop = null)
 //       -> {ids: Int32Array (n), rows: Float32Array (n * vocab) | null}: n one-token passes, pass 0 fed `token` at
 //          start_pos, pass i > 0 fed ids[i-1] (the pick on row i-1, written to the token buffer by the GPU); length
 //          becomes start_pos + n. then > 0: the next `then` passes (a continuation, fed ids[n-1] at start_pos + n)
 //          are submitted before this call waits for its readback, so the GPU has work queued while the caller
 //          confirms these ids; decodeAhead(ids[n-1], start_pos + n, then, pick, rows) next returns their result (the
 //          same as without the continuation); any other call or a truncate drops them (only KV positions past the
-//          committed length were written).
+//          committed length were written). stop: token ids (EOS) after which no continuation is submitted.
 //   await champion.specRound(draft, feed, draft_start, k, token, start_pos, pick, rows)
 //       -> {proposals: Int32Array (k), ids: Int32Array (k + 1), rows: Float32Array ((k + 1) * vocab) | null}: the
 //          draft (another model of this engine, or a draft head on this champion: engine.loadHead) takes `feed`

@@ -235,8 +235,8 @@ export class EngineModel {
 
   forward(tokens, startPos, nOut) { return this.eng.locked(async () => { await this.settleAhead(); return this.forwardNow(tokens, startPos, nOut); }); }
 
-  decodeAhead(token, startPos, n, pick, rows = true, then = 0) {
-    return this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows, then));
+  decodeAhead(token, startPos, n, pick, rows = true, then = 0, stop = null) {
+    return this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows, then, stop));
   }
 
   specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
@@ -332,57 +332,48 @@ export class EngineModel {
   }
 
   /** decodeAhead; `then` > 0 also submits the next `then` passes (a continuation: pass 0 fed ids[n-1] at
-   * start_pos + n) before waiting for this readback, so the GPU never waits for the decode loop. The next
+   * start_pos + n) as soon as this run is read back, before the call returns, so the GPU works on them while the
+   * decode loop confirms these ids. (Submitted after the readback, not before: on Dawn a readback submitted before
+   * other work came back only after that work too, which delayed the first tokens by a whole continuation.) The next
    * decodeAhead(ids[n-1], start_pos + n, then, pick, rows) takes its result; any other call, or a truncate, drops it
-   * (its passes only wrote KV positions past the committed length and its own readback buffer). */
-  async aheadNow(token, startPos, n, pick, rows, then) {
+   * (its passes only wrote KV positions past the committed length and its own readback buffer). `stop`: token ids
+   * that end an answer (EOS): no continuation after a run that picked one. */
+  async aheadNow(token, startPos, n, pick, rows, then, stop) {
     this.usable();
     const [tok] = this.tokenIds('decodeAhead', [token]);
     if (!Number.isInteger(n) || n < 1 || n > MAX_PASSES) throw new Error(`decodeAhead: n ${n} must be in 1..${MAX_PASSES}`);
     if (!Number.isInteger(then) || then < 0 || then > MAX_PASSES) throw new Error(`decodeAhead: then ${then} must be in 0..${MAX_PASSES}`);
     this.checkStart('decodeAhead', startPos, n);
     const p = checkPick(pick);
-    const want = JSON.stringify([tok, startPos, n, p, !!rows]);
     // (plan.aheadThen false: continuations off, for A/B benches; bench timestamps: one submission at a time)
     const next = startPos + n + then <= this.config.seq_len && this.plan.aheadThen && !this.ts ? then : 0;
     const c = this.ahead;
     let run;
     let staging = 'staging';
-    if (c && !c.stale && c.want === want) {
+    if (c && !c.stale && c.want === JSON.stringify([tok, startPos, n, p, !!rows])) {
       this.ahead = null;
       run = c.run;                                    // submitted by the call before: its passes may be done already
       staging = c.staging;
-      if (then > this.outCap) {                       // (room for the continuation: after this run's readback)
-        await run.catch(() => {});
-        await this.ensureOut(then);
-      }
     } else {
       await this.settleAhead();
-      await this.ensureOut(Math.max(n, then));
+      await this.ensureOut(n);
       this.device.queue.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
       this.setPick(p);
       run = this.launch(this.aheadSub(startPos, n, rows, null, staging), next === 0);
     }
-    if (next > 0) {
-      // the continuation: its first pass reads the pick of this run's last pass (tokens[n], moved to tokens[0]); it
-      // reads back into the other staging buffer (this run's may still wait for its map)
-      const other = staging === 'staging' ? 'staging2' : 'staging';
-      const cont = this.launch(this.aheadSub(startPos + n, next, rows, n, other), true);
-      cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
-      this.ahead = { run: cont, stale: false, want: null, n: next, staging: other };
-    }
-    let out;
-    try {
-      out = await run;
-    } catch (e) {
-      await this.settleAhead();
-      throw e;
-    }
+    const out = await run;
     this.stats = { ...out.stats, continued: run === c?.run };   // continued: submitted by the call before
     this.length = startPos + n;
     const ids = new Int32Array(out.bytes, 0, n);
-    if (this.ahead && this.ahead.want === null) {
-      this.ahead.want = JSON.stringify([ids[n - 1], startPos + n, this.ahead.n, p, !!rows]);
+    if (next > 0 && !(stop && ids.some((t) => stop.includes(t)))) {
+      // the continuation: its first pass reads the pick of this run's last pass (tokens[n], moved to tokens[0]); it
+      // reads back into the other staging buffer (this run's bytes are copied out: either would do)
+      const other = staging === 'staging' ? 'staging2' : 'staging';
+      if (next > this.outCap) await this.ensureOut(next);
+      const cont = this.launch(this.aheadSub(startPos + n, next, rows, n, other), true);
+      cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
+      this.ahead = { run: cont, stale: false, staging: other,
+        want: JSON.stringify([ids[n - 1], startPos + n, next, p, !!rows]) };
     }
     return { ids, rows: rows ? new Float32Array(out.bytes, 4 * n, n * this.config.vocab_size) : null };
   }

@@ -33,6 +33,9 @@
 #           3 runs, 64 tokens): A with the engine's defaults, B with createEngine options AB_OPTS (JSON; default
 #           '{"fuseMatmulWg":64}', the qkv prologue's workgroup before 2026-12-02's sweep), AB_THIRD=1 adds A again;
 #           product_ab_{A,B}.{json,txt}, ab.log                                                     ~5 minutes
+# --diag    stage, check, then bench/gpu/bench.mjs --model-only with ABLATE=1 (GPU time per pass with each kind of
+#           dispatch left out, and the dispatch count's floor: bench_ablate.txt), then --ab with AB_OPTS
+#           '{"aheadThen":false}' (decodeAhead's continuations off in B) and AB_DRAFTERS none,ngram      ~6 minutes
 # --matrix  stage, check, then the preregistered bench matrix (py/bench/matrix.py, bench/matrix/spec.json) instead of
 #           the three runs above; its answers also give bench product's figures (product.txt: measured next to
 #           predicted speedup, per stratum, drafter and k), so this one call replaces them. Writes (8 files at most
@@ -182,10 +185,22 @@ if [ "$MODE" = "--all" ]; then
   exit 0
 fi
 
+if [ "$MODE" = "--diag" ]; then   # where a pass's GPU time goes, and the continuations' A/B through the product's loop
+  export PYTHONUNBUFFERED=1
+  {
+    echo "== engine ablation (synthetic SmolLM2-shaped weights) $(date -u +%T)"
+    ABLATE=1 timeout ${ABLATE_TIMEOUT:-150} $X/node/node bench/gpu/bench.mjs --backend $BACKEND --model-only
+    echo "engine ablation: rc $? $(date -u +%T)"
+  } > $O/bench_ablate.txt 2>&1
+  grep -v '^JSON' $O/bench_ablate.txt
+  AB_OPTS='{"aheadThen":false}' AB_DRAFTERS=${AB_DRAFTERS:-none,ngram} bash "$0" --ab
+  exit 0
+fi
+
 if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B), the same bench product run each
   export PYTHONUNBUFFERED=1
   AB_OPTS=${AB_OPTS:-'{"fuseMatmulWg":64}'}   # (JSON without spaces)
-  AB="--strata all --per-stratum 1 --drafters none,ngram,model --ks 2,4 --modes greedy --runs 3 --max-new-tokens 64 --deadline ${AB_DEADLINE:-120}"
+  AB="--strata all --per-stratum 1 --drafters ${AB_DRAFTERS:-none,ngram,model} --ks 2,4 --modes greedy --runs 3 --max-new-tokens 64 --deadline ${AB_DEADLINE:-120}"
   {
     for side in A B A2; do
       [ "$side" = A2 ] && [ "${AB_THIRD:-0}" != 1 ] && continue

@@ -62,14 +62,15 @@ class Backend(Protocol):
 # proposals only: the decode loop confirms every emitted token from the champion's own rows (exactly as without the
 # batched step) and truncates what it does not confirm, so exactness never depends on a pick.
 #
-#   decode_ahead(token, start_pos, n, pick, rows=True, then=0) -> Ahead    (or an awaitable of it)
+#   decode_ahead(token, start_pos, n, pick, rows=True, then=0, stop=()) -> Ahead   (or an awaitable of it)
 #       pass 0 feeds `token` at start_pos, pass i > 0 feeds ids[i-1] at start_pos + i; afterwards
 #       length == start_pos + n. A backend that offers it says how far it likes to run ahead in `ahead_max` (>= 2).
 #       then > 0 is a hint: the caller's next call will likely be decode_ahead(ids[n-1], start_pos + n, then, pick,
 #       rows), so a device may start those passes (a continuation) before this call returns, keeping the GPU busy
 #       while the caller confirms these ids. It changes no result: that next call returns what it would have without
 #       the hint, and any other call or a truncate discards the continuation (it wrote only KV positions past the
-#       committed length). A backend that runs nothing ahead ignores it.
+#       committed length). `stop`: the answer's EOS ids: a run whose ids hold one gets no continuation (the answer
+#       ends there). A backend that runs nothing ahead ignores both.
 #   spec_round(draft, feed, draft_start, k, token, start_pos, pick, rows=True) -> Round   (or an awaitable of it)
 #       the draft (a backend on the same device, or a wrapper of one) takes `feed` at draft_start and makes k picks,
 #       feeding each back (its length becomes draft_start + len(feed) + k - 1); the champion (self) takes
@@ -132,9 +133,9 @@ async def _await(x):
 
 
 async def decode_ahead_by_forwards(model, token: int, start_pos: int, n: int, pick: Pick, rows: bool = True,
-                                   picker=pick_row, then: int = 0) -> Ahead:
+                                   picker=pick_row, then: int = 0, stop=()) -> Ahead:
     """decode_ahead made of n one-token forwards (the numpy reference's implementation; a reference for devices).
-    `then` (the continuation hint) is ignored: the passes run when asked for."""
+    `then` and `stop` (the continuation hint) are ignored: the passes run when asked for."""
     ids, out = [], []
     tok = int(token)
     for i in range(n):

@@ -7,7 +7,8 @@ JsBackend wraps any JS model object into the Backend protocol of exactspec.backe
                truncate(n),
                optional, the batched step (see exactspec.backend):
                aheadMax: number,
-               decodeAhead(token, start_pos, n, pick: {temperature, seed}, rows: bool, then: number)
+               decodeAhead(token, start_pos, n, pick: {temperature, seed}, rows: bool, then: number,
+                           stop: Int32Array)
                    -> Promise<{ids: Int32Array (n), rows: Float32Array (n * vocab) | null}>,
                specRound(draftJsModel, feed: Int32Array, draft_start, k, token, start_pos, pick, rows: bool)
                    -> Promise<{proposals: Int32Array (k), ids: Int32Array (k + 1),
@@ -118,10 +119,10 @@ class _JsBatched:
             return Ahead(ids, logits_from_js(_get(r, "rows"), n, vocab) if rows else None)   # rows (n, vocab)
         return finish()
 
-    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0):
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
         self._check_start("decode_ahead", start_pos)
         return self._ahead(self._js.decodeAhead(int(token), int(start_pos), int(n), _pick_to_js(pick), bool(rows),
-                                                int(then)), n, rows)
+                                                int(then), _to_js_int32(list(stop))), n, rows)
 
     def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
         from .backend import Round

@@ -217,6 +217,7 @@ async def generate_async(
     if eos_ids is None:
         eos_ids = sorted(getattr(tokenizer, "eos_ids", ())) if tokenizer is not None else []
     eos = set(int(e) for e in eos_ids)
+    eos_list = sorted(eos)               # (the device's continuation hint: no run ahead past an EOS)
     params = cfg.sampling
     rng = Rng(cfg.seed)
     drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop, bridge=cfg.bridge, tokenizer=tokenizer,
@@ -349,7 +350,8 @@ async def generate_async(
                     if cfg.drafter == "none" and remaining > n_ahead and t0 + n_ahead < C.seq_len else 0
                 hit("verify")
                 try:
-                    res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then)
+                    res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then,
+                                                      stop=eos_list)
                 except Exception as e:
                     raise BackendError(f"champion forward failed: {e}") from e
                 n.submissions += 1

@@ -60,8 +60,9 @@ class TrackedCache(PassThrough):
         del self.tokens[start_pos:]
         self.tokens.extend(int(t) for t in toks)
 
-    async def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True, then: int = 0):
-        res = await self._call(self.backend.decode_ahead(int(token), start_pos, n, pick, rows, then=then))
+    async def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True, then: int = 0,
+                           stop=()):
+        res = await self._call(self.backend.decode_ahead(int(token), start_pos, n, pick, rows, then=then, stop=stop))
         self._record(start_pos, [token] + list(res.ids[: n - 1]))               # what the passes were fed
         return res
 

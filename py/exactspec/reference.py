@@ -405,9 +405,9 @@ class ReferenceModel:
     # -- the batched step (exactspec.backend): the same passes one after another, with the same meaning ----------
     ahead_max = 0   # decode_ahead gains nothing on a CPU (no round trips to save): the decode loop leaves it unused
 
-    def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True, then: int = 0):
+    def decode_ahead(self, token: int, start_pos: int, n: int, pick, rows: bool = True, then: int = 0, stop=()):
         from .backend import decode_ahead_by_forwards
-        return decode_ahead_by_forwards(self, token, start_pos, n, pick, rows, then=then)
+        return decode_ahead_by_forwards(self, token, start_pos, n, pick, rows, then=then, stop=stop)
 
     def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick, rows: bool = True):
         from .backend import spec_round_by_forwards

@@ -76,9 +76,9 @@ class YieldingBackend(PassThrough):
     def wrapped(self):
         return self.inner
 
-    async def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0):
+    async def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
         await asyncio.sleep(0)
-        r = self.inner.decode_ahead(token, start_pos, n, pick, rows, then=then)
+        r = self.inner.decode_ahead(token, start_pos, n, pick, rows, then=then, stop=stop)
         return (await r) if inspect.isawaitable(r) else r
 
     async def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):

@@ -8,7 +8,7 @@
 //        head?: {model, description, opts?} (a draft head on the champion: engine.loadHead, ops on: 'head'),
 //        ops: [{op: 'forward', tokens, start_pos, n_out?, on?: 'draft'} | {op: 'truncate', n, on?} |
 //              {op: 'decode_ahead', token (or 'last': the last id the model's previous decode_ahead returned), start_pos,
-//               n, pick: {temperature, seed}, rows, then?, on?} |
+//               n, pick: {temperature, seed}, rows, then?, stop?, on?} |
 //              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows, draft?: 'draft' | 'head'} |
 //              {op: 'verify', tokens, start_pos, pick, rows, on?} |
 //              {op: 'memory', on} (a head's memory()) |
@@ -36,7 +36,7 @@ async function runOp(op, models, engine) {
   if (op.op === 'truncate') { m.truncate(op.n); return [{ length: m.length }, null]; }
   if (op.op === 'decode_ahead') {
     const token = op.token === 'last' ? m.lastId : op.token;   // 'last': the last id of this model's last decode_ahead
-    const r = await m.decodeAhead(token, op.start_pos, op.n, op.pick, op.rows, op.then ?? 0);
+    const r = await m.decodeAhead(token, op.start_pos, op.n, op.pick, op.rows, op.then ?? 0, op.stop ?? null);
     m.lastId = r.ids[r.ids.length - 1];
     return [{ ids: list(r.ids), rows: r.rows ? op.n : 0, length: m.length, ...m.stats }, r.rows];
   }

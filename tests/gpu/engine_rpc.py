@@ -87,9 +87,9 @@ class EngineModelProxy:
     def bind(self, champion):
         self._call("bind", champion=champion.name)
 
-    def decodeAhead(self, token, start_pos, n, pick, rows, then=0):
+    def decodeAhead(self, token, start_pos, n, pick, rows, then=0, stop=()):
         r = self._call("decodeAhead", token=int(token), start_pos=int(start_pos), n=int(n), pick=dict(pick), rows=bool(rows),
-                       then=int(then))
+                       then=int(then), stop=_ints(stop))
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))   # taken from a continuation
         return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
 

@@ -5,7 +5,7 @@
 //   node tests/gpu/engine_server.mjs SPEC.json      SPEC: createEngine options of a test spec (engine_env.mjs)
 // Requests {cmd, ...}: load {name, model, description, seq_len?} -> {config, length, aheadMax};
 //   forward {name, tokens, start_pos, n_out} -> {rows (base64 float32), length};  truncate {name, n} -> {length};
-//   decodeAhead {name, token, start_pos, n, pick, rows, then?} -> {ids, rows, length, continued (its result was a
+//   decodeAhead {name, token, start_pos, n, pick, rows, then?, stop?} -> {ids, rows, length, continued (its result was a
 //     continuation the call before had submitted)};
 //   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
 //   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; info -> {adapter};
@@ -39,7 +39,7 @@ async function handle(engine, models, q) {
   if (q.cmd === 'forward') return { rows: b64(await m.forward(q.tokens, q.start_pos, q.n_out)), length: m.length };
   if (q.cmd === 'truncate') { m.truncate(q.n); return { length: m.length }; }
   if (q.cmd === 'decodeAhead') {
-    const r = await m.decodeAhead(q.token, q.start_pos, q.n, q.pick, q.rows, q.then ?? 0);
+    const r = await m.decodeAhead(q.token, q.start_pos, q.n, q.pick, q.rows, q.then ?? 0, q.stop ?? null);
     return { ids: Array.from(r.ids), rows: b64(r.rows), length: m.length, continued: m.stats.continued ?? false };
   }
   if (q.cmd === 'specRound') {

@@ -260,3 +260,22 @@ def test_decode_ahead_continuation(models, variant, pick_name):
         if r["op"] == "decode_ahead":
             assert r["ids"] == r0["ids"] and r["length"] == r0["length"] and not r0["continued"]
     assert [r["continued"] for r in res if r["op"] == "decode_ahead"] == [False, True, True, False, False, False, True]
+
+
+def test_no_continuation_past_a_stop_id(models):
+    """decodeAhead's `stop` (the answer's EOS ids): a run that picked one gets no continuation (the answer ends
+    there, and passes run past it would only delay the next answer); without it the same run is continued."""
+    (path, d), _ = models
+    g = PICKS["greedy"]
+    prompt = [5, 9, 2, 71, 33]
+
+    def ops(stop):
+        return [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
+                {"op": "decode_ahead", "token": 8, "start_pos": 5, "n": 4, "pick": g, "rows": False, "then": 4, "stop": stop},
+                {"op": "decode_ahead", "token": "last", "start_pos": 9, "n": 4, "pick": g, "rows": False}]
+    info, _ = run_engine(path, d, ops([]))
+    first, second = info["results"][1], info["results"][2]
+    assert second["continued"] and not first["continued"]
+    info2, _ = run_engine(path, d, ops([first["ids"][1], 10 ** 6]))
+    assert info2["results"][1]["ids"] == first["ids"] and info2["results"][2]["ids"] == second["ids"]
+    assert not info2["results"][2]["continued"]
