@@ -625,8 +625,9 @@ def test_copies_of_the_prompts_text_are_proposed_inside_string_values():
     d.begin_round(st, 40, 8)
     props, q = asyncio.run(d.propose(prompt + answer, 4, None))
     assert q is None and not any(d.forced_flags)
-    # the copy, one token a free position, up to where the prompt's line ends (then nothing else to propose)
-    assert b"".join(tb[i] for i in props) == b"na Fischer" and len(props) == 3
+    # the copy, one token a free position, up to where the prompt's line ends, then the value's closing quote and
+    # what the grammar forces after it (`"}`: the document's end), as one free proposal
+    assert b"".join(tb[i] for i in props) == b'na Fischer"}' and len(props) == 4
     # a round holds k free proposals at most, copies included; k = 0 (no drafter) copies nothing
     d.begin_round(st, 40, 8)
     assert asyncio.run(d.propose(prompt + answer, 1, None))[0] == props[:1]
@@ -679,3 +680,93 @@ def test_a_forced_token_the_champion_splits_is_learned_and_proposed_split():
     props2, _ = asyncio.run(d2.propose([5, 6], 0, None))
     assert props2[:2] == [ids[b'{'], ids[b'"']]
     assert b"".join(tb[i] for i in props2) == b"".join(tb[i] for i in props)
+
+
+def _copy_round(rf, prompt: bytes, answer: bytes, k: int = 8):
+    """One JSON-mode round of GrammarDrafter over an n-gram base (copies on) on the toy vocabulary, after `prompt`
+    + `answer` (the prompt being the first round's sequence): (the proposals' bytes, forced_flags)."""
+    import asyncio
+    from exactspec.constrain.drafter import GrammarDrafter
+    from exactspec.drafters.ngram import NgramDrafter
+    vocab = toy_vocab()
+    c = Constraint(Grammar(parse_response_format(rf)), vocab)
+    p, a = vocab.longest_match(prompt), vocab.longest_match(answer)
+    d = GrammarDrafter(NgramDrafter(max_ngram=3, min_ngram=2), c)
+    d.begin_round(c.start, 60, 30)
+    asyncio.run(d.propose(p, 0, None))            # the first round: the drafter takes its sequence as the prompt
+    assert d.prompt_len == len(p)
+    st = c.start
+    for t in a:
+        st = c.advance(st, t)
+    d.begin_round(st, 60, 30)
+    props, q = asyncio.run(d.propose(p + a, k, None))
+    assert q is None
+    return b"".join(vocab.token_bytes[i] for i in props), list(d.forced_flags)
+
+
+def _obj(**props) -> dict:
+    return {"type": "json_schema", "schema": {"type": "object", "properties": props, "required": list(props),
+                                              "additionalProperties": False}}
+
+
+STR, NUM, INT = {"type": "string"}, {"type": "number"}, {"type": "integer"}
+
+
+def test_a_copy_whose_source_ends_proposes_the_closing_quote_and_what_the_grammar_forces():
+    """Where the copied text ends in the prompt (its line ends), the copy proposes the closing quote with what the
+    grammar forces after it, tokenised together (`", "` here: the model writes `Fischer",` as ` Fischer` + `",`);
+    the forced rest of the key follows as forced proposals. A full stop that ends the source is left out when the
+    value was copied from inside a sentence, kept when the copy started the sentence."""
+    got, flags = _copy_round(_obj(name=STR, age=INT), b"Name: Lena Fischer\n", b'{"name": "Lena')
+    assert got == b' Fischer", "age": ' and flags == [False, False, True, True]
+    assert _copy_round(_obj(name=STR, age=INT), b"Name: Lena Fischer, 34\n", b'{"name": "Lena')[0] \
+        .startswith(b" Fischer, 34")                           # the source goes on: no closing yet
+    assert _copy_round(_obj(city=STR), b"She is based in Tromso.\n", b'{"city": "Trom')[0] == b'so"}'
+    assert _copy_round(_obj(city=STR), b"City: Tromso.\n", b'{"city": "Trom')[0] == b'so."}'
+
+
+def test_number_values_copy_the_prompts_numbers_in_order():
+    """At a number value the prompt's numbers are proposed: the first one not yet written as a value, not part of a
+    word (K7) nor of a time (14:05); a number begun continues as the prompt's number that starts with it; once it is
+    complete, the byte that ends it and what the grammar forces after it (`, "b": `)."""
+    from exactspec.constrain.drafter import copy_proposal, number_tokens
+    prompt = b"Station K7 reported 18.5 degrees at 14:05 and 64 percent\n"
+    rf = _obj(a=NUM, b=NUM, c=STR)
+    got, flags = _copy_round(rf, prompt, b'{"a": ')
+    assert got == b'18.5, "b": 64, "c": "'
+    assert flags[-3:] == [True, True, True]                     # `": `... the key and the string's quote: forced
+    assert _copy_round(rf, prompt, b'{"a": 18.5, "b": ')[0] == b'64, "c": "'     # 18.5 is written: 64 next
+    assert _copy_round(rf, prompt, b'{"a": 18.5, "b": 6')[0] == b'4, "c": "'
+    assert _copy_round(rf, prompt, b'{"a": 2')[0] == b''        # no prompt number starts with 2
+    vocab = toy_vocab()
+    c = Constraint(Grammar(parse_response_format(rf)), vocab)
+    text = prompt + b'{"'
+    st = c.advance(c.start, vocab.longest_match(b'{"')[0])
+    assert number_tokens(c, text, st, len(prompt)) == []        # a key's start takes no digit: nothing
+    assert copy_proposal(c, vocab.longest_match(text), st, len(vocab.longest_match(prompt))) == []
+
+
+def test_copies_find_a_value_at_a_word_start_with_case_ignored_and_from_its_first_byte():
+    """A value's text so far is found at a word start (`at` continues as in `at home`, not inside `cat`), with ASCII
+    case ignored (the answer's `Tr` continues as the prompt's `treasurer`; the later words of such a copy are
+    capitalised: `North Gate`). A single byte is enough, only at a word start in the prompt: `M` continues as
+    `Mei`; a byte found only inside a word, or only in the answer, gives no copy."""
+    tr = b"Mei is the treasurer, and the north gate\n"
+    assert _copy_round(_obj(role=STR), tr, b'{"role": "Tr')[0] == b"easurer, "
+    assert _copy_round(_obj(role=STR), tr, b'{"role": "No')[0] == b"rth Gate"
+    assert _copy_round(_obj(role=STR), b"the cat sat at home\n", b'{"role": "at')[0] == b' home"}'
+    assert _copy_round(_obj(role=STR), b"Kofi chairs, Mei is here\n", b'{"role": "M')[0] == b"ei is he"
+    assert _copy_round(_obj(role=STR), b"chairs\n", b'{"role": "h')[0] == b""
+    assert _copy_round(_obj(a=STR, b=STR), b"x\n", b'{"a": "Zed", "b": "Z')[0] == b""
+
+
+def test_the_first_string_value_starts_with_the_prompt_texts_first_word():
+    """At the document's first string value (nothing written yet), the first word after the prompt's last `: ` is
+    proposed (`Lena`), then copied on; at a later string value, or with no `: ` in the prompt, nothing."""
+    prompt = b'Extract {"name": string} from: Lena Fischer, 34\n'
+    got = _copy_round(_obj(name=STR, b=STR), prompt, b'{"name": "')[0]
+    assert got.startswith(b"Lena Fischer, 34")
+    assert _copy_round(_obj(name=STR, b=STR), prompt, b'{"name": "x", "b": "')[0] == b""
+    assert _copy_round(_obj(name=STR), b"Lena Fischer\n", b'{"name": "')[0] == b""
+    assert _copy_round(_obj(n=INT, name=STR), prompt, b'{"n": 34, "name": "')[0].startswith(b"Lena")
+

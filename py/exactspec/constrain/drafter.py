@@ -11,10 +11,24 @@ each row under the grammar's mask at that position, so greedy / coupled / reject
 a point mass (q(x) = 1) like an n-gram proposal, and a draft-model proposal was drawn from its masked distribution,
 which is what its q row holds.
 
-Inside a string value, a free position first tries a copy: the value's text so far (2+ bytes) is looked up in the
-text before the value (the prompt above all), and the tokens of what followed it there are proposed, as the
+Inside a string value, a free position first tries a copy: the value's text so far (2+ bytes; 1 where the prompt
+has it at a word start) is looked up in the text before the value (the prompt above all), and the tokens of what followed it there are proposed, as the
 tokenizer writes them (`copy_tokens`). Token n-grams miss such copies: the prompt writes ` Lena Fischer` where the
 answer writes `"Lena Fischer"`, so the tokens differ although the text is the same.
+
+The copies go further (`copy_proposal`, measured on the DEV prompts of bench/json_mode/dev_prompts.json first, then
+on the workload's: README, JSON mode):
+- a value's first byte is enough to copy from the prompt's text (at a word start there: the model writes `L` +
+  `ena` where the prompt has ` Lena`); a longer needle is also found with ASCII case ignored, at a word start (the
+  prompt's `treasurer` continues the answer's `Tr`), its later words then capitalised (`north gate` -> `North Gate`);
+- where the copy's source ends (a line end, a quote), the copy proposes the value's closing quote and what the
+  grammar forces after it (`Fischer",` as ` Fischer` + `",`; `"}` where a string is the document's last value),
+  less a sentence's full stop when the value was copied from inside the sentence (`Tromso.` -> `"Tromso"`);
+- the first token of the document's first string value is the prompt text's first word (after the prompt's last
+  `: `, as in `Extract {...} from: Lena Fischer, 34`), as the tokenizer writes it;
+- a number value copies a number of the prompt (the first one, in the prompt's order, that the answer has not
+  written as a value: not part of a word like K7 or INV-2291, nor of a time like 14:05), and once it is complete
+  the byte that ends it where only one can, with what the grammar forces after that (`, "city": "`).
 
 A forced byte string is proposed as the tokenizer writes it (`Constraint.forced`); the model mostly writes text that
 way. When it does not (it prefers another split), the proposal is rejected at that row and the champion's own token
@@ -24,54 +38,194 @@ passed in by the session, for every answer of that champion.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..drafters.ngram import NgramDrafter
 
 MAX_ROUND = 32           # proposals per round at most (forced + free): rows of one verify pass
-COPY_MIN_BYTES = 2       # a string value's text so far must be this long before it is looked up for a copy
+COPY_MIN_BYTES = 2       # a string value's text so far must be this long before it is looked up anywhere for a copy
+                         # (shorter: only at a word start in the prompt)
 COPY_MAX_BYTES = 48      # the most text of a copy tokenised per lookup
 
 
-def copy_tokens(vocab, text: bytes, quote_at: int) -> list[int]:
+def copy_tokens(vocab, text: bytes, quote_at: int, prompt_end: int | None = None, close=None) -> list[int]:
     """Token ids continuing the string value that opens at text[quote_at] ('"') by a copy: the value's bytes so
-    far, text[quote_at + 1:], found last in text[:quote_at]; what followed them there (up to a newline or a quote,
-    COPY_MAX_BYTES at most), tokenised as the tokenizer writes it, whole characters only. [] when none."""
+    far, text[quote_at + 1:], found in text[:quote_at] (`_find_copy`; a value's first byte only in the prompt,
+    text[:prompt_end]); what followed them there, up to a newline or a quote (COPY_MAX_BYTES at most), whole
+    characters only, tokenised as the tokenizer writes it. Where the source ends there (a newline, a quote, the end
+    of the text), close(tail) -> the tokens of the tail, the value's closing quote and what the grammar forces after
+    it, or None, are proposed instead: the model writes `Fischer",` as ` Fischer` + `",`
+    and `stapler.",` with `.",` as one token; a full stop that ends the source is left out unless the copy started
+    a sentence (`_sentence_start`: the model writes `"Tromso"` from `... based in Tromso.`). [] when nothing is
+    found."""
     needle = text[quote_at + 1:]
-    if len(needle) < COPY_MIN_BYTES or b'"' in needle or b"\\" in needle:
+    if not needle or b'"' in needle or b"\\" in needle:
         return []
-    at = text.rfind(needle, 0, quote_at)
+    at = _find_copy(text, needle, quote_at, quote_at if prompt_end is None else min(prompt_end, quote_at))
     if at < 0:
         return []
-    tail = text[at + len(needle): at + len(needle) + COPY_MAX_BYTES]
+    src = text[at + len(needle):quote_at]
+    if text[at:at + 1].islower() and needle[:1].isupper():     # found with case ignored: the answer capitalises
+        src = re.sub(rb"(?<= )[a-z]", lambda m: m.group(0).upper(), needle[-1:] + src)[1:]   # `north gate` -> `North Gate`
+    tail = src[:COPY_MAX_BYTES]
+    ends = len(src) <= COPY_MAX_BYTES
     for stop in (b"\n", b'"'):
         cut = tail.find(stop)
         if cut >= 0:
-            tail = tail[:cut]
+            tail, ends = tail[:cut], True
+    if ends and tail.endswith(b".") and not _sentence_start(text, at):
+        tail = tail[:-1]            # a value copied from inside a sentence ends before the sentence's full stop
     while tail:
         try:
-            piece = tail.decode("utf-8")
+            tail.decode("utf-8")
             break
         except UnicodeDecodeError:
-            tail = tail[:-1]
-    if not tail:
+            tail, ends = tail[:-1], False
+    return ((close(tail) if close is not None and ends else None) or []) or (_tokens(vocab, tail) if tail else [])
+
+
+def _sentence_start(text: bytes, at: int) -> bool:
+    """Whether text[at] starts a sentence: after a full stop, a question or exclamation mark, a colon or a line
+    end (quotes, brackets and spaces between), or at the text's start."""
+    before = text[:at].rstrip(b" \t\"'([")
+    return not before or before[-1:] in (b".", b"!", b"?", b":", b"\n")
+
+
+def _find_copy(text: bytes, needle: bytes, end: int, prompt_end: int) -> int:
+    """Where the copy of `needle` starts in text[:end], -1 if none: its last occurrence at a word start (the byte
+    before it not a letter or digit); a needle under COPY_MIN_BYTES only so and only in text[:prompt_end]; a longer
+    one else its last occurrence anywhere, then at a word start with ASCII case ignored (the prompt writes
+    `treasurer`, the answer `Treasurer`)."""
+    def at_word(hay, nl, stop):
+        at = hay.rfind(nl, 0, stop)
+        while at >= 0:
+            if at == 0 or not chr(hay[at - 1]).isalnum():
+                return at
+            at = hay.rfind(nl, 0, at + len(nl) - 1)
+        return -1
+    if len(needle) < COPY_MIN_BYTES:
+        return at_word(text, needle, prompt_end)
+    at = at_word(text, needle, end)
+    if at >= 0:
+        return at
+    at = text.rfind(needle, 0, end)
+    return at if at >= 0 else at_word(text.lower(), needle.lower(), end)
+
+
+# a number of the prompt: digits with an optional fraction, not part of a word (K7, 14C, INV-2291) or of another
+# number's digits
+_PROMPT_NUMBER = re.compile(rb"(?<![A-Za-z0-9_.\-])(?<![0-9]:)-?[0-9]+(?:\.[0-9]+)?(?![A-Za-z0-9_])(?!:[0-9])")
+_NUMBER_SO_FAR = re.compile(rb"-?[0-9]*(?:\.[0-9]*)?$")
+_NUMBER_BYTES = frozenset(b"0123456789.eE+-")
+
+
+def number_tokens(constraint, text: bytes, state, prompt_end: int) -> list[int]:
+    """Token ids continuing a number value by a copy of a number of the prompt (text[:prompt_end]): the first
+    one, in the prompt's order, that starts with the number written so far and that the answer has not written as
+    a value yet (extraction writes the prompt's numbers in order); once it is complete, the byte that ends the
+    number where the grammar allows only one (`,`, `}` or `]`) and what it forces after that, tokenised together
+    (`},` in `3}, {"`). [] when the grammar takes no digit here, or nothing fits."""
+    g = constraint.grammar
+    so_far = _NUMBER_SO_FAR.search(text).group(0)
+    if so_far and not so_far[-1:].isdigit() and so_far != b"-":
         return []
+    if not so_far and text[-1:] and text[-1] in _NUMBER_BYTES:   # inside a number's fraction or exponent
+        return []
+    if not so_far and g.step(state, 0x31) is None:          # not a number's start
+        return []
+    head = text[prompt_end:len(text) - len(so_far)]
+    for m in _PROMPT_NUMBER.finditer(text[:prompt_end]):
+        v = m.group(0)
+        if not v.startswith(so_far) or re.search(rb"(?:: |\[|, |:|,)" + re.escape(v) + rb"(?![0-9.])", head):
+            continue
+        rest = v[len(so_far):]
+        if not rest:
+            ends = [b for b in g.next_bytes(state) if b not in _NUMBER_BYTES]
+            if len(ends) != 1:
+                return []
+            return _closing(constraint, bytes(ends), g.step(state, ends[0]))
+        return _tokens(constraint.vocab, rest)
+    return []
+
+
+_WORD = re.compile(rb"[A-Za-z0-9][^\s\"]*")             # a word of the prompt's text: from a letter or digit on
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"(:?)')           # a complete JSON string, and the ':' of a key
+
+
+def _no_string_value(answer: bytes) -> bool:
+    """True when every complete string of `answer` (JSON text) is a key (followed by ':')."""
+    return all(m.group(1) for m in _STRING.finditer(answer))
+
+
+def first_word_tokens(vocab, text: bytes, prompt_end: int) -> list[int]:
+    """Token ids of the first word of the prompt's text (text[:prompt_end] after its last ': ', where extraction
+    prompts put the text: `Extract {...} from: Lena Fischer, 34`), as the tokenizer writes it at a string value's
+    start, while the answer (text[prompt_end:]) has not written that word: a document's first string value most
+    often starts with it. [] when there is none."""
+    colon = text.rfind(b": ", 0, prompt_end)
+    if colon < 0:
+        return []
+    m = _WORD.search(text, colon + 2, prompt_end)
+    if m is None:
+        return []
+    word = m.group(0).rstrip(b".,;:!?)'")
+    if not word or word in text[prompt_end:]:
+        return []
+    return _tokens(vocab, word)
+
+
+def _tokens(vocab, data: bytes) -> list[int]:
+    """data as the tokenizer writes it (else the longest match over the vocabulary); [] if it cannot."""
     if vocab.encode is not None:
-        ids = [int(i) for i in vocab.encode(piece)]
-        if b"".join(vocab.token_bytes[i] or b"\x00" for i in ids) == tail:
+        try:
+            ids = [int(i) for i in vocab.encode(data.decode("utf-8"))]
+        except UnicodeDecodeError:
+            ids = []
+        if ids and b"".join(vocab.token_bytes[i] or b"\x00" for i in ids) == data:
             return ids
-    return vocab.longest_match(tail) or []
+    return vocab.longest_match(data) or []
 
 
-def copy_proposal(constraint, toks, state) -> list[int]:
-    """The copy's first token at a free position after `toks` (prompt + answer so far) in grammar `state`, or []
-    (not inside a string value, or nothing to copy): GrammarDrafter's, and bench json_mode's simulation of it."""
-    if not constraint.in_free_string(state):
-        return []
+def copy_proposal(constraint, toks, state, prompt_len: int | None = None) -> list[int]:
+    """The copy's first token at a free position after `toks` (prompt + answer so far, the prompt its first
+    prompt_len tokens) in grammar `state`, or []: inside a string value the copy of the prompt's text
+    (`copy_tokens`), at or inside a number the copy of a prompt's number (`number_tokens`). GrammarDrafter's, and
+    bench json_mode's simulation of it. Special tokens count as line ends (a copy stops at a message's end)."""
     tb = constraint.vocab.token_bytes
-    text = b"".join(tb[t] or b"" for t in toks)
+    text = b"".join(tb[t] or b"\n" for t in toks)
+    pe = len(text) if prompt_len is None else sum(len(tb[t] or b"\n") for t in toks[:prompt_len])
+    if not constraint.in_free_string(state):
+        return number_tokens(constraint, text, state, pe)[:1]
     q = text.rfind(b'"')
-    return copy_tokens(constraint.vocab, text, q)[:1] if q >= 0 else []
+    if q < 0:
+        return []
+    if q == len(text) - 1:                     # a value's first token: the first one's is the text's first word
+        return first_word_tokens(constraint.vocab, text, pe)[:1] if _no_string_value(text[pe:q]) else []
+    g = constraint.grammar
+
+    def close(tail: bytes):
+        after = g.walk(state, tail + b'"')
+        return None if after is None else _closing(constraint, tail + b'"', after)
+    return copy_tokens(constraint.vocab, text, q, pe, close)[:1]
+
+
+def _forced_bytes(constraint, state) -> tuple[bytes, tuple]:
+    """The bytes the grammar forces from `state` (Constraint.forced's, as far as they go) and the state after them."""
+    data = b"".join(constraint.vocab.token_bytes[t] for t in constraint.forced(state))
+    return data, constraint.grammar.walk(state, data)
+
+
+def _closing(constraint, end: bytes, after) -> list[int]:
+    """Tokens of `end` (the bytes that end a value) and what the grammar forces after them, less a last token that
+    what may follow could merge with (`}` before `,` or `]`: the model writes `},` or `}]`, which is not known)."""
+    more, last = _forced_bytes(constraint, after)
+    data = end + more
+    ids = _tokens(constraint.vocab, data)
+    if not ids or last is None:
+        return ids
+    return constraint.unmerge_tail(data, last, ids)
 
 
 def learn_split(vocab, splits: dict, proposed: int, written: int) -> None:
@@ -118,6 +272,7 @@ class GrammarDrafter:
         self.forced_flags: list = []     # (g,) True where the grammar forced the proposal
         self._budget = None
         self._cap = 0
+        self.prompt_len = None           # the prompt's tokens: the sequence of the first round (copy_proposal's)
 
     @property
     def passes(self) -> int:
@@ -154,6 +309,8 @@ class GrammarDrafter:
         q_rows: list = []
         n_free = 0
         sampled = False
+        if self.prompt_len is None:
+            self.prompt_len = len(seq)
         while len(proposals) < self._cap:
             st = self.states[-1]
             if c.done(st):
@@ -174,7 +331,7 @@ class GrammarDrafter:
             if n_free >= k:
                 break
             mask = c.mask(st, self._budget - len(proposals))      # (vocab,) bool
-            toks = copy_proposal(c, list(seq) + proposals, st) if self.copy else []
+            toks = copy_proposal(c, list(seq) + proposals, st, self.prompt_len) if self.copy else []
             if not toks or not mask[toks[0]]:
                 toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
             q = None

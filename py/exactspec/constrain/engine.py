@@ -220,14 +220,14 @@ class Constraint:
             s = g.step(s, nb)
         ids = self._tokenize(bytes(data), state)
         if ids and b"".join(self.vocab.token_bytes[i] for i in ids) == data:
-            ids = self._unmerge_tail(bytes(data), s, ids)
+            ids = self.unmerge_tail(bytes(data), s, ids)
         if len(self._forced) > 16 * self.cache_size:
             self._forced.clear()
         self._forced[state] = ids
         self.seconds += time.perf_counter() - t0
         return ids
 
-    def _unmerge_tail(self, data: bytes, end: tuple, ids: list[int]) -> list[int]:
+    def unmerge_tail(self, data: bytes, end: tuple, ids: list[int]) -> list[int]:
         """Drop the run's last token when whatever the grammar allows after the run would merge with it: a
         tokenizer writes ` [{` rather than ` [` + `{`, so ` [` alone would be rejected (the next free proposal
         or the champion picks the merged token instead). Only punctuation merges (the pre-tokenizer splits letters,
