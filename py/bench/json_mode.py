@@ -15,6 +15,10 @@
 
     python build.py bench json_mode [--runs 3] [--prompts 12] [--speed-prompts 6] [--coupled-seeds 1]
                                     [--configs plain,forced,...] [--pyodide-prompts 4] [--no-pyodide] [--out FILE]
+                                    [--dev | --prompts-file FILE]
+
+--dev measures bench/json_mode/dev_prompts.json instead of the workload's prompts: the DEV set on which drafting
+ideas are tuned, so that the workload's figure is not fitted to the prompts it is reported on.
 
 Everything goes through exactspec.session.Session.generate, the page's own code path. Each answer starts from an
 empty KV cache, prefilled apart, so timings compare like with like. Timing figures: median and range
@@ -55,7 +59,19 @@ K = 4
 SPEED_CONFIGS = ("plain", "forced", "combined")   # timed in JSON mode and in free text, --runs times
 
 
+DEV_PROMPTS = ROOT / "bench" / "json_mode" / "dev_prompts.json"
+PROMPTS_FILE = None      # --prompts-file: a DEV set ({"prompts": [{"id", "text", "schema"}]}) instead of the workload's
+SYSTEM = "Reply with strict JSON only: no prose, no code fences."     # the workload's strict-JSON system message
+
+
 def stratum(n: int | None = None):
+    if PROMPTS_FILE is not None:
+        # drafting ideas are tuned on these, so that the workload's figure is not fitted to its own prompts; each
+        # is asked as the workload asks (its system message, its answer budget)
+        rows = [({"id": p["id"], "stratum": "json_extraction", "max_new_tokens": p.get("max_new_tokens", 96),
+                  "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p["text"]}]},
+                 p["schema"]) for p in json.loads(Path(PROMPTS_FILE).read_text())["prompts"]]
+        return rows[:n]
     rows = [json.loads(x) for x in WORKLOAD.read_text().splitlines() if x.strip()]
     rows = [r for r in rows if r["stratum"] == "json_extraction"]
     schemas = json.loads(SCHEMAS.read_text())["workload"]
@@ -165,7 +181,8 @@ def simulate_passes(c, answer, max_new_tokens: int, k: int, free: str, forced_sp
                 tok, kind = A[pos + n], "oracle"
             else:
                 mask = c.mask(s, remaining - n)                            # (vocab,) bool
-                got = copy_proposal(c, list(prompt) + A[:pos + n], s) if look is not None else []   # its copy first
+                got = copy_proposal(c, list(prompt) + A[:pos + n], s, len(prompt)) \
+                    if look is not None else []                           # its copy first
                 kind = "copy"
                 if not got or not mask[got[0]]:
                     got = look.lookup(list(prompt) + A[:pos + n], 1) if look is not None else []
@@ -440,6 +457,7 @@ import bench.json_mode as jm
 from pathlib import Path
 jm.WORKLOAD = Path('/host' + %(workload)s)
 jm.SCHEMAS = Path('/host' + %(schemas)s)
+jm.PROMPTS_FILE = %(prompts_file)s and '/host' + %(prompts_file)s
 try:
     res = await jm.measure('/host' + %(champion)s, %(draft)s and '/host' + %(draft)s, %(n)d, %(runs)d, %(configs)s,
                            log=lambda s: print('LOG ' + s, flush=True))
@@ -466,6 +484,7 @@ def run_pyodide(n: int, runs: int, configs, draft: str | None) -> dict | None:
         script.write_text(PYODIDE_RUNNER % {
             "rt": rt, "py": json.dumps(str(ROOT / "py")), "workload": json.dumps(str(WORKLOAD)),
             "schemas": json.dumps(str(SCHEMAS)), "champion": json.dumps(str(CHAMPION.resolve())),   # no symlinks
+            "prompts_file": json.dumps(str(Path(PROMPTS_FILE).resolve())) if PROMPTS_FILE else "None",
             "draft": json.dumps(str(Path(draft).resolve())) if draft else "None", "n": n, "runs": runs, "configs": json.dumps(configs)})
         proc = subprocess.Popen([node, "--max-old-space-size=4096", str(script)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=d)
@@ -494,7 +513,16 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write every figure as JSON here")
     ap.add_argument("--coupled-seeds", type=int, default=1, help="coupled T = 0.7 answers per prompt (0: none)")
     ap.add_argument("--configs", default=None, help="comma-separated tau configurations (default all)")
+    ap.add_argument("--prompts-file", default=None,
+                    help="prompts {\"prompts\": [{\"id\", \"text\", \"schema\"}]} instead of the workload's 12 strict-JSON "
+                         "prompts (the figures of record)")
+    ap.add_argument("--dev", action="store_true", help=f"--prompts-file {DEV_PROMPTS.relative_to(ROOT)}: the DEV set "
+                    "that drafting ideas are tuned on")
     a = ap.parse_args()
+    global PROMPTS_FILE
+    PROMPTS_FILE = str(DEV_PROMPTS) if a.dev else a.prompts_file
+    if PROMPTS_FILE:
+        print(f"prompts: {PROMPTS_FILE}")
     try:
         import jsonschema
 
@@ -511,7 +539,7 @@ def main() -> None:
     res = asyncio.run(measure(str(CHAMPION), draft, a.prompts, a.runs, configs, check, speed_prompts=a.speed_prompts,
                               simulate=True, coupled_seeds=a.coupled_seeds))
     report("CPython", res)
-    out = {"cpython": res}
+    out = {"cpython": res, "prompts_file": PROMPTS_FILE and str(Path(PROMPTS_FILE).resolve().relative_to(ROOT))}
     if not a.no_pyodide:
         pres = run_pyodide(a.pyodide_prompts, a.pyodide_runs, ["plain", "combined"] if draft else ["plain", "forced"],
                            draft)
