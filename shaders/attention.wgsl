@@ -2,10 +2,14 @@
 // the chunk's own keys/values, written by matmul MODE 3).
 //
 // Work split: one workgroup per (head h = wid.x, chunk row t = wid.y); pos = start_pos + t attends keys 0..pos.
-//   1. lane l scores keys j = l, l + WG_SIZE, ... (dot over head_dim in ascending vec4 order), keeps its max;
+//   1. lane l scores keys j = l, l + WG_SIZE, ... (dot over head_dim in ascending vec4 order), keeps its max (and its
+//      first two scores in registers);
 //   2. fixed binary tree max over lanes; lane l exponentiates its keys and sums them in ascending j; fixed tree sum;
 //   3. the workgroup splits into S = WG_SIZE / (head_dim/4) key slices; invocation (s, d4) sums p_j * v[j, 4*d4..]
 //      over keys j = s, s + S, ... ascending; the S slice sums are added in slice order by invocation (0, d4).
+// Latency (a pass at a short position is a chain of dependent memory round trips): HD4 (override, head_dim / 4)
+// makes the head_dim loops constant, so a key's loads issue together; step 2 reads a lane's first two scores from
+// registers; step 3 issues two groups' loads before their adds. None of it changes an operation or its order.
 // BATCH INVARIANCE: every reduction is over absolute key positions in an order fixed by pos alone, so a row's
 // result is the same whatever chunk it is computed in.
 //
@@ -41,6 +45,7 @@
 //                          6 pattn array<f32> read_write (n_heads, max_rows, dim) partials
 
 override WG_SIZE: u32 = 64;
+override HD4: u32 = 0u;  // head_dim / 4 as a pipeline constant (its loops unroll: a key's loads issue together); 0: from params
 // #if O_PROJ
 override WTYPE: u32 = 0;
 override OU: u32 = 8u;   // most 8-value units of W_o any head's slice takes (engine: max over heads of u1 - u0)
@@ -106,7 +111,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #else
   let nkeys = pos + 1u;
 // #endif
-  let hd4 = params.head_dim / 4u;
+  let hd4 = select(params.head_dim / 4u, HD4, HD4 > 0u);
   let kvh = h / (params.n_heads / params.n_kv_heads);
   let kv4 = params.kv_dim / 4u;
 // #if WINDOW
@@ -128,8 +133,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   workgroupBarrier();
 
-  // 1. scores and per-lane max
+  // 1. scores and per-lane max; a lane's first two scores also stay in registers (r0, r1) for step 2
   var m = -3.4e38;
+  var r0 = 0.0;
+  var r1 = 0.0;
   for (var j = lid; j < nkeys; j = j + WG_SIZE) {
     // four independent partial dots (head_dim % 16 == 0) combined in a fixed order
     let kb = j * kv4 + koff;
@@ -140,6 +147,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let s = ((s4.x + s4.y) + (s4.z + s4.w)) * params.scale;
     scores[sbase + j] = s;
+    if (j == lid) { r0 = s; } else if (j == lid + WG_SIZE) { r1 = s; }
     m = max(m, s);
   }
   red[lid] = m;
@@ -154,7 +162,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   // 2. exponentials and their sum
   var l = 0.0;
   for (var j = lid; j < nkeys; j = j + WG_SIZE) {
-    let e = exp(scores[sbase + j] - mx);
+    var sv = r0;                               // the same value as in scores: read back only past two keys a lane
+    if (j == lid + WG_SIZE) { sv = r1; } else if (j != lid) { sv = scores[sbase + j]; }
+    let e = exp(sv - mx);
     scores[sbase + j] = e;
     l = l + e;
   }
@@ -173,11 +183,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let sl = lid / hd4;
   var acc = vec4<f32>(0.0);
   if (sl < S) {
-    // keys sl, sl + S, ... in groups of four with independent accumulators (loads in flight), then the tail
+    // keys sl, sl + S, ... in groups of four with independent accumulators (loads in flight), then the tail;
+    // first two groups a trip, all sixteen loads before the adds (the same adds in the same order as two trips)
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
     var j = sl;
+    for (; j + 7u * S < nkeys; j = j + 8u * S) {
+      let s0 = scores[sbase + j];
+      let s1 = scores[sbase + j + S];
+      let s2 = scores[sbase + j + 2u * S];
+      let s3 = scores[sbase + j + 3u * S];
+      let s4 = scores[sbase + j + 4u * S];
+      let s5 = scores[sbase + j + 5u * S];
+      let s6 = scores[sbase + j + 6u * S];
+      let s7 = scores[sbase + j + 7u * S];
+      let v0 = kv[voff + j * kv4 + d4];
+      let v1 = kv[voff + (j + S) * kv4 + d4];
+      let v2 = kv[voff + (j + 2u * S) * kv4 + d4];
+      let v3 = kv[voff + (j + 3u * S) * kv4 + d4];
+      let v4 = kv[voff + (j + 4u * S) * kv4 + d4];
+      let v5 = kv[voff + (j + 5u * S) * kv4 + d4];
+      let v6 = kv[voff + (j + 6u * S) * kv4 + d4];
+      let v7 = kv[voff + (j + 7u * S) * kv4 + d4];
+      acc = acc + s0 * v0;
+      a1 = a1 + s1 * v1;
+      a2 = a2 + s2 * v2;
+      a3 = a3 + s3 * v3;
+      acc = acc + s4 * v4;
+      a1 = a1 + s5 * v5;
+      a2 = a2 + s6 * v6;
+      a3 = a3 + s7 * v7;
+    }
     for (; j + 3u * S < nkeys; j = j + 4u * S) {
       acc = acc + scores[sbase + j] * kv[voff + j * kv4 + d4];
       a1 = a1 + scores[sbase + j + S] * kv[voff + (j + S) * kv4 + d4];

@@ -15,8 +15,9 @@
 //      subgroup g (LANES = subgroup size) takes pairs g, g + G, ... with lib/tiles' dot1/dot4/dot8 (lanes over
 //      8-value units, RMSNorm statistic from the same loads, subgroupAdd); SwiGLU -> `hs` (TILE, SLICE) in
 //      workgroup memory;
-//   3. down: invocation l takes output rows r = l, l + WG_SIZE, ... and sums W_down[r, j0..j1) . hs[slot] over the
-//      slice's units in ascending order, each unit decoded once for the tile's slots.
+//   3. down: invocation l takes output rows r = l, l + WG_SIZE, ... (two a trip, their loads in flight together) and
+//      sums W_down[r, j0..j1) . hs[slot] over the slice's units in ascending order, each unit decoded once for the
+//      tile's slots.
 // Slice size (engine option fuseSlice, default 32 since the H200 measured it fastest: 1.15 ms vs 1.31 ms GPU per
 // SmolLM2 forward at 64; SmolLM2 at 64: 1536 / 64 = 24 workgroups and 24 partials): the slice
 // count is both this kernel's parallelism (one workgroup per slice, each reading 3 * SLICE * dim weights: ~69 KB of
@@ -126,23 +127,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       }
     }
     workgroupBarrier();
-    // 3. down: rows r = lid, lid + WG_SIZE, ... over the slice's units, ascending; one decode per unit for all slots
+    // 3. down: rows r = lid, lid + WG_SIZE, ... over the slice's units, ascending; one decode per unit for all slots;
+    //    two rows a trip (r and r + WG_SIZE, the second clamped in range and not written past dim): both rows' loads
+    //    are in flight together, each row's adds as with one row a trip
     let hb = j0 / 4u;
-    for (var r = lid; r < params.dim; r = r + WG_SIZE) {
-      var acc: array<f32, 8>;   // slots 0 .. TILE-1
-      for (var i = 0u; i < TILE; i = i + 1u) { acc[i] = 0.0; }
+    for (var r = lid; r < params.dim; r = r + 2u * WG_SIZE) {
+      let rb = r + WG_SIZE;
+      let r2 = min(rb, params.dim - 1u);
+      var acc: array<f32, 8>;   // slots 0 .. TILE-1 of row r
+      var acc2: array<f32, 8>;  // of row r2
+      for (var i = 0u; i < TILE; i = i + 1u) { acc[i] = 0.0; acc2[i] = 0.0; }
       for (var k = 0u; k < SLICE / 8u; k = k + 1u) {   // constant trip count: loads can all be in flight
         let u = min(j0 / 8u + k, j1 / 8u - 1u);         // (a short last slice: clamped load, no add)
         let p = load_unit_d(r, u);
+        let p2 = load_unit_d(r2, u);
         if (j0 / 8u + k < j1 / 8u) {
           for (var i = 0u; i < TILE; i = i + 1u) {
             let slot = min(i, n4 - 1u);
             acc[i] = acc[i] + term_d(p, hv(slot, p.i0 - hb), hv(slot, p.i1 - hb));
+            acc2[i] = acc2[i] + term_d(p2, hv(slot, p2.i0 - hb), hv(slot, p2.i1 - hb));
           }
         }
       }
       for (var i = 0u; i < n4; i = i + 1u) {
         pffn[(sl * params.pstride * 4u) + (t + i) * params.dim + r] = acc[i];
+        if (rb < params.dim) { pffn[(sl * params.pstride * 4u) + (t + i) * params.dim + rb] = acc2[i]; }
       }
     }
   }

@@ -184,7 +184,7 @@ export class GraphBuilder {
     const K = this.kernels.attention;
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', this.attnParams())), step: this.step,
       q: this.buf('q'), kv: this.buf(kv), scores: this.buf('scores'), out: this.buf(out) });
-    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg });
+    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg }, { HD4: this.cfg.head_dim / 4 });
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [this.cfg.n_heads, rows, 1] }) });
   }
 
@@ -195,7 +195,8 @@ export class GraphBuilder {
     const params = this.attnParams({ dim: cfg.dim, K: this.dims.qDim, pstride: this.plan.maxRows * cfg.dim });
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, q: this.buf('q'),
       kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn') });
-    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype) });
+    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype) },
+      { HD4: cfg.head_dim / 4 });
     const z = this.plan.attnSplit;   // workgroups sharing a head's O projection (each its own scores row)
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, z] }) });
   }

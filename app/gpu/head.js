@@ -460,7 +460,7 @@ class HeadGraph extends GraphBuilder {
     const { window, seq_len: seqLen } = this.cfg;
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', this.attnParams({ window, span: window ? Math.min(window, seqLen) : seqLen }))),
       step: this.step, q: this.buf('q'), kv: this.buf(kv), scores: this.buf('scores'), out: this.buf(out) });
-    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg });
+    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg }, { HD4: this.cfg.head_dim / 4 });
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [this.cfg.n_heads, rows, 1] }) });
   }
 

@@ -49,8 +49,11 @@ class Kernel {
     this.cache = new Map();
   }
 
-  /** The compute pipeline with these override constants (by name; WG_SIZE defaults to kernels.js's WG_SIZE). */
-  pipeline(constants = {}) {
+  /** The compute pipeline with these override constants (by name; WG_SIZE defaults to kernels.js's WG_SIZE) and
+   * those of `optional` that the kernel declares (a hint an older kernel file may lack: the pinned revisions of
+   * tests/gpu/test_wgsl_golden.py run through the same engine). */
+  pipeline(constants = {}, optional = {}) {
+    for (const [k, v] of Object.entries(optional)) if (this.sig.overrides.has(k)) constants = { ...constants, [k]: v };
     const key = JSON.stringify(constants);
     if (!this.cache.has(key)) {
       this.cache.set(key, this.device.createComputePipelineAsync({

@@ -4,7 +4,7 @@
 // again in JS.
 //
 //   parseSignature(wgsl) -> {bindings: [{name, binding, space: 'uniform'|'read'|'read_write', type, dynamic, size}],
-//                            structs: {Name: [{name, type}]}}
+//                            structs: {Name: [{name, type}]}, overrides: Set of the `override NAME` constants}
 //     A uniform of struct type `Step` (one slot per chunk/pass of a submission) is bound with a dynamic offset.
 //   packStruct(fields, values, what) -> Uint32Array   scalar fields (u32 / i32 / f32) by name; fields whose name
 //     starts with `_` (padding) are 0; a missing or unknown name is an error naming it.
@@ -37,6 +37,7 @@ export function parseSignature(wgsl, what = 'kernel') {
       return { name: fm[1], type: fm[2].trim() };
     });
   }
+  const overrides = new Set([...src.matchAll(/\boverride\s+(\w+)/g)].map((m) => m[1]));
   const bindings = [];
   const re = /@group\(\s*0\s*\)\s*@binding\(\s*(\d+)\s*\)\s*var\s*(?:<([^>]*)>)?\s*(\w+)\s*:\s*([^;]+);/g;
   for (const m of src.matchAll(re)) {
@@ -60,7 +61,7 @@ export function parseSignature(wgsl, what = 'kernel') {
     seen.set(b.binding, b.name);
   }
   bindings.sort((a, b) => a.binding - b.binding);
-  return { bindings, structs };
+  return { bindings, structs, overrides };
 }
 
 function structBytes(fields, what) {

@@ -13,7 +13,10 @@ and every kernel file is expanded by app/gpu/wgsl.js before it is compiled, two 
    (WTYPE per weight type, TILE 1/4/8, KSPLIT, MODE, NORM, LANES, PAIRS, NPART, OUT/FEATURES, ...), hence the same
    compiled code and the same speed. Hashes rather than the old files keep the test free of git history; where the
    history is there, a mismatch prints the token diff against the pinned revision's file. A deliberate kernel change
-   re-pins with `python tests/gpu/test_wgsl_golden.py --update` (and is measured on the H200 again).
+   re-pins with `python tests/gpu/test_wgsl_golden.py --update` (and is measured on the H200 again): on 2026-12-04
+   the latency changes of attention.wgsl (HD4, two key groups a trip) and ffn_sg.wgsl (two down rows a trip)
+   re-pinned every kernel at e2a88be, the revision before them, so the results tests below now compare with
+   e2a88be's files (themselves bitwise equal to 30c877a's).
 2. Results (`test_results_bitwise_equal_to_pinned_revision`): the engine under Dawn (llvmpipe here) runs the same
    forwards (9, 3 and 1 rows: tiles 8, 4, 1), batched steps (greedy and coupled picks) and kept features, once with
    shaders/ and once with the pinned revision's files (git archive), and every logits row, pick and feature must be
@@ -267,6 +270,39 @@ def test_results_bitwise_equal_to_pinned_revision(pinned_shaders, typed_models, 
     for ra, rb in zip(a_info["results"], b_info["results"]):
         assert ra.get("ids") == rb.get("ids") and ra.get("features") == rb.get("features"), ra["op"]
         assert ra.get("dispatches") == rb.get("dispatches")
+
+
+@pytest.mark.skipif(_why is not None, reason=f"WebGPU engine cannot run here: {_why}")
+@pytest.mark.parametrize("variant,attn_wg", [("cpu", 64), ("fused", 64), ("fused", 256), ("fused_split3", 256),
+                                            ("fused_dim128_wg48", 64)])
+def test_long_positions_bitwise_equal_to_pinned_revision(pinned_shaders, tmp_path_factory, variant, attn_wg):
+    """Attention far past the short positions above: up to 560 keys, so every path of attention.wgsl's value loop
+    (two groups of four keys a trip, one group, the tail) runs with S = 16 and S = 64 key slices (workgroups of 64
+    and 256, head_dim 16), prefill chunks, batched steps and the O projection split over 3 workgroups; and ffn_sg's
+    down projection with two rows a trip where both exist and where the second is past dim (dim 128, workgroups of
+    48): every row bitwise equal to the pinned revision's kernels."""
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    path = tmp_path_factory.mktemp("long") / "long.gguf"
+    cfg = dict(dim=128, hidden_dim=256) if "dim128" in variant else {}
+    write_micro_gguf(path, micro_config(seq_len=640, **cfg), seed=4, tensor_type="Q4_1")
+    d = describe(path)
+    toks = [int(t) for t in np.random.default_rng(12).integers(0, d["config"]["vocab_size"], 560)]
+    ops = [{"op": "forward", "tokens": toks[:300], "start_pos": 0, "n_out": 4},
+           {"op": "forward", "tokens": toks[300:501], "start_pos": 300, "n_out": 8},
+           {"op": "decode_ahead", "token": toks[501], "start_pos": 501, "n": 5, "pick": {"temperature": 0, "seed": 0}, "rows": True},
+           {"op": "forward", "tokens": toks[506:560], "start_pos": 506}]
+    kw = {**VARIANTS[variant.split("_")[0]]}
+    kw["engine_opts"] = {**kw.get("engine_opts", {}), "attnWg": attn_wg, **({"attnSplit": 3} if "split3" in variant else {}),
+                         **({"fuseWg": 48} if "wg48" in variant else {})}
+    a_info, a = run_engine(path, d, ops, **kw)
+    b_info, b = run_engine(path, d, ops, shader_dir=pinned_shaders[golden()["revision"]], **kw)
+    assert all("error" not in r for r in a_info["results"]), a_info["results"]
+    assert len(a) == len(b) == 4
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), f"output {i} ({ops[i]['op']}) differs"
+    assert a_info["results"][2]["ids"] == b_info["results"][2]["ids"]
 
 
 # the draft head's kernels: a windowed head with a vocabulary subset on a champion of each weight type (head_logits reads
