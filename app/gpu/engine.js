@@ -26,6 +26,8 @@
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
 //            further pass of a batched step (default 1),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
+//            mapFence?: a tiny submission after each readback's map request (default true): Dawn ties a map to the
+//            next submission's serial, so without it a readback also waits for the work submitted after it
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 16 on GPUs; 0 on CPU adapters,
 //            where a pass costs far more than a round trip and a pass wasted at the end of an answer costs a lot),
 //            fuse?: false | 'attn' | true | 'auto' (default 'auto', false with emulatedSubgroups: true where

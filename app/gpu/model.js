@@ -332,12 +332,13 @@ export class EngineModel {
   }
 
   /** decodeAhead; `then` > 0 also submits the next `then` passes (a continuation: pass 0 fed ids[n-1] at
-   * start_pos + n) as soon as this run is read back, before the call returns, so the GPU works on them while the
-   * decode loop confirms these ids. (Submitted after the readback, not before: on Dawn a readback submitted before
-   * other work came back only after that work too, which delayed the first tokens by a whole continuation.) The next
-   * decodeAhead(ids[n-1], start_pos + n, then, pick, rows) takes its result; any other call, or a truncate, drops it
-   * (its passes only wrote KV positions past the committed length and its own readback buffer). `stop`: token ids
-   * that end an answer (EOS): no continuation after a run that picked one. */
+   * start_pos + n), so the GPU works on them while the decode loop confirms these ids. The next decodeAhead(ids[n-1],
+   * start_pos + n, then, pick, rows) takes its result (and submits ITS continuation before waiting for it: the GPU
+   * always has the next run queued); any other call, or a truncate, drops it (its passes only wrote KV positions past
+   * the committed length and its own readback buffer). A fresh run's continuation is submitted after its readback,
+   * so the first tokens come back as soon as without one. `stop`: token ids that end an answer (EOS): no
+   * continuation after a run that picked one (submitted before the readback, it cannot know: such a continuation is
+   * dropped by the next call). */
   async aheadNow(token, startPos, n, pick, rows, then, stop) {
     this.usable();
     const [tok] = this.tokenIds('decodeAhead', [token]);
@@ -348,33 +349,47 @@ export class EngineModel {
     // (plan.aheadThen false: continuations off, for A/B benches; bench timestamps: one submission at a time)
     const next = startPos + n + then <= this.config.seq_len && this.plan.aheadThen && !this.ts ? then : 0;
     const c = this.ahead;
+    const continued = !!(c && !c.stale && c.want === JSON.stringify([tok, startPos, n, p, !!rows]));
     let run;
     let staging = 'staging';
-    if (c && !c.stale && c.want === JSON.stringify([tok, startPos, n, p, !!rows])) {
+    if (continued) {
       this.ahead = null;
       run = c.run;                                    // submitted by the call before: its passes may be done already
       staging = c.staging;
+      if (next > this.outCap) {                       // (room for the continuation: after this run's readback)
+        await run.catch(() => {});
+        await this.ensureOut(next);
+      }
     } else {
       await this.settleAhead();
-      await this.ensureOut(n);
+      await this.ensureOut(Math.max(n, next));
       this.device.queue.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
       this.setPick(p);
       run = this.launch(this.aheadSub(startPos, n, rows, null, staging), next === 0);
     }
-    const out = await run;
-    this.stats = { ...out.stats, continued: run === c?.run };   // continued: submitted by the call before
-    this.length = startPos + n;
-    const ids = new Int32Array(out.bytes, 0, n);
-    if (next > 0 && !(stop && ids.some((t) => stop.includes(t)))) {
-      // the continuation: its first pass reads the pick of this run's last pass (tokens[n], moved to tokens[0]); it
-      // reads back into the other staging buffer (this run's bytes are copied out: either would do)
-      const other = staging === 'staging' ? 'staging2' : 'staging';
-      if (next > this.outCap) await this.ensureOut(next);
+    const other = staging === 'staging' ? 'staging2' : 'staging';
+    const follow = (want) => {                        // the continuation, reading back into the other staging buffer
       const cont = this.launch(this.aheadSub(startPos + n, next, rows, n, other), true);
       cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
-      this.ahead = { run: cont, stale: false, staging: other,
-        want: JSON.stringify([ids[n - 1], startPos + n, next, p, !!rows]) };
+      this.ahead = { run: cont, stale: false, staging: other, want };
+    };
+    const wantNext = (last) => JSON.stringify([last, startPos + n, next, p, !!rows]);
+    if (next > 0 && continued) follow(null);          // (its first token is known once this run is read back)
+    let out;
+    try {
+      out = await run;
+    } catch (e) {
+      await this.settleAhead();
+      throw e;
     }
+    this.stats = { ...out.stats, continued };         // continued: submitted by the call before
+    this.length = startPos + n;
+    const ids = new Int32Array(out.bytes, 0, n);
+    const stopped = !!(stop && ids.some((t) => stop.includes(t)));
+    if (this.ahead && this.ahead.want === null) {
+      if (stopped) this.ahead.stale = true;           // the answer ends in this run: the next call drops it
+      else this.ahead.want = wantNext(ids[n - 1]);
+    } else if (next > 0 && !continued && !stopped) follow(wantNext(ids[n - 1]));
     return { ids, rows: rows ? new Float32Array(out.bytes, 4 * n, n * this.config.vocab_size) : null };
   }
 
@@ -507,14 +522,23 @@ export class EngineModel {
     for (const cb of cmd.cbs) q.submit([cb]);
     const st = { submit_ms: performance.now() - tSub, encode_ms: performance.now() - tEnc, dispatches: cmd.dispatches,
       command_buffers: cmd.cbs.length, chunks: sub.chunks, passes: sub.passes, pre_encoded: cmd.pre === true, gpu_ms: null };
+    const bytes = sub.readBytes;
+    if (bytes > staging.size) throw new Error(`readback of ${bytes} bytes exceeds the staging buffer`);
+    const map = this.mapped(staging, bytes);   // (asks for the map now, before any later submission)
+    if (this.plan.mapFence) {
+      // Dawn ties a map to the serial of the NEXT submission: without this tiny one (a 4-byte copy) the readback
+      // would wait for whatever is submitted next too, e.g. a decodeAhead continuation
+      this.fence ??= [this.mem.create('fence_src', 16), this.mem.create('fence_dst', 16)];   // (4,) each
+      const enc = this.device.createCommandEncoder();
+      enc.copyBufferToBuffer(this.fence[0], 0, this.fence[1], 0, 4);
+      q.submit([enc.finish()]);
+    }
     // While the GPU runs, encode the next submission of the same shape (the decode loop repeats shapes; positions
     // and tokens travel in buffers written at submit time, not in the commands).
     // (sub.preStaging: the same shape reading back into another staging buffer, a continuation's next one)
     const pre = sub.preStaging ?? sub.staging;
     if (preEncode) this.pre = { ...encode(this.bufs[pre]), key: sub.key(pre), pre: true };
-    const bytes = sub.readBytes;
-    if (bytes > staging.size) throw new Error(`readback of ${bytes} bytes exceeds the staging buffer`);
-    await this.mapped(staging, bytes);
+    await map;
     st.wait_ms = performance.now() - tEnc - st.encode_ms;
     const out = staging.getMappedRange(0, bytes).slice(0);
     staging.unmap();

@@ -106,8 +106,10 @@ export function resolvePlan(opts, info, device) {
   if (!Number.isInteger(aheadMax) || aheadMax < 0 || aheadMax > MAX_PASSES) throw new Error(`aheadMax ${aheadMax} must be in 0..${MAX_PASSES}`);
   const aheadThen = opts.aheadThen ?? true;
   if (typeof aheadThen !== 'boolean') throw new Error(`aheadThen ${JSON.stringify(aheadThen)} must be true or false`);
+  const mapFence = opts.mapFence ?? true;
+  if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
   return { cpu, ...m, ...f, ...r, attnWg: opts.attnWg ?? (cpu ? 64 : 256), maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query') };
 }
 

@@ -264,18 +264,24 @@ def test_decode_ahead_continuation(models, variant, pick_name):
 
 def test_no_continuation_past_a_stop_id(models):
     """decodeAhead's `stop` (the answer's EOS ids): a run that picked one gets no continuation (the answer ends
-    there, and passes run past it would only delay the next answer); without it the same run is continued."""
+    there, and passes run past it would only delay the next answer): a fresh run submits none; a continued run, whose
+    own continuation was submitted before its ids were known, marks it dropped. Without `stop` the same runs are
+    continued, and the ids are the same either way."""
     (path, d), _ = models
     g = PICKS["greedy"]
     prompt = [5, 9, 2, 71, 33]
 
-    def ops(stop):
+    def ops(stop1, stop2):
         return [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
-                {"op": "decode_ahead", "token": 8, "start_pos": 5, "n": 4, "pick": g, "rows": False, "then": 4, "stop": stop},
-                {"op": "decode_ahead", "token": "last", "start_pos": 9, "n": 4, "pick": g, "rows": False}]
-    info, _ = run_engine(path, d, ops([]))
-    first, second = info["results"][1], info["results"][2]
-    assert second["continued"] and not first["continued"]
-    info2, _ = run_engine(path, d, ops([first["ids"][1], 10 ** 6]))
-    assert info2["results"][1]["ids"] == first["ids"] and info2["results"][2]["ids"] == second["ids"]
-    assert not info2["results"][2]["continued"]
+                {"op": "decode_ahead", "token": 8, "start_pos": 5, "n": 4, "pick": g, "rows": False, "then": 4, "stop": stop1},
+                {"op": "decode_ahead", "token": "last", "start_pos": 9, "n": 4, "pick": g, "rows": False, "then": 3, "stop": stop2},
+                {"op": "decode_ahead", "token": "last", "start_pos": 13, "n": 3, "pick": g, "rows": False}]
+    info, _ = run_engine(path, d, ops([], []))
+    r = info["results"]
+    assert [x["continued"] for x in r[1:]] == [False, True, True]
+    info2, _ = run_engine(path, d, ops([r[1]["ids"][1], 10 ** 6], []))           # a fresh run that picked a stop id
+    assert [x["ids"] for x in info2["results"][1:]] == [x["ids"] for x in r[1:]]
+    assert [x["continued"] for x in info2["results"][1:]] == [False, False, True]
+    info3, _ = run_engine(path, d, ops([], [r[2]["ids"][3]]))                    # a continued one
+    assert [x["ids"] for x in info3["results"][1:]] == [x["ids"] for x in r[1:]]
+    assert [x["continued"] for x in info3["results"][1:]] == [False, True, False]
