@@ -32,7 +32,8 @@
 # --ab      stage, check, then bench product twice (all strata, 1 prompt each, none/ngram/model, k 2 and 4, greedy,
 #           3 runs, 64 tokens): A with the engine's defaults, B with createEngine options AB_OPTS (JSON; default
 #           '{"fuseMatmulWg":64}', the qkv prologue's workgroup before 2026-12-02's sweep), AB_THIRD=1 adds A again,
-#           AB_C_OPTS (JSON) a side C with those options; AB_DRAFTERS (none,ngram,model);
+#           AB_C_OPTS (JSON) a side C with those options; AB_DRAFTERS (none,ngram,model); AB_LONG=1: then A and B
+#           again with 256-token answers (casual chat, rewrites, repetitive text; none and ngram k 4): long_{A,B}.*;
 #           product_ab_{A,B}.{json,txt}, ab.log                                                     ~5 minutes
 # --diag    stage, check, then bench/gpu/bench.mjs --model-only with ABLATE=1 (GPU time per pass with each kind of
 #           dispatch left out, and the dispatch count's floor: bench_ablate.txt), then --ab with AB_OPTS
@@ -211,6 +212,15 @@ if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B),
       timeout ${AB_TIMEOUT:-170} $B $AB $opts --out $O/product_ab_$side.json --table $O/product_ab_$side.txt $EXTRA
       echo "product $side: rc $? $(date -u +%T)"
     done
+    if [ "${AB_LONG:-0}" = 1 ]; then   # longer answers (256 tokens) on three strata, A and B
+      for side in A B; do
+        opts=""; [ "$side" = B ] && opts="--engine-opts $AB_OPTS"
+        echo "== product $side, 256 tokens ${opts:-(the defaults)} $(date -u +%T)"
+        timeout 120 $B --strata casual_chat,rewrites,repetitive --per-stratum 1 --drafters none,ngram --ks 4 --modes greedy \
+          --runs 3 --max-new-tokens 256 --deadline 80 $opts --out $O/long_$side.json --table $O/long_$side.txt $EXTRA
+        echo "product $side, 256 tokens: rc $? $(date -u +%T)"
+      done
+    fi
   } 2>&1 | tee $O/ab.log
   exit 0
 fi
