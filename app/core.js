@@ -307,6 +307,7 @@ export class Core {
     const want = params.backend;
     if (want !== undefined && want !== null) await this.useBackend(want);
     const emit = (json) => { if (onTokens) onTokens(JSON.parse(json)); };
+    await state.gpu?.engine?.idle?.();               // (a decodeAhead continuation the last answer did not take)
     const run = this.recovery.beginAnswer(params);   // the decode faults, a dropped draft's notice, host callbacks
     const out = JSON.parse(await state.session.generate_json(JSON.stringify(run.params), emit, run.faultHost,
       run.recover, run.onFault));

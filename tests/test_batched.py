@@ -117,10 +117,11 @@ def test_continuation_hints_are_the_next_calls(micro, temperature):
         a = gen(dev, prompt, batched=True, **kw)
         assert a.token_ids == gen(champ, prompt, batched=False, **kw).token_ids
         assert [c[2] for c in dev.calls] == [4, 8, 8, 8, 8, 4]            # (40 tokens: the loop's own sizes)
-        assert [c[3] for c in dev.calls] == [8, 8, 8, 8, 4, 0]            # each hint is the next call's size
+        assert [c[3] for c in dev.calls] == [0, 8, 8, 8, 4, 0]            # each hint is the next call's size (none
+        # after the answer's first run: its tokens go to the user first)
         for (tok, pos, n, then), nxt in zip(dev.calls, dev.calls[1:]):
             assert nxt[1] == pos + n                                      # every row confirmed
-        assert continuations(dev.calls) == (5, 0)
+        assert continuations(dev.calls) == (4, 0)
     # a wrong pick ends a run early (sampled: Python confirms from the rows): the hint made for that run is dropped,
     # the answer unchanged
     def bad_picker(row, pick, t):

@@ -26,8 +26,8 @@
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
 //            further pass of a batched step (default 1),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
-//            mapFence?: a tiny submission after each readback's map request (default true): Dawn ties a map to the
-//            next submission's serial, so without it a readback also waits for the work submitted after it
+//            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
+//            the next submission's serial, so without it that readback also waits for the continuation after it
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 16 on GPUs; 0 on CPU adapters,
 //            where a pass costs far more than a round trip and a pass wasted at the end of an answer costs a lot),
 //            fuse?: false | 'attn' | true | 'auto' (default 'auto', false with emulatedSubgroups: true where
@@ -121,6 +121,8 @@
 //   model.fused              the fused kernels this model runs: false | 'attn' | true (see opts.fuse)
 //   await model.profile(n)   bench only (timestamps): GPU microseconds per kind of dispatch for n rows
 //   model.destroy()          frees GPU buffers
+//   await engine.idle()      waits for a continuation still running from the last answer (the worker's core calls it
+//                            before each answer: a chat's next message never finds the GPU busy with the last one)
 // Speed notes: one compute pass per forward (embed, then per layer qkv+RoPE+KV write, attention, o+residual,
 // gate/up+SwiGLU, down+residual, then the head for the rows asked: 5 * n_layers + 2 dispatches; fuse 'attn':
 // 4 * n_layers + 2, fuse true: 3 * n_layers + 2, see opts.fuse), split into `splits` command buffers submitted one
@@ -182,6 +184,11 @@ export async function createEngine(gpu, opts = {}) {
       const h = await loadHead(eng, description, readSlice, champion, lopts);
       eng.models.add(h);
       return h;
+    },
+    /** Wait for work still queued from the last answer (a decodeAhead continuation the answer did not take: it ended
+     * on EOS inside the run before it), so that the next answer starts on an idle GPU. */
+    idle() {
+      return eng.locked(async () => { for (const m of eng.models) await m.settleAhead?.(); });
     },
     destroy() {
       for (const m of [...eng.models]) m.destroy();

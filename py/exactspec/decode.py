@@ -345,9 +345,12 @@ async def generate_async(
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
                 n_ahead = ahead_n(ahead, k, remaining, t0)
                 # the champion alone: the next run's passes (if every row here is confirmed, the next round asks for
-                # exactly these) may start on the device before this one is confirmed, so it never waits for Python
+                # exactly these) may start on the device before this one is confirmed, so it never waits for Python;
+                # not after the answer's first run (a device launches the continuation before it returns the run, and
+                # the first tokens should reach the user first)
                 then = ahead_n(min(2 * ahead, champion.ahead_max), 0, remaining - n_ahead, t0 + n_ahead) \
-                    if cfg.drafter == "none" and remaining > n_ahead and t0 + n_ahead < C.seq_len else 0
+                    if cfg.drafter == "none" and n.ahead_passes and remaining > n_ahead \
+                    and t0 + n_ahead < C.seq_len else 0
                 hit("verify")
                 try:
                     res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then,
