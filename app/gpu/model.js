@@ -231,19 +231,22 @@ export class EngineModel {
       buffers: this.mem.buffers.length };
   }
 
-  // ---- the public API (engine.js): every call holds the engine's lock, so submissions never interleave
+  // ---- the public API (engine.js): every call holds the engine's lock, so submissions never interleave; any call
+  // but decodeAhead first waits for a continuation it does not take (settled)
 
-  forward(tokens, startPos, nOut) { return this.eng.locked(async () => { await this.settleAhead(); return this.forwardNow(tokens, startPos, nOut); }); }
+  settled(fn) { return this.eng.locked(async () => { await this.settleAhead(); return fn(); }); }
+
+  forward(tokens, startPos, nOut) { return this.settled(() => this.forwardNow(tokens, startPos, nOut)); }
 
   decodeAhead(token, startPos, n, pick, rows = true, then = 0, stop = null) {
     return this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows, then, stop));
   }
 
   specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
-    return this.eng.locked(async () => { await this.settleAhead(); return this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows); });
+    return this.settled(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
   }
 
-  verify(tokens, startPos, pick, rows = false) { return this.eng.locked(async () => { await this.settleAhead(); return this.verifyNow(tokens, startPos, pick, rows); }); }
+  verify(tokens, startPos, pick, rows = false) { return this.settled(() => this.verifyNow(tokens, startPos, pick, rows)); }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
    * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
