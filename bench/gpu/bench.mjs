@@ -332,6 +332,32 @@ async function benchAhead(model, P, out, quick) {
         `${r.encode_submit_ms.toFixed(3)} ms, ${r.command_buffers} command buffers, pre-encoded ${r.pre_encoded})`);
     }
   }
+  // chained by continuations (decodeAhead's `then`), as the decode loop runs the champion alone: CHAIN runs of n,
+  // each hinting the next; wall ms a token against the same runs unhinted (timestamps off meanwhile: the engine runs
+  // no continuation while it times submissions)
+  const ts = model.ts;
+  model.ts = null;
+  model.pre = null;
+  const chainRuns = quick ? 2 : 8;
+  for (const n of ns.filter((x) => 64 + chainRuns * x <= 1024)) {
+    const pick = { temperature: 0, seed: 0 };
+    const res = {};
+    for (const hint of [true, false, true, false]) {
+      model.truncate(P);
+      let tok = 7;
+      const t0 = performance.now();
+      for (let r = 0; r < chainRuns; r++) {
+        const out = await model.decodeAhead(tok, P + r * n, n, pick, false, hint && r < chainRuns - 1 ? n : 0);
+        tok = out.ids[n - 1];
+      }
+      (res[hint] ??= []).push((performance.now() - t0) / (chainRuns * n));
+    }
+    out.ahead[`${n}_chain`] = { hinted: median(res.true), plain: median(res.false) };
+    log(`decodeAhead n=${n}, ${chainRuns} runs chained: ${median(res.true).toFixed(3)} ms/token with continuations, ` +
+      `${median(res.false).toFixed(3)} without`);
+  }
+  model.ts = ts;
+  model.pre = null;
 }
 
 /** ABLATE=1: where a pass's GPU time goes INSIDE one submission (profile() times each dispatch in a pass of its own,
