@@ -371,6 +371,12 @@ export class EngineModel {
       run = this.launch(this.aheadSub(startPos, n, rows, null, staging), next === 0);
     }
     const other = staging === 'staging' ? 'staging2' : 'staging';
+    if (next > 0 && !continued) {
+      // encode the continuation while the GPU runs this one, so that it is submitted as soon as this is read back
+      // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)
+      const sub = this.aheadSub(startPos + n, next, rows, n, other);
+      this.pre = { ...this.encode(sub, this.bufs[other]), key: sub.key(), pre: true };
+    }
     const follow = (want) => {                        // the continuation, reading back into the other staging buffer
       const cont = this.launch(this.aheadSub(startPos + n, next, rows, n, other), true);
       cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
@@ -518,8 +524,7 @@ export class EngineModel {
     }
     const key = sub.key();
     const staging = this.bufs[sub.staging];
-    const encode = (into) => encodeSubmission(this.device, sub.items, sub.reads, into,
-      { splits: this.plan.splits + (sub.passes - 1) * this.plan.passSplits, ts: this.ts });
+    const encode = (into) => this.encode(sub, into);
     const cmd = this.pre && this.pre.key === key ? this.pre : { ...encode(staging), key };
     this.pre = null;
     const tSub = performance.now();
@@ -555,6 +560,12 @@ export class EngineModel {
     }
     if (this.eng.state.error) throw new Error(`gpu error: ${this.eng.state.error}`);
     return { bytes: out, stats: st };
+  }
+
+  /** The command buffers of `sub`, reading back into the buffer `into` ({cbs, dispatches}). */
+  encode(sub, into) {
+    return encodeSubmission(this.device, sub.items, sub.reads, into,
+      { splits: this.plan.splits + (sub.passes - 1) * this.plan.passSplits, ts: this.ts });
   }
 
   /** Map a buffer for reading; a lost device rejects with "device lost: ..." (never hangs). */

@@ -342,19 +342,24 @@ async function benchAhead(model, P, out, quick) {
   for (const n of ns.filter((x) => 64 + chainRuns * x <= 1024)) {
     const pick = { temperature: 0, seed: 0 };
     const res = {};
+    const parts = {};   // per run after the first: the run's encode / submit / wait ms (its own launch's), the call's ms
     for (const hint of [true, false, true, false]) {
       model.truncate(P);
       let tok = 7;
       const t0 = performance.now();
       for (let r = 0; r < chainRuns; r++) {
+        const tc = performance.now();
         const out = await model.decodeAhead(tok, P + r * n, n, pick, false, hint && r < chainRuns - 1 ? n : 0);
         tok = out.ids[n - 1];
+        const s = model.stats;
+        if (r > 0) for (const [k, v] of [['encode', s.encode_ms], ['submit', s.submit_ms], ['wait', s.wait_ms], ['call', performance.now() - tc]]) (parts[`${hint}_${k}`] ??= []).push(v);
       }
       (res[hint] ??= []).push((performance.now() - t0) / (chainRuns * n));
     }
     out.ahead[`${n}_chain`] = { hinted: median(res.true), plain: median(res.false) };
+    const pm = (h) => ['encode', 'submit', 'wait', 'call'].map((k) => `${k} ${median(parts[`${h}_${k}`]).toFixed(2)}`).join(', ');
     log(`decodeAhead n=${n}, ${chainRuns} runs chained: ${median(res.true).toFixed(3)} ms/token with continuations, ` +
-      `${median(res.false).toFixed(3)} without`);
+      `${median(res.false).toFixed(3)} without; medians per run (ms) with: ${pm(true)}; without: ${pm(false)}`);
   }
   model.ts = ts;
   model.pre = null;
