@@ -118,7 +118,8 @@ async def measure(session, req: dict, clock=None) -> dict:
             t = await timed(chained)
             out["ahead_chain"] = {"n": n_ahead, "runs": chain, "ms_per_token": _stat([x / (chain * n_ahead) for x in t])}
             # (not T_single: on the H200 this chain measured 1.17-1.34 ms a token against 1.02-1.07 for one run, while
-            # answers with continuations ran at 1.0-1.1 ms a token after their first run; README, issue 10)
+            # answers with continuations ran at 1.0-1.1 ms a token after their first run: the chain's first
+            # continuation was encoded after the first readback, which the engine no longer does; README, issue 10)
     out["verify_ms"] = {}
     for k in range(1, max(ks) + 1):          # every k up to the largest: rounds with fewer proposals use them
         async def verify(k=k):
