@@ -370,15 +370,15 @@ export class EngineModel {
       this.setPick(p);
       run = this.launch(this.aheadSub(startPos, n, rows, null, staging), next === 0);
     }
-    const other = staging === 'staging' ? 'staging2' : 'staging';
-    if (next > 0 && !continued) {
+    const other = otherStaging(staging);
+    const contSub = next > 0 ? this.aheadSub(startPos + n, next, rows, n, other) : null;   // reads back into `other`
+    if (contSub && !continued) {
       // encode the continuation while the GPU runs this one, so that it is submitted as soon as this is read back
       // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)
-      const sub = this.aheadSub(startPos + n, next, rows, n, other);
-      this.pre = { ...this.encode(sub, this.bufs[other]), key: sub.key(), pre: true };
+      this.pre = { ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true };
     }
-    const follow = (want) => {                        // the continuation, reading back into the other staging buffer
-      const cont = this.launch(this.aheadSub(startPos + n, next, rows, n, other), true);
+    const follow = (want) => {                        // the continuation
+      const cont = this.launch(contSub, true);
       cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
       this.ahead = { run: cont, stale: false, staging: other, want };
     };
@@ -411,7 +411,7 @@ export class EngineModel {
     if (from !== null) {
       sub.copy(this.bufs.tokens, 4 * from, this.bufs.ids, 0, 4);
       sub.copy(this.bufs.ids, 0, this.bufs.tokens, 0, 4);
-      sub.preStaging = staging === 'staging' ? 'staging2' : 'staging';
+      sub.preStaging = otherStaging(staging);
       sub.fence = true;                              // (launch: its readback must not wait for its successor)
     }
     for (let i = 0; i < n; i++) sub.pass(this, { n: 1, startPos: startPos + i, nOut: 1, tokBase: i, outBase: i }, 'tokens');
@@ -581,6 +581,9 @@ export class EngineModel {
     }
   }
 }
+
+/** The other of the two staging buffers (a continuation reads back into the one its predecessor does not use). */
+const otherStaging = (name) => (name === 'staging' ? 'staging2' : 'staging');
 
 /** One submission's work: passes of one or two models (their chunks, step slots and ops), copies, readbacks. */
 export class Submission {
