@@ -32,9 +32,15 @@
 // BATCH INVARIANCE: every x2 element, gate/up dot (lib/tiles' slot code) and partial element (one add per
 // unit, ascending, the same code in every slot) is a fixed sequence whatever the chunk's row count or tile.
 //
+// Define KVCOPY (kernels.js `ffn_kv`, with the engine's fuseQkvAttn): in a one-row pass, one workgroup also copies the
+// layer's k and v at pos from the tail of the attention's scratch `scores`, where attention.wgsl QKV left them, into
+// the KV cache (so that the attention kernel binds the cache read only); chunks of more rows wrote theirs in the qkv
+// matmul. A plain copy of 2 * kv_dim floats: no arithmetic.
+//
 // Bindings: 0 params, 1 step (dynamic offset), 2 w gate/up interleaved (2 * hidden, dim), 3 r_in (max_rows, dim),
 //           4 gamma (ffn_norm, dim), 5 pattn (npart, max_rows, dim), 6 r_out rw (max_rows, dim),
-//           7 wd W_down (dim, hidden), 8 pffn rw (n_slices, max_rows, dim).
+//           7 wd W_down (dim, hidden), 8 pffn rw (n_slices, max_rows, dim); KVCOPY also 9 scores (its tail: k, v at
+//           pos, (2, kv_dim)), 10 kv rw (2, seq_len, kv_dim).
 
 enable subgroups;
 diagnostic(off, subgroup_uniformity);
@@ -59,7 +65,13 @@ struct Params {
   pstride: u32,     // vec4s from one partial to the next, in pattn and pffn (max_rows * dim / 4)
   write_r: u32,     // 1: workgroup 0 writes x2 to r_out
   eps: f32,
+// #if KVCOPY
+  kv_dim: u32,
+  seq_len: u32,
+  kvnew: u32,       // float offset of k, v at pos (2, kv_dim) in scores (attention.wgsl QKV leaves them there)
+// #else
   _p0: u32,
+// #endif
 };
 
 // #include step
@@ -70,6 +82,10 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> r_out: array<vec4<f32>>; // (max_rows, dim) the other residual
 @group(0) @binding(7) var<storage, read> wd: array<u32>;                 // (dim, hidden_dim) W_down
 @group(0) @binding(8) var<storage, read_write> pffn: array<f32>;        // (n_slices, max_rows, dim) P_ffn
+// #if KVCOPY
+@group(0) @binding(9) var<storage, read> scores: array<f32>;             // attention's scratch; k, v at pos in its tail
+@group(0) @binding(10) var<storage, read_write> kv: array<vec4<f32>>;    // (2, seq_len, kv_dim) this layer's cache
+// #endif
 
 var<workgroup> xs: array<vec4<f32>, TILE * KX / 4u>;   // (TILE, dim) this tile's x2 rows
 var<workgroup> hs: array<f32, TILE * SLICE>;           // (TILE, SLICE) SwiGLU outputs of the slice
@@ -97,6 +113,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let g = (lid - sid) / LANES;
   let writer = sl == 0u && params.write_r == 1u;
   let hi = step.n;
+// #if KVCOPY
+  if (hi == 1u && wid.x == nwg.x - 1u && wid.y == 0u) {   // a one-row pass: its k, v into the cache at pos (the last slice's workgroup)
+    let kv4 = params.kv_dim / 4u;
+    for (var i = lid; i < 2u * kv4; i = i + WG_SIZE) {
+      let b = params.kvnew + 4u * i;
+      let v = vec4<f32>(scores[b], scores[b + 1u], scores[b + 2u], scores[b + 3u]);
+      let sec = i / kv4;                                   // 0 K, 1 V
+      kv[(sec * params.seq_len + step.start_pos) * kv4 + i % kv4] = v;
+    }
+  }
+// #endif
   for (var t = wid.y * TILE; t < hi; t = t + TILE * nwg.y) {   // tiles wid.y, wid.y + nwg.y, ...
     let n4 = min(TILE, hi - t);   // uniform
     workgroupBarrier();           // the previous tile is done with xs and hs

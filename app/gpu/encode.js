@@ -23,7 +23,8 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra 
 
 /**
  * Encode a submission. items: in order,
- *   {ops, rows, offset}            dispatch each op for `rows` chunk rows with the step slot at dynamic `offset`
+ *   {ops, rows, offset}            dispatch each op for `rows` chunk rows with the step slot at dynamic `offset` (an
+ *                                  op whose select(rows) is null has no dispatch for that row count)
  *   {copy: [src, srcOffset, dst, dstOffset, size]}   a buffer copy (between compute passes)
  * reads: [[src, srcOffset, size], ...] copied back to back into `staging` after the last dispatch.
  * opts {splits: command buffers (cut by dispatch count), ts: timestamps {set, buf, read} | null}.
@@ -62,7 +63,9 @@ export function encodeSubmission(device, items, reads, staging, { splits, ts }) 
     offs[0] = it.offset;
     for (const op of it.ops) {
       if (cuts.has(dispatches)) { finish(); enc = device.createCommandEncoder(); begin(); }
-      const { pipeline, grid } = op.select(it.rows);
+      const sel = op.select(it.rows);
+      if (!sel) continue;   // an op that has no dispatch for this row count (graph.js: fuseQkvAttn)
+      const { pipeline, grid } = sel;
       if (pipeline !== last) { pass.setPipeline(pipeline); last = pipeline; }
       pass.setBindGroup(0, op.bindGroup, offs);
       pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);

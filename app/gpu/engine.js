@@ -46,6 +46,13 @@
 //            256 with fuse true on real subgroups, else matmulWg: fewer, larger workgroups stage x fewer times), fuseQkvPairs?: row pairs per subgroup of the qkv
 //            prologue matmul (fuse true; default 1): each workgroup stages x (the residual + every FFN partial) once
 //            for 2 * pairs * (workgroup / lanes) weight rows, so more pairs means fewer stagings,
+//            fuseQkvAttn?: (fuse true) a chunk of ONE row (a decode pass, a draft's pass) runs the qkv matmul and
+//            attention + O projection as one dispatch (attention.wgsl QKV: each (head, split) workgroup computes its
+//            head's q and its kv head's k, v itself): 2 * n_layers + 2 dispatches a pass; the same bits as the two
+//            dispatches (tests/gpu). Default false: on an H200 it was slower than the two (README, "WebGPU engine").
+//            Needs 10 storage buffers per shader stage; a model it cannot take (q/k/v in several bindings, heads over
+//            256 dims, workgroup memory) runs the two dispatches. fuseQkvAttnWg?: its workgroup size (default 1,024
+//            within the device's limit; at least attnWg, whose lanes run the attention),
 //            Tile and split policies (each gives the default's bits: every row's arithmetic is the same; subgroup
 //            matmul only): rowTiles?: op kinds ('qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits') or
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in
@@ -147,12 +154,13 @@ export async function createEngine(gpu, opts = {}) {
   try {
     plan = resolvePlan(opts, adapterInfo, device);
     try {
-      kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: !!plan.fuse });
+      kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: !!plan.fuse, qkvAttn: plan.fuseQkvAttn });
     } catch (e) {
       if (!(plan.fuseAuto && plan.fuse)) throw e;
       // fused only by default: an implementation that rejects the fused kernels still gets the unfused engine
       console.warn(`exactspec engine: fused kernels unavailable (${e.message}); running unfused`);
       plan.fuse = false;
+      plan.fuseQkvAttn = false;
       kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: false });
     }
     adapterInfo.kernels = kernelsInfo(plan);

@@ -42,18 +42,26 @@ async function fusedAttnForward(g, W) {
   return { x: r, parts: null };
 }
 
-/** fuse true: 3 dispatches per layer; each kernel's prologue adds the split-K partials the previous one left. */
+/** fuse true: 3 dispatches per layer; each kernel's prologue adds the split-K partials the previous one left. With
+ * plan.fuseQkvAttn a chunk of ONE row (a decode pass) runs qkv and attention + O projection as one dispatch
+ * (attention.wgsl QKV): 2 per layer; chunks of more rows run the two as before. */
 async function fusedForward(g, W) {
   await g.embed(W.emb, { out: 'resid' });                                                 // x = token_embd[tokens]
   let r = 'resid';
+  const merge = g.plan.fuseQkvAttn;
   for (const [i, L] of W.layers.entries()) {
-    if (i === 0) await g.matmul('blk.0.qkv', L.qkv, { x: r, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
-    else {                                                                                // x = r + sum_s P_ffn[s]; q|k|v
-      await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv',
-        pairs: g.plan.fuseQkvPairs });
-      r = other(r);
+    if (merge) {                                                                          // one row: x, q|k|v, P_attn in one
+      await g.qkvAttn(`blk.${i}.qkv_attn`, L, i === 0 ? { r_in: r, parts: null, r_out: null } : { r_in: r, parts: 'p_ffn', r_out: other(r) });
     }
-    await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                                 // P_attn[h] = att_h @ W_o[:, h]
+    await g.multiRowOnly(merge, async () => {
+      if (i === 0) await g.matmul('blk.0.qkv', L.qkv, { x: r, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
+      else {                                                                              // x = r + sum_s P_ffn[s]; q|k|v
+        await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv',
+          pairs: g.plan.fuseQkvPairs });
+      }
+      await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                               // P_attn[h] = att_h @ W_o[:, h]
+    });
+    if (i > 0) r = other(r);
     await g.ffn(`blk.${i}.ffn`, L, { r_in: r, r_out: other(r) });                        // x = r + sum_h P_attn[h];
     r = other(r);                                                                         // P_ffn[s] = swiglu slice s @ W_down[:, s]
   }
@@ -103,6 +111,19 @@ export class GraphBuilder {
       const t = tileFor(tiles, rows);
       return { pipeline: pipes[t], grid: grid(rows, t) };
     } });
+  }
+
+  /** Run make (which pushes ops); with `on`, the ops it pushed have no dispatch for a chunk of one row (their
+   * select gives null: the one-row op pushed before them does their work). */
+  async multiRowOnly(on, make) {
+    const list = this.list ?? this.ops;
+    const from = list.length;
+    await make();
+    if (!on) return;
+    for (const op of list.slice(from)) {
+      const all = op.select;
+      op.select = (rows) => (rows === 1 ? null : all(rows));
+    }
   }
 
   push(op) {
@@ -201,15 +222,44 @@ export class GraphBuilder {
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, z] }) });
   }
 
+  /** For a chunk of ONE row (select gives null for more): x = r_in + sum_s P_ffn[s] (-> r_out unless null; parts null:
+   * x = r_in), q|k|v of that row, attention and P_attn[h] in one dispatch (attention.wgsl QKV + O_PROJ): a workgroup
+   * per (head, split z) computes its head's q and its kv head's k, v (the kv group's first head writes them to the
+   * cache). AW: the attention's own workgroup size; OW: output rows per workgroup of the O projection. */
+  async qkvAttn(label, L, { r_in, parts, r_out }) {
+    const K = this.kernels.qkv_attn;
+    const { cfg, plan, dims } = this;
+    const [lin] = L.qkv;
+    const z = plan.attnSplit;
+    const npart = parts ? this.nSlices : 0;
+    const params = this.attnParams({ dim: cfg.dim, KO: dims.qDim, pstride: plan.maxRows * cfg.dim, K: cfg.dim, rope_dim: dims.ropeDim,
+      eps: cfg.norm_eps ?? 1e-5, npart, xstride: (plan.maxRows * cfg.dim) / 4, write_r: r_out ? 1 : 0, kvnew: this.kvNew() });
+    const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: lin.parts[0].buffer,
+      kv: this.buf(L.kv), scores: this.buf('scores'), wo: L.o.parts[0].buffer, pattn: this.buf('p_attn'), r_in: this.buf(r_in),
+      parts: parts ? this.buf(parts) : null, r_out: r_out ? this.buf(r_out) : null, gamma: L.attnNorm, rope: this.buf('rope') });
+    const pipeline = await K.pipeline({ WG_SIZE: plan.fuseQkvAttnWg, AW: plan.attnWg, OW: Math.min(plan.fuseQkvAttnWg, Math.ceil(cfg.dim / z)),
+      WTYPE: lin.wtype, WTYPE_O: L.o.wtype, OU: headUnits(cfg, L.o.wtype), LANES: plan.lanes, KX: cfg.dim, NPART: npart,
+      HD4: cfg.head_dim / 4 });
+    this.push({ label, bindGroup: bg, select: (rows) => (rows === 1 ? { pipeline, grid: [cfg.n_heads, 1, z] } : null) });
+  }
+
+  /** Float offset in 'scores' of a one-row pass's k, v (fuseQkvAttn): past the score rows (model.js). */
+  kvNew() {
+    const { cfg, plan } = this;
+    return plan.maxRows * cfg.n_heads * plan.attnSplit * cfg.seq_len;
+  }
+
   /** x = r_in + sum_h P_attn[h] (-> r_out); P_ffn[s] = (silu(gate) * up over hidden slice s of rmsnorm(x)) @ W_down[:, s]. */
   async ffn(label, L, { r_in, r_out }) {
-    const K = this.kernels.ffn;
     const { cfg, plan } = this;
+    const copy = plan.fuseQkvAttn;   // ffn_sg.wgsl KVCOPY: a one-row pass's k, v from the scores tail into the cache
+    const K = copy ? this.kernels.ffn_kv : this.kernels.ffn;
     const params = { K: cfg.dim, KD: cfg.hidden_dim, dim: cfg.dim, npart: cfg.n_heads, pstride: (plan.maxRows * cfg.dim) / 4,
-      write_r: 1, eps: cfg.norm_eps ?? 1e-5 };
+      write_r: 1, eps: cfg.norm_eps ?? 1e-5,
+      ...(copy ? { kv_dim: this.dims.kvDim, seq_len: cfg.seq_len, kvnew: this.kvNew() } : {}) };
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: L.gateUp.parts[0].buffer,
       r_in: this.buf(r_in), gamma: L.ffnNorm, parts: this.buf('p_attn'), r_out: this.buf(r_out), wd: L.down.parts[0].buffer,
-      pffn: this.buf('p_ffn') });
+      pffn: this.buf('p_ffn'), ...(copy ? { scores: this.buf('scores'), kv: L.kv } : {}) });
     // one workgroup row per tile of chunk rows
     await this.tiled(label, bg, this.stagedTiles(plan.fuseSlice), (t) => K.pipeline({ WG_SIZE: plan.fuseWg, WTYPE: L.gateUp.wtype,
       WTYPE_D: L.down.wtype, LANES: plan.lanes, TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads }),

@@ -6,7 +6,9 @@
 //   attention   shaders/attention.wgsl          embed   shaders/embed.wgsl          pick   shaders/pick.wgsl
 //   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
-//   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl
+//   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl; with opts.fuseQkvAttn also qkv_attn
+//   shaders/attention.wgsl with defines O_PROJ and QKV (a decode pass's qkv + attention in one dispatch) and ffn_kv
+//   shaders/ffn_sg.wgsl with define KVCOPY (the FFN that also moves that pass's k, v into the cache)
 //   a draft head's own (headKernelFiles, compiled at its first loadHead, app/gpu/head.js): head_in, head_out,
 //   head_logits, vocab_mask (shaders/<same name>.wgsl), head_attention shaders/attention.wgsl with define WINDOW
 
@@ -99,11 +101,14 @@ class Kernel {
 }
 
 /** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
-export function kernelFiles({ subgroups = false, fuse = false } = {}) {
+export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
     residual: 'residual' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
-  const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true } };   // a kernel's variant of its file
+  if (fuse && qkvAttn) Object.assign(files, { qkv_attn: 'attention', ffn_kv: 'ffn_sg' });
+  // a kernel's variant of its file
+  const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true }, qkv_attn: { O_PROJ: true, QKV: true },
+    ffn_kv: { KVCOPY: true } };
   return { files, defines };
 }
 
@@ -115,8 +120,8 @@ export function headKernelFiles() {
 }
 
 /** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). */
-export async function createKernels(device, shaderSource, { subgroups = false, fuse = false } = {}) {
-  const { files, defines } = kernelFiles({ subgroups, fuse });
+export async function createKernels(device, shaderSource, { subgroups = false, fuse = false, qkvAttn = false } = {}) {
+  const { files, defines } = kernelFiles({ subgroups, fuse, qkvAttn });
   return compileKernels(device, shaderSource, files, defines);
 }
 

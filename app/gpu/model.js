@@ -69,6 +69,18 @@ function modelFuse(plan, W, dim, wgMem, weightBinding) {
   return plan.fuse;
 }
 
+/** Whether this model's decode passes can run qkv + attention as one dispatch (plan.fuseQkvAttn, attention.wgsl
+ * QKV): q, k, v in one weight binding, heads of at most 256 dims (a multiple of 16), and its workgroup arrays within
+ * the device's workgroup memory. Otherwise the model runs the two dispatches (the same bits). */
+function modelQkvAttn(plan, W, cfg, wgMem) {
+  if (!plan.fuseQkvAttn) return false;
+  const one = W.layers.every((L) => L.qkv.length === 1 && L.qkv[0].parts.length === 1);
+  const hd = cfg.head_dim;
+  // xs (dim) + q|k|v floats (768) + qs, kq, vq, oh (4 x 64 vec4) + red (attnWg) + part (attnWg vec4s), in bytes
+  const bytes = 4 * cfg.dim + 4 * 768 + 4 * 16 * 64 + 4 * plan.attnWg + 16 * plan.attnWg;
+  return one && hd <= 256 && hd % 16 === 0 && bytes <= wgMem && plan.fuseQkvAttnWg >= plan.attnWg;
+}
+
 /** The activations (named buffers the graph reads and writes). */
 function activations(mem, cfg, plan, nSlices) {
   const { dim, hidden_dim: hidden, n_heads: nH, head_dim: hd, seq_len: seqLen } = cfg;
@@ -79,7 +91,8 @@ function activations(mem, cfg, plan, nSlices) {
     q: mem.create('q', R * nH * hd * 4),                     // (max_rows, q_dim)
     att: mem.create('attn_out', R * nH * hd * 4),            // (max_rows, q_dim)
     hidden: mem.create('hidden', R * hidden * 4),            // (max_rows, hidden_dim)
-    scores: mem.create('scores', R * nH * plan.attnSplit * seqLen * 4),   // (max_rows, n_heads, attn split, seq_len)
+    // (max_rows, n_heads, attn split, seq_len), then (fuseQkvAttn) k, v of a one-row pass (2, kv_dim)
+    scores: mem.create('scores', (R * nH * plan.attnSplit * seqLen + (plan.fuseQkvAttn ? 2 * cfg.n_kv_heads * hd : 0)) * 4),
     tokens: mem.create('tokens', (seqLen + 1) * 4),          // (seq_len + 1) token ids of one submission
     ids: mem.create('ids', (seqLen + 1) * 4),                // (seq_len + 1) picks on verify rows
     rope: mem.create('rope', seqLen * (ropeDim / 2) * 8),    // (seq_len, rope_dim/2) (cos, sin)
@@ -119,7 +132,8 @@ export async function loadModel(eng, description, readSlice, lopts) {
     const weightBufs = new Set(mem.buffers);   // what memoryReport() counts as weights
     for (const [i, L] of W.layers.entries()) L.kv = mem.create(`blk.${i}.kv`, 2 * seqLen * cfg.n_kv_heads * cfg.head_dim * 4);   // (2, seq_len, kv_dim)
     const wgMem = device.limits.maxComputeWorkgroupStorageSize;
-    const plan = { ...eng.plan, fuse: modelFuse(eng.plan, W, cfg.dim, wgMem, eng.weightBinding),
+    const fuse = modelFuse(eng.plan, W, cfg.dim, wgMem, eng.weightBinding);
+    const plan = { ...eng.plan, fuse, fuseQkvAttn: fuse === true && modelQkvAttn(eng.plan, W, cfg, wgMem),
       maxRows: Math.max(1, Math.min(eng.plan.maxRows, seqLen)) };
     const model = new EngineModel(eng, cfg, W, plan, mem, wgMem, !!lopts.features);
     model.weightBufs = weightBufs;

@@ -31,6 +31,9 @@ function tunedFused(opts, m, fuse) {
   return m.subgroups && fuse === true && !opts.emulatedSubgroups;
 }
 
+/** Storage bindings of attention.wgsl's QKV variant (fuseQkvAttn). */
+const QKV_ATTN_STORAGE = 10;
+
 /** The fused engine: false | 'attn' | true, with its workgroup sizes; fuseAuto: fall back rather than refuse. */
 function fusePlan(opts, m, device, cpu) {
   // default: the fused engine (3 dispatches per layer, FFN slices of 32) wherever matmul_sg.wgsl runs — measured
@@ -53,9 +56,20 @@ function fusePlan(opts, m, device, cpu) {
   const f = { fuse, fuseAuto, fuseWg: opts.fuseWg ?? (cpu ? 64 : fitWg(512)), fuseSlice: opts.fuseSlice ?? 32,
     fuseHeadPairs: opts.fuseHeadPairs ?? 4, fuseHeadWg: opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256)),
     fuseMatmulWg: opts.fuseMatmulWg ?? (tunedFused(opts, m, fuse) ? fitWg(256) : m.matmulWg),
-    fuseQkvPairs: opts.fuseQkvPairs ?? 1 };
-  if (!fuse) return f;
-  for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg']) {
+    fuseQkvPairs: opts.fuseQkvPairs ?? 1,
+    // a decode pass's qkv + attention in one dispatch (attention.wgsl QKV; 10 storage bindings): off by default, as
+    // the H200 measured it slower (bench/h200/results/2026-12-04b: GPU 1.32 vs 1.04 ms a pass running ahead, with 30
+    // dispatches fewer); its workgroup: the qkv rows' subgroups (96 row pairs for SmolLM2's heads of 64: 3 trips a
+    // subgroup at 1,024 invocations), of which the attention's own workgroup size (attnWg) runs the attention
+    fuseQkvAttn: opts.fuseQkvAttn ?? false,
+    fuseQkvAttnWg: opts.fuseQkvAttnWg ?? (cpu ? 64 : fitWg(1024)) };
+  if (typeof f.fuseQkvAttn !== 'boolean') throw new Error(`fuseQkvAttn ${JSON.stringify(f.fuseQkvAttn)} must be true or false`);
+  if (!fuse) return { ...f, fuseQkvAttn: false };
+  if (f.fuseQkvAttn && fuse !== true) throw new Error("fuseQkvAttn needs fuse true (the fused engine's 3 kernels a layer)");
+  if (f.fuseQkvAttn && device.limits.maxStorageBuffersPerShaderStage < QKV_ATTN_STORAGE) {
+    throw new Error(`fuseQkvAttn needs ${QKV_ATTN_STORAGE} storage buffers per shader stage; the device has ${device.limits.maxStorageBuffersPerShaderStage}`);
+  }
+  for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg', 'fuseQkvAttnWg']) {
     const v = f[k];
     if (!Number.isInteger(v) || v < m.lanes || v % m.lanes || v > maxInv) {
       throw new Error(`${k} ${v} must be a multiple of the subgroup size ${m.lanes} within the device's workgroup limit`);
@@ -111,7 +125,9 @@ export function resolvePlan(opts, info, device) {
   if (typeof aheadThen !== 'boolean') throw new Error(`aheadThen ${JSON.stringify(aheadThen)} must be true or false`);
   const mapFence = opts.mapFence ?? true;
   if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
-  return { cpu, ...m, ...f, ...r, attnWg: opts.attnWg ?? (cpu ? 64 : 256), maxRows: opts.maxRows ?? 64,
+  const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
+  if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
+  return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
     splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query') };
 }
@@ -122,7 +138,8 @@ export const MAX_PASSES = 64;
 /** What adapterInfo.kernels reports: the kernels and variants the engine runs. */
 export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
-    fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto } : false;
+    fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto,
+    fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
     head_sum: plan.headSum };

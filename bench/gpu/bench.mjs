@@ -402,7 +402,7 @@ async function benchAblate(model, P, out, quick) {
     model.pickOps = { tokens: [], ids: [] };
     r.without.pick = await run(pos);
     const embed = full.ops[0];
-    model.ops = full.ops.map(() => embed);
+    model.ops = full.ops.filter((op) => op.select(1)).map(() => embed);   // the dispatches a one-row pass makes
     model.headOps = full.head.map(() => embed);
     model.pickOps = { tokens: full.pick.tokens.map(() => embed), ids: [] };
     r.floor_all_embed = await run(pos);

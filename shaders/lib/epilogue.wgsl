@@ -9,6 +9,8 @@
 //             v -> kv[seq_len * kv_dim + pos * kv_dim + r - q_dim - kv_dim]
 // Needs the matmul family's Params fields and bindings out, rope, kv (lib/matmul_io).
 
+// #include rope
+
 fn epilogue(t: u32, y0: f32, y1: f32, r: u32, have1: bool) {
   if (MODE == 0u) {
     var orow = t;
@@ -24,18 +26,10 @@ fn epilogue(t: u32, y0: f32, y1: f32, r: u32, have1: bool) {
     out[t * params.out_stride + r / 2u] = gate / (1.0 + exp(-gate)) * y1;
   } else {
     let pos = step.start_pos + t;
-    var v0 = y0;
-    var v1 = y1;
+    let v = rope_pair(y0, y1, r, pos);
+    let v0 = v.x;
+    let v1 = v.y;
     let qk = params.q_dim + params.kv_dim;
-    if (r < qk) {
-      var dd = r % params.head_dim;
-      if (r >= params.q_dim) { dd = (r - params.q_dim) % params.head_dim; }
-      if (dd < params.rope_dim) {
-        let cs = rope[pos * (params.rope_dim / 2u) + dd / 2u];
-        v0 = y0 * cs.x - y1 * cs.y;
-        v1 = y0 * cs.y + y1 * cs.x;
-      }
-    }
     if (r < params.q_dim) {
       out[t * params.q_dim + r] = v0;
       out[t * params.q_dim + r + 1u] = v1;

@@ -396,7 +396,9 @@ ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
                                        ("attn", {"rowTiles": ["qkv", "ffn_gate_up"], "attnSplit": 4}),
                                        (True, {"headSum": True}), (True, {"headSum": True, "rowTiles": "all"}),
                                        (True, {"fuseQkvPairs": 3, "fuseMatmulWg": 4}),
-                                       (True, {"fuseQkvPairs": 2, "rowTiles": ["qkv"]})])
+                                       (True, {"fuseQkvPairs": 2, "rowTiles": ["qkv"]}),
+                                       (True, {"fuseQkvAttn": True}),
+                                       (True, {"fuseQkvAttn": True, "fuseQkvAttnWg": 128, "attnWg": 64, "attnSplit": 3, "rowTiles": "all"})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
@@ -419,6 +421,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     assert k["attn_split"] == more.get("attnSplit", 1) and k["head_sum"] == more.get("headSum", False)
     if fuse is True:
         assert k["fuse"]["fuseQkvPairs"] == more.get("fuseQkvPairs", 1)
+        assert k["fuse"]["fuseQkvAttn"] == more.get("fuseQkvAttn", False)
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
