@@ -10,8 +10,9 @@
 #                        (one-row passes == the same rows in verify blocks and prefill chunks), parity with numpy and
 #                        the tile policies, with the merged dispatch (default), without it, and at 512 invocations
 #   $TAG_bench.txt   bench/gpu/bench.mjs --model-only (SmolLM2-shaped weights, GPU timestamps), 3 rounds of
-#                        A (default: merged, 1,024 invocations), B ({"fuseQkvAttn": false}: 3 dispatches a layer),
-#                        C ({"fuseQkvAttnWg": 512}) alternating; round 1 of A and B with ABLATE=1 (where the time goes)
+#                        A ({"fuseQkvAttn": true}: merged, 1,024 invocations), B (the default: 3 dispatches a layer;
+#                        calls 1-3 ran while the merged kernel was the default, so there A was {} and B
+#                        {"fuseQkvAttn": false}), C (merged at 512 invocations) alternating; round 1 of A and B with ABLATE=1 (where the time goes)
 set -u
 cd "$(dirname "$0")/../.."
 X=${X:-/tmp/exactspec}
@@ -25,7 +26,7 @@ export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/n
 export PATH=$X/node:$PATH EXACTSPEC_DAWN_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp
 node --version
 {
-  for v in '{"fuse": true}' '{"fuse": true, "fuseQkvAttn": false}' '{"fuse": true, "fuseQkvAttnWg": 512}'; do
+  for v in '{"fuse": true, "fuseQkvAttn": true}' '{"fuse": true}' '{"fuse": true, "fuseQkvAttn": true, "fuseQkvAttnWg": 512}'; do
     echo "== pytest, EXACTSPEC_ENGINE_OPTS=$v"
     EXACTSPEC_ENGINE_OPTS="$v" timeout ${PYTEST_S:-80} python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_engine.py \
       -k "invariance_parity_truncate or gpu_path or test_micro_gqa_partial_rope_untied or tile_policies" 2>&1 | tail -4
@@ -34,7 +35,7 @@ node --version
 {
   for r in 1 2 3; do
     for side in ${SIDES:-A B C}; do
-      case $side in A) o='{}';; B) o='{"fuseQkvAttn":false}';; C) o='{"fuseQkvAttnWg":512}';; esac
+      case $side in A) o='{"fuseQkvAttn":true}';; B) o='{}';; C) o='{"fuseQkvAttn":true,"fuseQkvAttnWg":512}';; esac
       ab=0; [ $r = 1 ] && [ $side != C ] && ab=1
       echo "== round $r side $side EXACTSPEC_ENGINE_OPTS=$o ABLATE=$ab"
       EXACTSPEC_ENGINE_OPTS="$o" ABLATE=$ab AHEAD_NS=8,16 timeout ${BENCH_S:-75} node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 \
