@@ -12,7 +12,7 @@
 #   $TAG_bench.txt   bench/gpu/bench.mjs --model-only (SmolLM2-shaped weights, GPU timestamps), 3 rounds of
 #                        A ({"fuseQkvAttn": true}: merged, 1,024 invocations), B (the default: 3 dispatches a layer;
 #                        calls 1-3 ran while the merged kernel was the default, so there A was {} and B
-#                        {"fuseQkvAttn": false}), C (merged at 512 invocations) alternating; round 1 of A and B with ABLATE=1 (where the time goes)
+#                        {"fuseQkvAttn": false}), C (merged at 512 invocations), D (at 256) alternating (SIDES picks); round 1 of A and B with ABLATE=1 (where the time goes)
 set -u
 cd "$(dirname "$0")/../.."
 X=${X:-/tmp/exactspec}
@@ -35,7 +35,8 @@ node --version
 {
   for r in 1 2 3; do
     for side in ${SIDES:-A B C}; do
-      case $side in A) o='{"fuseQkvAttn":true}';; B) o='{}';; C) o='{"fuseQkvAttn":true,"fuseQkvAttnWg":512}';; esac
+      case $side in A) o='{"fuseQkvAttn":true}';; B) o='{}';; C) o='{"fuseQkvAttn":true,"fuseQkvAttnWg":512}';;
+        D) o='{"fuseQkvAttn":true,"fuseQkvAttnWg":256}';; esac
       ab=0; [ $r = 1 ] && [ $side != C ] && ab=1
       echo "== round $r side $side EXACTSPEC_ENGINE_OPTS=$o ABLATE=$ab"
       EXACTSPEC_ENGINE_OPTS="$o" ABLATE=$ab AHEAD_NS=8,16 timeout ${BENCH_S:-75} node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 \
