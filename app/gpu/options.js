@@ -58,7 +58,7 @@ function fusePlan(opts, m, device, cpu) {
     fuseMatmulWg: opts.fuseMatmulWg ?? (tunedFused(opts, m, fuse) ? fitWg(256) : m.matmulWg),
     fuseQkvPairs: opts.fuseQkvPairs ?? 1,
     // a decode pass's qkv + attention in one dispatch (attention.wgsl QKV; 10 storage bindings): off by default, as
-    // the H200 measured it slower (bench/h200/results/2026-12-04b: GPU 1.32 vs 1.04 ms a pass running ahead, with 30
+    // the H200 measured it slower (bench/h200/results/2026-12-04b, call 3: GPU 1.23 vs 1.05 ms a pass running ahead, with 30
     // dispatches fewer); its workgroup: the qkv rows' subgroups (96 row pairs for SmolLM2's heads of 64: 3 trips a
     // subgroup at 1,024 invocations), of which the attention's own workgroup size (attnWg) runs the attention
     fuseQkvAttn: opts.fuseQkvAttn ?? false,
