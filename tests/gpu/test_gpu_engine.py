@@ -437,7 +437,11 @@ def test_tile_policy_refusals(micro_paths):
     for kw, msg in [({"engine_opts": {"rowTiles": ["qkv"], "subgroups": False}}, "rowTiles needs the subgroup matmul"),
                     ({"emulate_sg": True, "engine_opts": {"rowTiles": ["attention"]}}, "rowTiles .* must be 'all' or"),
                     ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be"),
-                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64")]:
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "fuseQkvAttn": True}}, "fuseQkvAttn needs fuse true"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "fuseQkvAttnWg": 64, "attnWg": 128}},
+                     "fuseQkvAttnWg 64 must be at least attnWg 128")]:
         with pytest.raises(RuntimeError, match=msg):
             run_engine(path, d, [], **kw)
 
