@@ -2,8 +2,8 @@
 // the chunk's own keys/values, written by matmul MODE 3).
 //
 // Work split: one workgroup per (head h = wid.x, chunk row t = wid.y); pos = start_pos + t attends keys 0..pos.
-//   1. lane l scores keys j = l, l + AW, ... (AW = WG_SIZE but with QKV) (dot over head_dim in ascending vec4 order), keeps its max (and its
-//      first two scores in registers);
+//   1. lane l scores keys j = l, l + AW, ... (AW = WG_SIZE but with QKV; dot over head_dim in ascending vec4
+//      order), keeps its max (and its first two scores in registers);
 //   2. fixed binary tree max over lanes; lane l exponentiates its keys and sums them in ascending j; fixed tree sum;
 //   3. the workgroup splits into S = AW / (head_dim/4) key slices; invocation (s, d4) sums p_j * v[j, 4*d4..]
 //      over keys j = s, s + S, ... ascending; the S slice sums are added in slice order by invocation (0, d4).
@@ -19,9 +19,9 @@
 //     P_attn[h][t, r] = sum_{d < head_dim} W_o[r, h * head_dim + d] * o_h[d]      (r = 0 .. dim-1)
 // The consumer (matmul_sg.wgsl PRO / ffn_sg.wgsl) adds r + P_attn[0] + ... + P_attn[n_heads-1] in that fixed order.
 // With a grid z > 1 (engine option attnSplit) each z workgroup computes steps 1-3, into its own scores row. Step 4:
-// invocation l < OW of workgroup z computes output rows r = z * OW + l, + OW * nwg.z, ... (OW = WG_SIZE but with QKV) of the partial (z > 1:
-// more workgroups share the O projection), each a dot over the head's columns in ascending 8-value units (lib/quant,
-// lib/term: W_o is stored (dim, q_dim) with its 32-value quant blocks along q_dim). When head_dim is not a multiple
+// invocation l < OW of workgroup z (OW = WG_SIZE but with QKV) computes output rows r = z * OW + l, + OW * nwg.z, ...
+// of the partial (z > 1: more workgroups share the O projection), each a dot over the head's columns in ascending
+// 8-value units (lib/quant, lib/term: W_o is stored (dim, q_dim) with its 32-value quant blocks along q_dim). When head_dim is not a multiple
 // of 32 a Q4 block holds two heads' columns (its 8-value units interleave the block's halves): the units of every
 // block touching the head are taken and the other head's inputs are exact zeros, which adds exactly nothing. W_o's
 // slice is read by the n_rows workgroups of a head (from L2). BATCH INVARIANCE: each partial element is one fixed
@@ -42,11 +42,10 @@
 // first head also leave k and v at pos in the tail of `scores` (params.kvnew), and the layer's FFN dispatch copies
 // them into the cache (ffn_sg.wgsl KVCOPY): the cache stays a read-only binding here (the H200 read a read_write
 // cache much slower). Steps 1-3 read key/value pos from workgroup memory and keys 0 .. pos-1 from the cache, as
-// above; they run on the first AW
-// invocations (AW = the attention's own workgroup size: the same lanes, trees and slices as the 2-dispatch path), the
-// others only join the barriers; step 4 takes OW output rows per workgroup and trip. Chunks of more rows (verify,
-// prefill) run the qkv matmul and this kernel's O_PROJ variant as before: row t's attention needs the keys of rows
-// t' < t, which other workgroups compute.
+// above; they run on the first AW invocations (AW = the attention's own workgroup size: the same lanes, trees and
+// slices as the 2-dispatch path), the others only join the barriers; step 4 takes OW output rows per workgroup and
+// trip. Chunks of more rows (verify, prefill) run the qkv matmul and this kernel's O_PROJ variant as before: row t's
+// attention needs the keys of rows t' < t, which other workgroups compute.
 // BATCH INVARIANCE with QKV: q, k, v at pos are the 1-row tile's arithmetic of matmul_sg.wgsl PRO, steps 1-4 are this
 // file's, so a decode pass's rows equal the same rows computed in any chunk, bit for bit (tests/gpu).
 //
@@ -225,13 +224,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #if QKV
   // 0. x = r_in + P_ffn[0] + ... (workgroup (0, 0, 0) writes it to r_out); q of head h, k and v of kv head kvh at pos:
   //    row pairs p = g, g + G, ... of [q_h | k_kvh | v_kvh], each matmul_sg.wgsl PRO's 1-row tile (dot1 over xs, the
-  //    subgroup's sums, the RMSNorm scale) and lib/rope, into qkvf; then as vec4s into qs, kq, vq, and the cache
+  //    subgroup's sums, the RMSNorm scale) and lib/rope, into qkvf; then as vec4s into qs, kq, vq, and k, v into the
+  //    tail of scores
   let G = WG_SIZE / LANES;
   let lane = sid;
   let g = (lid - sid) / LANES;
   stage(0u, 1u, lid, params.write_r == 1u && h == 0u && wid.z == 0u);
   workgroupBarrier();
-  let hp = 2u * hd4;                                       // row pairs per head (a pipeline constant with HD4: the pair loop unrolls)
+  let hp = 2u * hd4;                        // row pairs per head (a constant with HD4: the pair loop unrolls)
   for (var k = 0u; k < (3u * hp + G - 1u) / G; k = k + 1u) {
     let pi = g + k * G;
     let have = pi < 3u * hp;
@@ -259,8 +259,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     kq[i] = vec4<f32>(qkvf[kb4], qkvf[kb4 + 1u], qkvf[kb4 + 2u], qkvf[kb4 + 3u]);
     let vb4 = 2u * params.head_dim + 4u * i;
     vq[i] = vec4<f32>(qkvf[vb4], qkvf[vb4 + 1u], qkvf[vb4 + 2u], qkvf[vb4 + 3u]);
-    if (h % (params.n_heads / params.n_kv_heads) == 0u && wid.z == 0u) {   // one workgroup per kv head writes the cache
-      for (var c = 0u; c < 4u; c = c + 1u) {   // k, v at pos -> the scores buffer's tail; ffn_sg.wgsl KVCOPY copies them
+    if (h % (params.n_heads / params.n_kv_heads) == 0u && wid.z == 0u) {   // one workgroup per kv head leaves k, v
+      for (var c = 0u; c < 4u; c = c + 1u) {   // at pos in the scores buffer's tail; ffn_sg.wgsl KVCOPY copies them
         scores[params.kvnew + kvh * params.head_dim + 4u * i + c] = kq[i][c];
         scores[params.kvnew + params.kv_dim + kvh * params.head_dim + 4u * i + c] = vq[i][c];
       }

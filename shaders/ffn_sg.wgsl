@@ -114,7 +114,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let writer = sl == 0u && params.write_r == 1u;
   let hi = step.n;
 // #if KVCOPY
-  if (hi == 1u && wid.x == nwg.x - 1u && wid.y == 0u) {   // a one-row pass: its k, v into the cache at pos (the last slice's workgroup)
+  if (hi == 1u && wid.x == nwg.x - 1u && wid.y == 0u) {   // one-row pass: k, v into the cache (the last slice's workgroup)
     let kv4 = params.kv_dim / 4u;
     for (var i = lid; i < 2u * kv4; i = i + WG_SIZE) {
       let b = params.kvnew + 4u * i;

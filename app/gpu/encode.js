@@ -32,7 +32,7 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra 
  */
 export function encodeSubmission(device, items, reads, staging, { splits, ts }) {
   let total = 0;
-  for (const it of items) if (it.ops) total += it.ops.length;
+  for (const it of items) if (it.ops) for (const op of it.ops) if (op.select(it.rows)) total++;   // the dispatches
   const cuts = cutPoints(total, splits);
   const cbs = [];
   let enc = null;

@@ -80,7 +80,8 @@ const tileFor = (tiles, rows) => (rows > 4 ? tiles.t8 : rows === 1 ? tiles.t1 : 
 
 export class GraphBuilder {
   /** ctx: {kernels, plan (engine options, see options.js), cfg, buffer(name) -> GPUBuffer, uniform(label, words) ->
-   * GPUBuffer, step: the step buffer, wgMem, nSlices (fused FFN slices), pickGroups}; ops are appended to `list`
+   * GPUBuffer, step: the step buffer, wgMem, nSlices (fused FFN slices), pickGroups, kvNew (fuseQkvAttn: the float
+   * offset in 'scores' of a one-row pass's k, v, model.js)}; ops are appended to `list`
    * (default this.ops). */
   constructor(ctx) {
     Object.assign(this, ctx);
@@ -224,8 +225,9 @@ export class GraphBuilder {
 
   /** For a chunk of ONE row (select gives null for more): x = r_in + sum_s P_ffn[s] (-> r_out unless null; parts null:
    * x = r_in), q|k|v of that row, attention and P_attn[h] in one dispatch (attention.wgsl QKV + O_PROJ): a workgroup
-   * per (head, split z) computes its head's q and its kv head's k, v (the kv group's first head writes them to the
-   * cache). AW: the attention's own workgroup size; OW: output rows per workgroup of the O projection. */
+   * per (head, split z) computes its head's q and its kv head's k, v (the kv group's first head leaves them at kvNew
+   * in 'scores', which the layer's FFN copies into the cache: ffn). AW: the attention's own workgroup size; OW:
+   * output rows per workgroup of the O projection. */
   async qkvAttn(label, L, { r_in, parts, r_out }) {
     const K = this.kernels.qkv_attn;
     const { cfg, plan, dims } = this;
@@ -233,7 +235,7 @@ export class GraphBuilder {
     const z = plan.attnSplit;
     const npart = parts ? this.nSlices : 0;
     const params = this.attnParams({ dim: cfg.dim, KO: dims.qDim, pstride: plan.maxRows * cfg.dim, K: cfg.dim, rope_dim: dims.ropeDim,
-      eps: cfg.norm_eps ?? 1e-5, npart, xstride: (plan.maxRows * cfg.dim) / 4, write_r: r_out ? 1 : 0, kvnew: this.kvNew() });
+      eps: cfg.norm_eps ?? 1e-5, npart, xstride: (plan.maxRows * cfg.dim) / 4, write_r: r_out ? 1 : 0, kvnew: this.kvNew });
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: lin.parts[0].buffer,
       kv: this.buf(L.kv), scores: this.buf('scores'), wo: L.o.parts[0].buffer, pattn: this.buf('p_attn'), r_in: this.buf(r_in),
       parts: parts ? this.buf(parts) : null, r_out: r_out ? this.buf(r_out) : null, gamma: L.attnNorm, rope: this.buf('rope') });
@@ -243,12 +245,6 @@ export class GraphBuilder {
     this.push({ label, bindGroup: bg, select: (rows) => (rows === 1 ? { pipeline, grid: [cfg.n_heads, 1, z] } : null) });
   }
 
-  /** Float offset in 'scores' of a one-row pass's k, v (fuseQkvAttn): past the score rows (model.js). */
-  kvNew() {
-    const { cfg, plan } = this;
-    return plan.maxRows * cfg.n_heads * plan.attnSplit * cfg.seq_len;
-  }
-
   /** x = r_in + sum_h P_attn[h] (-> r_out); P_ffn[s] = (silu(gate) * up over hidden slice s of rmsnorm(x)) @ W_down[:, s]. */
   async ffn(label, L, { r_in, r_out }) {
     const { cfg, plan } = this;
@@ -256,7 +252,7 @@ export class GraphBuilder {
     const K = copy ? this.kernels.ffn_kv : this.kernels.ffn;
     const params = { K: cfg.dim, KD: cfg.hidden_dim, dim: cfg.dim, npart: cfg.n_heads, pstride: (plan.maxRows * cfg.dim) / 4,
       write_r: 1, eps: cfg.norm_eps ?? 1e-5,
-      ...(copy ? { kv_dim: this.dims.kvDim, seq_len: cfg.seq_len, kvnew: this.kvNew() } : {}) };
+      ...(copy ? { kv_dim: this.dims.kvDim, seq_len: cfg.seq_len, kvnew: this.kvNew } : {}) };
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: L.gateUp.parts[0].buffer,
       r_in: this.buf(r_in), gamma: L.ffnNorm, parts: this.buf('p_attn'), r_out: this.buf(r_out), wd: L.down.parts[0].buffer,
       pffn: this.buf('p_ffn'), ...(copy ? { scores: this.buf('scores'), kv: L.kv } : {}) });

@@ -78,8 +78,12 @@ function modelQkvAttn(plan, W, cfg, wgMem) {
   const hd = cfg.head_dim;
   // xs (dim) + q|k|v floats (768) + qs, kq, vq, oh (4 x 64 vec4) + red (attnWg) + part (attnWg vec4s), in bytes
   const bytes = 4 * cfg.dim + 4 * 768 + 4 * 16 * 64 + 4 * plan.attnWg + 16 * plan.attnWg;
-  return one && hd <= 256 && hd % 16 === 0 && bytes <= wgMem && plan.fuseQkvAttnWg >= plan.attnWg;
+  return one && hd <= 256 && hd % 16 === 0 && bytes <= wgMem;   // (fuseQkvAttnWg >= attnWg: options.js refuses less)
 }
+
+/** Floats of the score rows in 'scores' (max_rows, n_heads, attn split, seq_len): with fuseQkvAttn a one-row pass's
+ * k, v (2, kv_dim) follow them, at this offset (graph.js kvNew). */
+const scoreFloats = (cfg, plan) => plan.maxRows * cfg.n_heads * plan.attnSplit * cfg.seq_len;
 
 /** The activations (named buffers the graph reads and writes). */
 function activations(mem, cfg, plan, nSlices) {
@@ -92,7 +96,7 @@ function activations(mem, cfg, plan, nSlices) {
     att: mem.create('attn_out', R * nH * hd * 4),            // (max_rows, q_dim)
     hidden: mem.create('hidden', R * hidden * 4),            // (max_rows, hidden_dim)
     // (max_rows, n_heads, attn split, seq_len), then (fuseQkvAttn) k, v of a one-row pass (2, kv_dim)
-    scores: mem.create('scores', (R * nH * plan.attnSplit * seqLen + (plan.fuseQkvAttn ? 2 * cfg.n_kv_heads * hd : 0)) * 4),
+    scores: mem.create('scores', (scoreFloats(cfg, plan) + (plan.fuseQkvAttn ? 2 * cfg.n_kv_heads * hd : 0)) * 4),
     tokens: mem.create('tokens', (seqLen + 1) * 4),          // (seq_len + 1) token ids of one submission
     ids: mem.create('ids', (seqLen + 1) * 4),                // (seq_len + 1) picks on verify rows
     rope: mem.create('rope', seqLen * (ropeDim / 2) * 8),    // (seq_len, rope_dim/2) (cos, sin)
@@ -183,7 +187,7 @@ export class EngineModel {
 
   builder(list) {
     return new GraphBuilder({ kernels: this.eng.kernels, plan: this.plan, cfg: this.config, wgMem: this.wgMem,
-      nSlices: this.nSlices, pickGroups: this.pickGroups, list,
+      nSlices: this.nSlices, pickGroups: this.pickGroups, list, kvNew: scoreFloats(this.config, this.plan),
       buffer: (name) => { if (name === null) return null; const b = this.bufs[name]; if (!b) throw new Error(`no buffer ${name}`); return b; },
       uniform: (label, words) => this.mem.uniform(label, words), step: this.stepBuf });
   }
