@@ -109,7 +109,7 @@ def continuations(calls):
 def test_continuation_hints_are_the_next_calls(micro, temperature):
     """The champion alone hints each run's continuation (decode_ahead's `then`): with every row confirmed the next
     call asks for exactly it (token = the run's last id, at the position after it); a run that ends early (EOS, a
-    wrong pick) or the answer's end drops it. With a drafter nothing is hinted (a round may make proposals)."""
+    wrong pick) or the answer's end drops it; the n-gram drafter's empty rounds hint too (below)."""
     cfg, champ, self_draft, _ = micro
     for seed, prompt in enumerate(prompts(cfg, seed=5)):
         kw = dict(max_new_tokens=40, temperature=temperature, seed=seed, k=0, drafter="none")
@@ -133,10 +133,23 @@ def test_continuation_hints_are_the_next_calls(micro, temperature):
     assert gen(dev, prompt, batched=True, **kw).token_ids == gen(champ, prompt, batched=False, **kw).token_ids
     followed, dropped = continuations(dev.calls)
     assert dropped > 0 and followed + dropped == sum(1 for c in dev.calls if c[3])
-    # with a drafter (here the n-gram one, whose empty rounds run ahead) nothing is hinted
-    dev = Ahead8(champ)
-    gen(dev, prompt, batched=True, max_new_tokens=40, k=3, drafter="ngram")
-    assert dev.calls and all(c[3] == 0 for c in dev.calls)
+    # with the n-gram drafter, a round that finds nothing runs ahead 2 passes and hints the next 2: a round that
+    # then finds proposals takes the hinted run first (hinting none) and verifies them after it; so, greedy, every
+    # hint is followed and the answer and its tokens are those without the batched step
+    taken = 0
+    for seed, prompt in enumerate(prompts(cfg, 4, seed=5)):
+        dev = Ahead8(champ)
+        kw = dict(max_new_tokens=40, k=3, drafter="ngram")
+        a = gen(dev, prompt, batched=True, **kw)
+        assert a.token_ids == gen(champ, prompt, batched=False, **kw).token_ids
+        assert dev.calls and all(c[2] <= 2 for c in dev.calls)
+        followed, dropped = continuations(dev.calls)
+        assert dropped == 0 and followed == sum(1 for c in dev.calls if c[3])
+        # a hinted run taken while the lookup had proposals: no hint of its own, and a verify round after it
+        taken += sum(1 for prev, c, nxt in zip(dev.calls, dev.calls[1:], dev.calls[2:] + [None])
+                     if prev[3] and not c[3] and (nxt is None or nxt[1] > c[1] + c[2]))
+        assert a.stats["proposed"] > 0
+    assert taken > 0
 
 
 def test_wrong_picks_change_nothing_but_waste(micro):

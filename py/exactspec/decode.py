@@ -29,6 +29,13 @@ from .settings import DEFAULTS, K_LIMIT_DEFAULT, LIMITS, SettingsError, check
 from . import verify
 
 
+# The most passes a run ahead may take while a drafter is on (it looks for proposals again after each run). 2: with
+# each run's successor hinted (decode_ahead's `then`) the device is never idle between runs, and a copy the n-gram
+# drafter finds is proposed at most 2 tokens late. Predicted over the 136 workload prompts' greedy answers with the
+# H200's timings (`python build.py bench ngram_tau`): 2 beat 1 and 4 on most strata (bench/results/ngram/).
+AHEAD_WITH_DRAFTER = 2
+
+
 class BackendError(RuntimeError):
     """A backend (champion or draft) failed during a forward pass (e.g. WebGPU device lost). source: 'champion',
     'draft', or 'round' (a batched step running both on the device)."""
@@ -226,6 +233,9 @@ async def generate_async(
     gram, gstate = _json_mode(cfg, constraint, grammar_state, tokenizer, V)
     if gram is not None:
         from .constrain.drafter import GrammarDrafter
+        from .drafters.ngram import MIN_NGRAM_JSON, NgramDrafter
+        if isinstance(drafter, NgramDrafter):
+            drafter = NgramDrafter(min_ngram=MIN_NGRAM_JSON)
         drafter = GrammarDrafter(drafter, gram, cfg.grammar_draft, splits=json_splits)
         need = gram.min_tokens(gstate)
         room = min(cfg.max_new_tokens, C.seq_len - len(prompt))
@@ -245,8 +255,14 @@ async def generate_async(
     def ahead_n(ahead: int, k: int, remaining: int, t0: int) -> int:
         """Passes to run ahead from absolute position t0 (a drafter that found nothing this time may find proposals
         soon: run ahead less far then)."""
-        return max(1, min(ahead if k == 0 else min(ahead, 4), remaining, C.seq_len - t0 + 1))
+        return max(1, min(ahead if k == 0 else min(ahead, AHEAD_WITH_DRAFTER), remaining, C.seq_len - t0 + 1))
     from .drafters.model import ModelDrafter
+    from .drafters.ngram import NgramDrafter
+    # whose empty rounds may hint the device's next run (decode_ahead's `then`): the champion alone, and the n-gram
+    # drafter (no passes and no state of its own, so a round that takes a hinted run instead of its proposals changes
+    # nothing but when they are verified); a model's or head's rounds always make draft passes
+    hints = cfg.drafter == "none" or isinstance(drafter, NgramDrafter)
+    hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
 
     def confirm(row, t: int, device_id: int) -> int:
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
@@ -340,16 +356,23 @@ async def generate_async(
                     raise BackendError(f"draft forward failed: {e}", "draft") from e
                 if gram is None:
                     proposals = proposals[:k]
+            take, hinted = hinted, 0
+            found = bool(proposals)
+            if take and found:
+                # the last run hinted this one, which the device runs already (its passes are the champion's own
+                # tokens, so none is wasted): take it, and verify these proposals after it (found again there)
+                proposals, q_rows = [], None
             if not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
-                n_ahead = ahead_n(ahead, k, remaining, t0)
-                # the champion alone: the next run's passes (if every row here is confirmed, the next round asks for
-                # exactly these) may start on the device before this one is confirmed, so it never waits for Python;
-                # not after the answer's first run (a device launches the continuation before it returns the run, and
-                # the first tokens should reach the user first)
-                then = ahead_n(min(2 * ahead, champion.ahead_max), 0, remaining - n_ahead, t0 + n_ahead) \
-                    if cfg.drafter == "none" and n.ahead_passes and remaining > n_ahead \
+                n_ahead = take or ahead_n(ahead, k, remaining, t0)
+                # the next run's passes (if every row here is confirmed, the next round asks for exactly these) may
+                # start on the device before this one is confirmed, so it never waits for Python: the champion
+                # alone, and an n-gram round that found nothing (a round that finds proposals does not hint: they are
+                # verified after the hinted run); not after the answer's first run (a device launches the
+                # continuation before it returns the run, and the first tokens should reach the user first)
+                then = ahead_n(min(2 * ahead, champion.ahead_max), k, remaining - n_ahead, t0 + n_ahead) \
+                    if hints and not found and n.ahead_passes and remaining > n_ahead \
                     and t0 + n_ahead < C.seq_len else 0
                 hit("verify")
                 try:
@@ -371,6 +394,8 @@ async def generate_async(
                 n.target_passes += used
                 n.rounds += used
                 ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
+                if used == n_ahead and emitted[-1] not in eos:
+                    hinted = then                # the device runs it already: the next round takes it
                 sched.observe(0, (clock() - t_a) / used)
             else:
                 if on_device:
