@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from exactspec.backend import Ahead, Pick, Round, decode_ahead_by_forwards, pick_row
-from exactspec.decode import GenerateConfig, generate
+from exactspec.decode import AHEAD_WITH_DRAFTER, GenerateConfig, generate
 from exactspec.micro import micro_model, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,16 +133,17 @@ def test_continuation_hints_are_the_next_calls(micro, temperature):
     assert gen(dev, prompt, batched=True, **kw).token_ids == gen(champ, prompt, batched=False, **kw).token_ids
     followed, dropped = continuations(dev.calls)
     assert dropped > 0 and followed + dropped == sum(1 for c in dev.calls if c[3])
-    # with the n-gram drafter, a round that finds nothing runs ahead 2 passes and hints the next 2: a round that
-    # then finds proposals takes the hinted run first (hinting none) and verifies them after it; so, greedy, every
-    # hint is followed and the answer and its tokens are those without the batched step
+    # with the n-gram drafter, a round that finds nothing runs ahead (at most decode.AHEAD_WITH_DRAFTER passes) and
+    # hints the next run: a round that then finds proposals takes the hinted run first (hinting none) and verifies
+    # them after it; so, greedy, every hint is followed and the answer and its tokens are those without the batched
+    # step
     taken = 0
     for seed, prompt in enumerate(prompts(cfg, 4, seed=5)):
         dev = Ahead8(champ)
         kw = dict(max_new_tokens=40, k=3, drafter="ngram")
         a = gen(dev, prompt, batched=True, **kw)
         assert a.token_ids == gen(champ, prompt, batched=False, **kw).token_ids
-        assert dev.calls and all(c[2] <= 2 for c in dev.calls)
+        assert dev.calls and all(c[2] <= AHEAD_WITH_DRAFTER for c in dev.calls)
         followed, dropped = continuations(dev.calls)
         assert dropped == 0 and followed == sum(1 for c in dev.calls if c[3])
         # a hinted run taken while the lookup had proposals: no hint of its own, and a verify round after it

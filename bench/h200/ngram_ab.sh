@@ -2,16 +2,18 @@
 # The n-gram drafter's rounds through the product's own loop on the H200: bench product (Pyodide + the Python decode
 # loop + bridge.py + app/gpu/engine.js under Node, Dawn over Vulkan), the champion alone and with the n-gram drafter,
 # the same run interleaved, for three versions of the decode loop, one after another in one call:
-#   A   the tree: matches of 2+ tokens (drafters/ngram.py MIN_NGRAM), an empty round runs ahead 2 passes
+#   A   the tree: matches of 2+ tokens (drafters/ngram.py MIN_NGRAM), an empty round runs ahead up to 4 passes
 #       (decode.py AHEAD_WITH_DRAFTER) and hints the next run, which the device queues
 #   B   before (py/exactspec/decode.py and drafters/ngram.py of revision $BEFORE, carried in .devcarry/ngram_before):
 #       1-token matches, runs of up to 4, no hints
-#   C   A with runs of 1 (AHEAD_WITH_DRAFTER = 1)
+#   C, F, E   A with runs of 1, 2, 8 (AHEAD_WITH_DRAFTER = 1, 2, 8)
+# (The calls of bench/h200/results/2026-12-04c/ ran this script at earlier states of the tree, with other letters:
+# its README says which setting each file measured.)
 # Prepared here:  bash bench/h200/ngram_ab.sh --prep   (writes .devcarry/ngram_before from git)
 # On the device, after product_run.sh's staging calls (the champion in NPARTS parts):
 #   run(command="NPARTS=3 bash bench/h200/ngram_ab.sh", carry=[".devcarry/champ2", ".devcarry/ngram_before"])
-# Writes $OUT/ngram_{A,B,C}.{json,txt} and ngram_ab.log. Env: NG_ARGS (bench product's selection), NG_SIDES ("A B C"),
-# NG_TIMEOUT (s per side).
+# Writes $OUT/ngram${NG_TAG}_{A,B,C,...}.{json,txt} and ngram${NG_TAG}_ab.log. Env: NG_ARGS (bench product's
+# selection), NG_SIDES ("A B C"), NG_TIMEOUT (s per side), NG_TAG (a prefix for the files, e.g. _coupled).
 set -u
 cd "$(dirname "$0")/../.."
 BEFORE=${BEFORE:-f8232b4}
@@ -41,12 +43,13 @@ cp $D /tmp/decode.A.py; cp $N /tmp/ngram.A.py
     cp /tmp/decode.A.py $D; cp /tmp/ngram.A.py $N
     case $side in
       B) cp .devcarry/ngram_before/decode.py $D; cp .devcarry/ngram_before/ngram.py $N ;;
-      C) sed -i 's/^AHEAD_WITH_DRAFTER = 2$/AHEAD_WITH_DRAFTER = 1/' $D; grep -n '^AHEAD_WITH_DRAFTER' $D ;;
+      C|E|F) run=$(case $side in C) echo 1;; E) echo 8;; F) echo 2;; esac)
+        sed -i "s/^AHEAD_WITH_DRAFTER = 4\$/AHEAD_WITH_DRAFTER = $run/" $D; grep -n '^AHEAD_WITH_DRAFTER' $D ;;
     esac
     echo "== side $side $(date -u +%T): $(sha256sum $D $N | cut -c1-12 | tr '\n' ' ')"
-    timeout ${NG_TIMEOUT:-175} $B $ARGS --out $O/ngram_$side.json --table $O/ngram_$side.txt
+    timeout ${NG_TIMEOUT:-175} $B $ARGS --out $O/ngram${NG_TAG:-}_$side.json --table $O/ngram${NG_TAG:-}_$side.txt
     echo "side $side: rc $? $(date -u +%T)"
   done
   cp /tmp/decode.A.py $D; cp /tmp/ngram.A.py $N
-} 2>&1 | tee $O/ngram_ab.log
+} 2>&1 | tee $O/ngram${NG_TAG:-}_ab.log
 ls -la $O

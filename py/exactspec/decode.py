@@ -29,11 +29,13 @@ from .settings import DEFAULTS, K_LIMIT_DEFAULT, LIMITS, SettingsError, check
 from . import verify
 
 
-# The most passes a run ahead may take while a drafter is on (it looks for proposals again after each run). 2: with
-# each run's successor hinted (decode_ahead's `then`) the device is never idle between runs, and a copy the n-gram
-# drafter finds is proposed at most 2 tokens late. Predicted over the 136 workload prompts' greedy answers with the
-# H200's timings (`python build.py bench ngram_tau`): 2 beat 1 and 4 on most strata (bench/results/ngram/).
-AHEAD_WITH_DRAFTER = 2
+# The most passes a run ahead takes while a drafter is on (it looks for proposals again after each run); each run's
+# successor is hinted (decode_ahead's `then`), so the device is not idle between runs. Measured on the H200 through
+# the product's loop with the n-gram drafter (bench/h200/results/2026-12-04c/, medians over 1-7 runs of bench
+# product): 4 never fell below 0.96x of the champion alone on any stratum; 2 won where copies are found often
+# (repetitive text 1.79x against 1.62x) but lost on chat (ambiguity 0.83x); 1 lost almost everywhere (the loop's own
+# turnaround exceeds a pass); 8, or runs growing from 2 to 8 while nothing is found, found copies too late.
+AHEAD_WITH_DRAFTER = 4
 
 
 class BackendError(RuntimeError):

@@ -3,15 +3,17 @@
 Its proposals are deterministic given the sequence: q is a point mass (q(x) = 1), which the verifiers handle exactly.
 
 The suffix must match at least MIN_NGRAM = 2 tokens: a match of the last token alone proposes whatever followed its
-previous occurrence, which the champion seldom continues, and every such round pays a verify of k + 1 rows for ~1.5
-tokens where running the champion ahead costs one pass a token. Over the 136 workload prompts' greedy answers
-(`python build.py bench ngram_tau`, bench/results/ngram/): at k = 4, 1-token matches gave 1.48-2.92 tokens a
-proposing round in 37-68% of the rounds, 2-token matches 2.25-4.17 in 10-30% of them.
+previous occurrence, which the champion seldom continues, and every such round pays a verify of k + 1 rows where
+running the champion ahead costs one pass a token. Over the 136 workload prompts' greedy answers at k = 4
+(`python build.py bench ngram_tau`, bench/results/ngram/): with 1-token matches 18-44% of the rounds verified, for
+1.60-3.54 tokens each (by stratum); with 2+ tokens 2-17% of them, for 2.22-4.65 tokens. On the H200 through the
+product's loop, with the loop's hinted runs ahead (bench/h200/results/2026-12-04c/): 0.96-1.62x of the champion alone
+by stratum against 0.72-1.77x before.
 """
 from __future__ import annotations
 
 
-MAX_NGRAM = 3   # the longest suffix tried first (longer ones changed no figure of the bench above)
+MAX_NGRAM = 3   # the longest suffix tried first
 MIN_NGRAM = 2   # the shortest suffix that may propose (see the module's docstring)
 # JSON mode's free positions (exactspec.constrain.drafter wraps this drafter): 1. Its rounds are verified one forward
 # at a time, never run ahead, and the grammar's forced tokens follow a lookup: over the 12 strict-JSON workload
