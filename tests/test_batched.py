@@ -277,3 +277,44 @@ def test_verify_by_forwards_picks_every_row(micro):
         assert np.array_equal(res.rows, rows)
         assert res.ids == [pick_row(rows[i], pick, i + 1) for i in range(len(toks))]
         champ.truncate(0)
+
+
+class QueuedDevice(Ahead8):
+    """A device on a clock: a pass costs 1 unit; a hinted run (decode_ahead's `then`) runs while the loop streams the
+    round before it (on_tokens), so taking it costs nothing more inside the call."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.t, self.queued = 0.0, 0
+
+    def clock(self):
+        return self.t
+
+    def forward(self, tokens, *a, **k):
+        self.t += 1.0
+        return self.inner.forward(tokens, *a, **k)
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
+        if self.queued != n:
+            self.t += n
+        self.queued = then
+        return super().decode_ahead(token, start_pos, n, pick, rows, then, stop)
+
+    def streamed(self, tokens):
+        self.t += self.queued
+
+
+def test_scheduler_times_hinted_runs_from_the_round_before():
+    """With the n-gram drafter, 'only while it pays' times a round from the end of the round before it: a hinted run
+    the device ran while the loop streamed costs its passes, not nothing (else speculation would look never to pay)."""
+    from toy import ToyLM
+    import asyncio
+    from exactspec.decode import generate_async
+    dev = QueuedDevice(ToyLM(1000, seed=3))          # no 2-token repeats in its answer: every round runs ahead
+    memory = {}
+    cfg = GenerateConfig(max_new_tokens=60, k=4, drafter="ngram", adaptive=True)
+    r = asyncio.run(generate_async(dev, [1, 2, 3], cfg, on_tokens=dev.streamed, clock=dev.clock, sched_memory=memory))
+    assert r.token_ids == generate(ToyLM(1000, seed=3), [1, 2, 3], GenerateConfig(max_new_tokens=60)).token_ids
+    assert r.stats["proposed"] == 0 and continuations(dev.calls)[0] >= 5        # hinted runs were taken
+    (state,) = memory.values()
+    assert state["t_round"][0] == pytest.approx(1.0, abs=0.05)                # a pass a token, as the device spent

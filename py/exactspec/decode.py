@@ -265,6 +265,7 @@ async def generate_async(
     # nothing but when they are verified); a model's or head's rounds always make draft passes
     hints = cfg.drafter == "none" or isinstance(drafter, NgramDrafter)
     hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
+    t_mark = None                        # when the last round ended (the scheduler's round times start there)
 
     def confirm(row, t: int, device_id: int) -> int:
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
@@ -339,7 +340,10 @@ async def generate_async(
             if gram is not None:     # forced proposals may go past k, up to what the context and the budget allow
                 drafter.begin_round(gstate, min(remaining, C.seq_len - t0),
                                     min(remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0)))
-            t_a = clock()
+            # a round's time, for the scheduler, runs from the end of the round before it (its tail included: the
+            # tokens streamed, the stop strings), so that a run the device ran while the loop was busy (a hinted
+            # one, taken here) is not counted as nearly free
+            t_a = clock() if t_mark is None else t_mark
             passes_before = getattr(drafter, "passes", 0)
             on_device = k > 0 and batched and isinstance(drafter, ModelDrafter) and not drafter.stop \
                 and champion.offers("spec_round")       # (the confidence stop needs the draft's rows in Python)
@@ -398,7 +402,8 @@ async def generate_async(
                 ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
                 if used == n_ahead and emitted[-1] not in eos:
                     hinted = then                # the device runs it already: the next round takes it
-                sched.observe(0, (clock() - t_a) / used)
+                t_mark = clock()
+                sched.observe(0, (t_mark - t_a) / used)
             else:
                 if on_device:
                     # the draft's k passes and the champion's verify in one submission
@@ -466,11 +471,12 @@ async def generate_async(
                         n.accepted_at[j] += 1
                 n.proposed += len(free)
                 n.accepted += sum(1 for i in free if i < n_cnt)
+                t_mark = clock()
                 if len(free) < g:
                     n.forced_proposed += g - len(free)
                     n.forced_accepted += sum(1 for i in range(min(n_cnt, g)) if drafter.forced_flags[i])
                 else:            # rounds with forced rows would mislead the scheduler's round timings
-                    sched.observe(g, clock() - t_a, n_cnt)
+                    sched.observe(g, t_mark - t_a, n_cnt)
                 if gram is not None:
                     gstate = drafter.state_after(n_acc, emitted[-1])
             # EOS inside the emitted tokens ends the answer there (the EOS itself is not part of the answer)
