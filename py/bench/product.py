@@ -374,10 +374,13 @@ def _rate(rs: list) -> float | None:
     return sum(r["n_tokens"] for r in rs) / (ms / 1000.0) if ms > 0 else None
 
 
-def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms: float):
-    """tau * (T_single + O) / (g * T_draft + T_verify(g) + O), g the mean proposals per round (k for a draft
+def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms: float, ahead_share: float = 0.0):
+    """tau * (T_single + O) / (g * T_draft + T_verify(g) + O), g the mean proposals per verify round (k for a draft
     model; an n-gram lookup may find fewer), T_verify interpolated between the measured whole k (T_verify(0) = one
-    forward); or, for an on-device round, tau * (T_single + O) / (T_round(k) + O). Returns (speedup, its parts)."""
+    forward); or, for an on-device round, tau * (T_single + O) / (T_round(k) + O). tau: tokens per verify round.
+    ahead_share: the share of the answer's tokens that came from runs ahead (rounds whose drafter found nothing: the
+    n-gram drafter's, mostly), priced as plain decoding, T_single + O a token; the verify rounds make the rest.
+    Returns (speedup, its parts)."""
     single = t["single_ms"]["median"]
     rnd = (t.get("round_ms") or {}).get(drafter, {}).get(str(k))
     if rnd is not None:
@@ -390,8 +393,10 @@ def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms:
             return None, {}
         t_round = g * dr["median"] + ve[lo] + (ve[hi] - ve[lo]) * (g - lo)
     parts = {"t_single_ms": single, "t_round_ms": t_round, "t_overhead_ms": o_ms, "tau": tau,
-             "proposals_per_round": g}
-    return tau * (single + o_ms) / (t_round + o_ms), parts
+             "proposals_per_round": g, "ahead_share": ahead_share}
+    # time per token: a share of plain decoding, the rest in verify rounds of tau tokens each
+    per_token = ahead_share * (single + o_ms) + (1.0 - ahead_share) * (t_round + o_ms) / tau
+    return (single + o_ms) / per_token, parts
 
 
 def summarise(res: dict, a) -> list[dict]:
@@ -420,10 +425,16 @@ def summarise(res: dict, a) -> list[dict]:
                     pred, parts = None, {}
                     t = timings.get((run, stratum, mode, spec[0]["seed"]))
                     rounds = sum(r["rounds"] or 0 for r in spec)
-                    if t and ra and tau and rounds and not c["adaptive"]:
+                    # tokens of runs ahead (rounds that verified nothing) and the verify rounds that made the rest
+                    ahead = sum((r.get("ahead_passes") or 0) - (r.get("wasted_passes") or 0) for r in spec)
+                    vr = rounds - ahead
+                    if t and ra and tau and rounds and vr <= 0 and not c["adaptive"]:
+                        pred, parts = 1.0, {"ahead_share": 1.0}     # nothing verified: plain decoding all along
+                    elif t and ra and tau and rounds and emitted > ahead and not c["adaptive"]:
                         o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
-                        g = sum(r["proposed"] or 0 for r in spec) / rounds
-                        pred, parts = predicted_speedup(t, c["drafter"], c["k"], g, tau, o_ms)
+                        g = sum(r["proposed"] or 0 for r in spec) / vr
+                        pred, parts = predicted_speedup(t, c["drafter"], c["k"], g, (emitted - ahead) / vr, o_ms,
+                                                        ahead / emitted)
                     per_run.append({"run": run, "alone_tok_s": ra, "spec_tok_s": rs,
                                     "speedup": rs / ra if ra and rs else None, "tau": tau, "predicted": pred,
                                     "prediction": parts})
@@ -539,6 +550,9 @@ def parse_args(argv=None):
                     help="seconds: start no new stratum after this (the report covers what was done)")
     ap.add_argument("--node", default="node", help="node binary (host node)")
     ap.add_argument("--engine-opts", default=None, help="createEngine options as JSON (host node)")
+    ap.add_argument("--redraw", default=None, metavar="REPORT.json[.gz]",
+                    help="summarise an earlier run's report again with this code (its answers and timings) and print "
+                         "its table (--table writes it too); nothing runs")
     a = ap.parse_args(argv)
     defaults = {"per_stratum": 2, "runs": 3, "max_new_tokens": 64, "ks": "1,2,3,4", "timing_reps": 5}
     for key, v in (QUICK if a.quick else defaults).items():
@@ -672,8 +686,28 @@ def write_report(report: dict, a) -> str:
     return text
 
 
+def redraw(path: str, table_out: str | None) -> int:
+    """The table of an earlier report, its summary computed again by this code (bench product --redraw)."""
+    import gzip
+    from types import SimpleNamespace
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        rep = json.load(f)
+    m = rep["meta"]
+    a = SimpleNamespace(modes=m["modes"], drafters=m["drafters"], ks=m["ks"], runs=m["runs"],
+                        adaptives={"off": [False], "on": [True], "both": [False, True]}[m["adaptive"]])
+    rep["summary"], rep["alone"] = summarise(rep, a), alone_rows(rep, a)
+    m["command"] += f"  (summarised again: python build.py bench product --redraw {path})"
+    text = table(rep)
+    print(text)
+    if table_out:
+        Path(table_out).write_text(text + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.redraw:
+        return redraw(a.redraw, a.table)
     a.items = select_items(a)
     a.sha = artifact_sha256s(a)
     progress(f"{len(a.items)} prompt(s) in {len(dict.fromkeys(i['stratum'] for i in a.items))} strata; host "

@@ -1,0 +1,23 @@
+"""bench product's prediction (py/bench/product.py): the break-even formula, with the tokens of runs ahead priced as
+plain decoding."""
+import pytest
+
+from bench.product import predicted_speedup
+
+T = {"single_ms": {"median": 1.0}, "forward_ms": {"median": 1.5},
+     "verify_ms": {"1": {"median": 1.6}, "2": {"median": 1.7}, "3": {"median": 1.8}, "4": {"median": 1.9}},
+     "draft_ms": {"ngram": {"median": 0.0}}}
+
+
+def test_every_round_verifies_gives_the_formula():
+    pred, parts = predicted_speedup(T, "ngram", 4, 4.0, 3.0, 0.2)
+    assert pred == pytest.approx(3.0 * 1.2 / (1.9 + 0.2))
+    assert parts["t_round_ms"] == pytest.approx(1.9) and parts["ahead_share"] == 0.0
+
+
+def test_runs_ahead_are_priced_as_plain_decoding():
+    # half the tokens from runs ahead (1.2 ms a token), half from verify rounds of 3 tokens at 2.1 ms
+    pred, _ = predicted_speedup(T, "ngram", 4, 2.5, 3.0, 0.2, ahead_share=0.5)
+    t_round = 1.7 + (1.8 - 1.7) * 0.5                       # T_verify interpolated at 2.5 proposals
+    assert pred == pytest.approx(1.2 / (0.5 * 1.2 + 0.5 * (t_round + 0.2) / 3.0))
+    assert predicted_speedup(T, "ngram", 4, 4.0, 1.0, 0.2, ahead_share=0.999)[0] == pytest.approx(1.0, abs=1e-3)
