@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exactspec.backend import Ahead, Pick, Round, decode_ahead_by_forwards, pick_row
+from exactspec.backend import Ahead, Pick, Round, RunsAhead, pick_row
 from exactspec.decode import AHEAD_WITH_DRAFTER, GenerateConfig, generate
 from exactspec.micro import micro_model, tiny_config
 
@@ -22,26 +22,8 @@ def gen(model, prompt, draft=None, **kw):
     return generate(model, prompt, GenerateConfig(**{"adaptive": False, **kw}), draft=draft)
 
 
-class Ahead8:
+class Ahead8(RunsAhead):
     """The reference with decode_ahead switched on (a device would say how far it likes to run ahead)."""
-
-    def __init__(self, inner, ahead_max=8, picker=pick_row):
-        self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
-        self.calls = []      # (token, start_pos, n, then) of every decode_ahead
-
-    @property
-    def length(self):
-        return self.inner.length
-
-    def forward(self, *a, **k):
-        return self.inner.forward(*a, **k)
-
-    def truncate(self, n):
-        self.inner.truncate(n)
-
-    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
-        self.calls.append((int(token), start_pos, n, then))
-        return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
 
     def spec_round(self, draft, *a, **k):
         return self.inner.spec_round(draft, *a, **k)

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "py"))
 
 from exactspec import decode as D  # noqa: E402
-from exactspec.backend import decode_ahead_by_forwards  # noqa: E402
+from exactspec.backend import RunsAhead  # noqa: E402
 from exactspec.chat import encode_chat  # noqa: E402
 from exactspec.decode import GenerateConfig, generate  # noqa: E402
 from exactspec.drafters.ngram import MIN_NGRAM, NgramDrafter  # noqa: E402
@@ -130,29 +130,8 @@ def replay(prompt, y, max_new, drafter: NgramDrafter, k: int, run: int, hints: b
     return c
 
 
-class RunsAhead:
-    """The numpy reference behind a device's decode_ahead (the loop's batched step; `then` ignored): what the replay
-    models, so that --validate can run the real loop."""
-
-    def __init__(self, inner):
-        self.inner, self.config, self.ahead_max = inner, inner.config, AHEAD_MAX
-
-    @property
-    def length(self):
-        return self.inner.length
-
-    def forward(self, *a, **k):
-        return self.inner.forward(*a, **k)
-
-    def truncate(self, n):
-        self.inner.truncate(n)
-
-    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
-        return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows)
-
-
 def validate(recs, per_stratum: int, log) -> list[dict]:
-    champ = RunsAhead(ReferenceModel.from_file(CHAMPION, max_len=4096))
+    champ = RunsAhead(ReferenceModel.from_file(CHAMPION, max_len=4096), AHEAD_MAX)   # the reference behind a device
     seen, out = {}, []
     timing = {"pass": 1.0, "rtt": 0.0, "verify": lambda g: 1.0}
     k = DEFAULTS["k"]

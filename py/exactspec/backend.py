@@ -172,6 +172,30 @@ async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bo
     return Ahead(ids, logits if rows else None)
 
 
+class RunsAhead:
+    """A backend with decode_ahead made of its forwards (decode_ahead_by_forwards; the hint `then` ignored), as a
+    device that likes to run ahead `ahead_max` passes: how CPython drives the decode loop's run-ahead path (tests,
+    bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead."""
+
+    def __init__(self, inner, ahead_max: int = 8, picker=pick_row):
+        self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
+        self.calls: list[tuple[int, int, int, int]] = []
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def forward(self, *a, **k):
+        return self.inner.forward(*a, **k)
+
+    def truncate(self, n: int) -> None:
+        self.inner.truncate(n)
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
+        self.calls.append((int(token), start_pos, n, then))
+        return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
+
+
 def offers(backend, method: str) -> bool:
     """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify')?"""
     if backend is None:
