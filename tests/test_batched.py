@@ -300,3 +300,26 @@ def test_scheduler_times_hinted_runs_from_the_round_before():
     assert r.stats["proposed"] == 0 and continuations(dev.calls)[0] >= 5        # hinted runs were taken
     (state,) = memory.values()
     assert state["t_round"][0] == pytest.approx(1.0, abs=0.05)                # a pass a token, as the device spent
+
+
+def test_a_probe_set_aside_for_a_hinted_run_is_verified_next():
+    """'Only while it pays' off, the n-gram drafter hints runs of 8; a probe (one proposal every 16 rounds) whose round
+    takes a hinted run instead is verified in the round after it, not lost (else acceptance would never be measured
+    again and speculation would stay off where it pays)."""
+    from toy import ToyLM
+    import asyncio
+    from exactspec.decode import generate_async
+
+    class Cycle(ToyLM):
+        def row(self, prefix):
+            z = np.zeros(self.config.vocab_size, np.float32)
+            z[(prefix[-1] + 1) % 7] = 5.0
+            return z
+    dev = QueuedDevice(Cycle(100))
+    cfg = GenerateConfig(max_new_tokens=200, k=4, drafter="ngram", adaptive=True)
+    key = ("ngram", cfg.bridge, cfg.draft_stop, 4, "fixed", "greedy", False)
+    memory = {key: {"t_round": {0: 1.0, 1: 5.0, 4: 9.0}, "accept": 0.0}}     # learned: it does not pay
+    prompt = [0, 1, 2, 3, 4, 5, 6, 0]
+    r = asyncio.run(generate_async(dev, prompt, cfg, on_tokens=dev.streamed, clock=dev.clock, sched_memory=memory))
+    assert r.token_ids == [(1 + i) % 7 for i in range(200)]
+    assert r.stats["spec_disabled_rounds"] >= 16 and r.stats["proposed"] >= 1 and r.stats["accepted"] >= 1

@@ -266,6 +266,7 @@ async def generate_async(
     hints = cfg.drafter == "none" or isinstance(drafter, NgramDrafter)
     hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
+    deferred = 0                         # k of proposals set aside for a hinted run: the next round looks up with it
 
     def confirm(row, t: int, device_id: int) -> int:
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
@@ -336,6 +337,8 @@ async def generate_async(
                 faults.tokens = len(generated)
             k_cap = min(k_hi, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
             k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
+            if deferred:                 # proposals set aside last round for a hinted run (a probe among them)
+                k, deferred = max(k, min(deferred, max(0, k_cap))), 0
             t0 = len(seq)  # absolute position of the first token this round emits
             if gram is not None:     # forced proposals may go past k, up to what the context and the budget allow
                 drafter.begin_round(gstate, min(remaining, C.seq_len - t0),
@@ -366,8 +369,10 @@ async def generate_async(
             found = bool(proposals)
             if take and found:
                 # the last run hinted this one, which the device runs already (its passes are the champion's own
-                # tokens, so none is wasted): take it, and verify these proposals after it (found again there)
-                proposals, q_rows = [], None
+                # tokens, so none is wasted): take it, and verify these proposals after it (found again there: the
+                # next round looks up with this round's k even if the scheduler would not, or a probe made while
+                # speculation is off would never be verified)
+                proposals, q_rows, deferred = [], None, k
             if not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
