@@ -323,3 +323,28 @@ def test_a_probe_set_aside_for_a_hinted_run_is_verified_next():
     r = asyncio.run(generate_async(dev, prompt, cfg, on_tokens=dev.streamed, clock=dev.clock, sched_memory=memory))
     assert r.token_ids == [(1 + i) % 7 for i in range(200)]
     assert r.stats["spec_disabled_rounds"] >= 16 and r.stats["proposed"] >= 1 and r.stats["accepted"] >= 1
+
+
+def test_ngram_acceptance_is_measured_again_in_each_answer():
+    """'Only while it pays' with the n-gram drafter: an earlier answer's timings carry over, its acceptance does not
+    (the text's, not the models'): after a chat answer that learned 'it does not pay', a repetitive answer speculates
+    from its first rounds, as a fresh session does."""
+    from toy import ToyLM
+    import asyncio
+    from exactspec.decode import generate_async
+
+    class Cycle(ToyLM):
+        def row(self, prefix):
+            z = np.zeros(self.config.vocab_size, np.float32)
+            z[(prefix[-1] + 1) % 7] = 5.0
+            return z
+    prompt = [0, 1, 2, 3, 4, 5, 6, 0]
+    cfg = GenerateConfig(max_new_tokens=100, k=4, drafter="ngram", adaptive=True)
+    key = ("ngram", cfg.bridge, cfg.draft_stop, 4, "fixed", "greedy", False)
+    runs = {}
+    for name, memory in (("fresh", {}), ("after chat", {key: {"t_round": {0: 1.0, 1: 1.6, 4: 1.9}, "accept": 0.05}})):
+        dev = QueuedDevice(Cycle(100))
+        r = asyncio.run(generate_async(dev, prompt, cfg, on_tokens=dev.streamed, clock=dev.clock, sched_memory=memory))
+        assert r.token_ids == [(1 + i) % 7 for i in range(100)]
+        runs[name] = r.stats
+    assert runs["after chat"]["tau"] > 3 and runs["after chat"]["tau"] == pytest.approx(runs["fresh"]["tau"], rel=0.1)

@@ -53,6 +53,9 @@ def test_state_carries_over_to_the_next_answer():
     small = SpecScheduler(2, adaptive=True)
     small.load(s.state())                      # round times of k above its k_max are dropped
     assert sorted(small.t_round) == [0]
+    timings = SpecScheduler(4, adaptive=True)
+    timings.load(s.state(), accept=False)      # timings only: the first choice is a speculative round, to measure
+    assert timings.round_time(4) == pytest.approx(3.0) and timings.accept.value is None and timings.choose(4) == 4
 
 
 def test_not_adaptive_always_k_max():

@@ -281,7 +281,10 @@ async def generate_async(
     sched_key = (cfg.drafter, cfg.bridge, cfg.draft_stop, k_hi, cfg.k_schedule,
                  cfg.mode if not params.greedy else "greedy", cfg.response_format is not None)
     if sched_memory is not None and cfg.adaptive:
-        sched.load(sched_memory.get(sched_key))
+        # the n-gram drafter's acceptance is the text's (copies from this prompt), not the models': its timings carry
+        # over, its acceptance is measured again in each answer (carried over from a chat answer, it kept speculation
+        # off through a repetitive one: tests/test_batched.py)
+        sched.load(sched_memory.get(sched_key), accept=cfg.drafter != "ngram")
     n = _Counters(proposed_at=[0] * k_hi, accepted_at=[0] * k_hi)
 
     seq = list(prompt)

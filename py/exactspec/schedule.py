@@ -67,14 +67,15 @@ class SpecScheduler:
         return {"t_round": {k: e.value for k, e in self.t_round.items() if e.value is not None},
                 "accept": self.accept.value}
 
-    def load(self, state: dict | None) -> None:
-        """Start from an earlier answer's `state` (None: from scratch)."""
+    def load(self, state: dict | None, accept: bool = True) -> None:
+        """Start from an earlier answer's `state` (None: from scratch); accept=False takes its timings only (a drafter
+        whose acceptance depends on the text, not the models, measures it again in each answer)."""
         if not state:
             return
         for k, v in state.get("t_round", {}).items():
             if int(k) <= self.k_max:
                 self.t_round.setdefault(int(k), Ewma()).value = float(v)
-        if state.get("accept") is not None:
+        if accept and state.get("accept") is not None:
             self.accept.value = float(state["accept"])
 
     def observe(self, k: int, t_round: float, n_accepted: int = 0) -> None:
