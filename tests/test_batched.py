@@ -306,16 +306,11 @@ def test_a_probe_set_aside_for_a_hinted_run_is_verified_next():
     """'Only while it pays' off, the n-gram drafter hints runs of 8; a probe (one proposal every 16 rounds) whose round
     takes a hinted run instead is verified in the round after it, not lost (else acceptance would never be measured
     again and speculation would stay off where it pays)."""
-    from toy import ToyLM
+    from toy import CycleLM
     import asyncio
     from exactspec.decode import generate_async
 
-    class Cycle(ToyLM):
-        def row(self, prefix):
-            z = np.zeros(self.config.vocab_size, np.float32)
-            z[(prefix[-1] + 1) % 7] = 5.0
-            return z
-    dev = QueuedDevice(Cycle(100))
+    dev = QueuedDevice(CycleLM(100))
     cfg = GenerateConfig(max_new_tokens=200, k=4, drafter="ngram", adaptive=True)
     key = ("ngram", cfg.bridge, cfg.draft_stop, 4, "fixed", "greedy", False)
     memory = {key: {"t_round": {0: 1.0, 1: 5.0, 4: 9.0}, "accept": 0.0}}     # learned: it does not pay
@@ -329,21 +324,16 @@ def test_ngram_acceptance_is_measured_again_in_each_answer():
     """'Only while it pays' with the n-gram drafter: an earlier answer's timings carry over, its acceptance does not
     (the text's, not the models'): after a chat answer that learned 'it does not pay', a repetitive answer speculates
     from its first rounds, as a fresh session does."""
-    from toy import ToyLM
+    from toy import CycleLM
     import asyncio
     from exactspec.decode import generate_async
 
-    class Cycle(ToyLM):
-        def row(self, prefix):
-            z = np.zeros(self.config.vocab_size, np.float32)
-            z[(prefix[-1] + 1) % 7] = 5.0
-            return z
     prompt = [0, 1, 2, 3, 4, 5, 6, 0]
     cfg = GenerateConfig(max_new_tokens=100, k=4, drafter="ngram", adaptive=True)
     key = ("ngram", cfg.bridge, cfg.draft_stop, 4, "fixed", "greedy", False)
     runs = {}
     for name, memory in (("fresh", {}), ("after chat", {key: {"t_round": {0: 1.0, 1: 1.6, 4: 1.9}, "accept": 0.05}})):
-        dev = QueuedDevice(Cycle(100))
+        dev = QueuedDevice(CycleLM(100))
         r = asyncio.run(generate_async(dev, prompt, cfg, on_tokens=dev.streamed, clock=dev.clock, sched_memory=memory))
         assert r.token_ids == [(1 + i) % 7 for i in range(100)]
         runs[name] = r.stats

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from exactspec.decode import GenerateConfig, generate, generate_async
-from toy import ToyLM
+from toy import CycleLM, ToyLM
 
 V = 100
 
@@ -192,13 +192,7 @@ def test_context_limit_and_bad_input():
 
 def test_ngram_drafter_accepts_repetition():
     # a champion that repeats a cycle: n-gram lookup predicts it perfectly once it has been seen
-    class Cycle(ToyLM):
-        def row(self, prefix):
-            z = np.zeros(self.config.vocab_size, np.float32)
-            z[(prefix[-1] + 1) % 7] = 5.0
-            return z
-
-    res = run(Cycle(V), [0, 1, 2, 3, 4, 5, 6, 0], max_new_tokens=30, k=4, drafter="ngram")
+    res = run(CycleLM(V), [0, 1, 2, 3, 4, 5, 6, 0], max_new_tokens=30, k=4, drafter="ngram")
     assert res.token_ids == [(1 + i) % 7 for i in range(30)]
     assert res.stats["tau"] > 4.0
 
@@ -268,7 +262,7 @@ def test_the_adaptive_scheduler_remembers_between_answers():
     """With `sched_memory` the next answer's scheduler starts from what the last one learned: where speculation does
     not pay (every row of a verify costs a full pass here, the draft is a stranger) the second answer neither
     calibrates nor opens with a k-proposal round, so it proposes less; the tokens are the champion's either way."""
-    from toy import ToyLM
+    from toy import CycleLM, ToyLM
     t = [0.0]
 
     class Timed(ToyLM):

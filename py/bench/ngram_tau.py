@@ -45,7 +45,6 @@ from exactspec.backend import RunsAhead  # noqa: E402
 from exactspec.chat import encode_chat  # noqa: E402
 from exactspec.decode import GenerateConfig, generate  # noqa: E402
 from exactspec.drafters.ngram import MIN_NGRAM, NgramDrafter  # noqa: E402
-from exactspec.kv import TrackedCache  # noqa: E402
 from exactspec.reference import ReferenceModel  # noqa: E402
 from exactspec.settings import DEFAULTS  # noqa: E402
 from exactspec.tokenizer import Tokenizer  # noqa: E402
@@ -175,9 +174,8 @@ def main(argv=None) -> int:
               "verify": lambda g: vms[g - 1] if g <= len(vms) else vms[-1] + (g - len(vms)) * a.verify_slope_ms}
     items = load_workload(a.workload)
     if a.per_stratum:
-        count = {}
-        items = [it for it in items if count.setdefault(it["stratum"], 0) < a.per_stratum
-                 and not count.__setitem__(it["stratum"], count[it["stratum"]] + 1)]
+        strata = list(dict.fromkeys(it["stratum"] for it in items))
+        items = [it for s in strata for it in [x for x in items if x["stratum"] == s][:a.per_stratum]]
     recs = answers(items, a.max_new_tokens, Path(a.cache), log)
     checks = validate(recs, a.validate, log) if a.validate else []
     strata = sorted({it["stratum"] for it, *_ in recs})

@@ -248,6 +248,10 @@ def open_host(a) -> NodeHost | ChromiumHost:
 
 
 # ---- the benchmark ----------------------------------------------------------------------------------------------
+# --adaptive: speculation forced (off), "only while it pays" (on), or both, as the answers' `adaptive` settings
+ADAPTIVES = {"off": [False], "on": [True], "both": [False, True]}
+
+
 def spec_configs(drafters, ks, adaptives) -> list[dict]:
     """Every speculative setting of one answer group: drafter x k x adaptive."""
     return [{"drafter": d, "k": k, "adaptive": ad} for d in drafters if d != "none" for k in ks for ad in adaptives]
@@ -428,13 +432,14 @@ def summarise(res: dict, a) -> list[dict]:
                     # tokens of runs ahead (rounds that verified nothing) and the verify rounds that made the rest
                     ahead = sum((r.get("ahead_passes") or 0) - (r.get("wasted_passes") or 0) for r in spec)
                     vr = rounds - ahead
-                    if t and ra and tau and rounds and vr <= 0 and not c["adaptive"]:
-                        pred, parts = 1.0, {"ahead_share": 1.0}     # nothing verified: plain decoding all along
-                    elif t and ra and tau and rounds and emitted > ahead and not c["adaptive"]:
-                        o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
-                        g = sum(r["proposed"] or 0 for r in spec) / vr
-                        pred, parts = predicted_speedup(t, c["drafter"], c["k"], g, (emitted - ahead) / vr, o_ms,
-                                                        ahead / emitted)
+                    if t and ra and tau and rounds and not c["adaptive"]:
+                        if vr <= 0:
+                            pred, parts = 1.0, {"ahead_share": 1.0}     # nothing verified: plain decoding all along
+                        elif emitted > ahead:
+                            o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
+                            g = sum(r["proposed"] or 0 for r in spec) / vr
+                            pred, parts = predicted_speedup(t, c["drafter"], c["k"], g, (emitted - ahead) / vr,
+                                                            o_ms, ahead / emitted)
                     per_run.append({"run": run, "alone_tok_s": ra, "spec_tok_s": rs,
                                     "speedup": rs / ra if ra and rs else None, "tau": tau, "predicted": pred,
                                     "prediction": parts})
@@ -535,7 +540,7 @@ def parse_args(argv=None):
     ap.add_argument("--temperature", type=float, default=0.7, help="coupled mode's temperature")
     ap.add_argument("--runs", type=int, default=None, help="default 3 (>= 3 for figures)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="cap on each answer (default 64)")
-    ap.add_argument("--adaptive", choices=["off", "on", "both"], default="off",
+    ap.add_argument("--adaptive", choices=list(ADAPTIVES), default="off",
                     help="speculation forced (off), 'only while it pays' (on), or both")
     ap.add_argument("--timing-reps", type=int, default=None, help="repetitions per pass timing (default 5)")
     ap.add_argument("--champion", default=str(CHAMPION))
@@ -587,7 +592,7 @@ def parse_args(argv=None):
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if not (0 < a.temperature <= 10):
         ap.error("--temperature must be in (0, 10]")
-    a.adaptives = {"off": [False], "on": [True], "both": [False, True]}[a.adaptive]
+    a.adaptives = ADAPTIVES[a.adaptive]
     for p in (a.champion, a.workload) + ((a.draft,) if "model" in a.drafters else ()) + \
             ((a.head,) if "head" in a.drafters else ()):
         if not Path(p).is_file():
@@ -694,7 +699,7 @@ def redraw(path: str, table_out: str | None) -> int:
         rep = json.load(f)
     m = rep["meta"]
     a = SimpleNamespace(modes=m["modes"], drafters=m["drafters"], ks=m["ks"], runs=m["runs"],
-                        adaptives={"off": [False], "on": [True], "both": [False, True]}[m["adaptive"]])
+                        adaptives=ADAPTIVES[m["adaptive"]])
     rep["summary"], rep["alone"] = summarise(rep, a), alone_rows(rep, a)
     m["command"] += f"  (summarised again: python build.py bench product --redraw {path})"
     text = table(rep)

@@ -21,6 +21,7 @@ import numpy as np
 
 from .backend import Pick
 from .drafters import make_drafter
+from .drafters.ngram import MIN_NGRAM_JSON, NgramDrafter
 from .kv import track
 from .drafters.model import call_backend
 from .sampling import STREAM_DRAFT, STREAM_SAMPLE, Rng, SamplingParams, probs_from_scaled, sample_index, scaled_logits
@@ -235,7 +236,6 @@ async def generate_async(
     gram, gstate = _json_mode(cfg, constraint, grammar_state, tokenizer, V)
     if gram is not None:
         from .constrain.drafter import GrammarDrafter
-        from .drafters.ngram import MIN_NGRAM_JSON, NgramDrafter
         if isinstance(drafter, NgramDrafter):
             drafter = NgramDrafter(min_ngram=MIN_NGRAM_JSON)
         drafter = GrammarDrafter(drafter, gram, cfg.grammar_draft, splits=json_splits)
@@ -259,7 +259,6 @@ async def generate_async(
         soon: run ahead less far then)."""
         return max(1, min(ahead if k == 0 else min(ahead, AHEAD_WITH_DRAFTER), remaining, C.seq_len - t0 + 1))
     from .drafters.model import ModelDrafter
-    from .drafters.ngram import NgramDrafter
     # whose empty rounds may hint the device's next run (decode_ahead's `then`): the champion alone, and the n-gram
     # drafter (no passes and no state of its own, so a round that takes a hinted run instead of its proposals changes
     # nothing but when they are verified); a model's or head's rounds always make draft passes
