@@ -28,7 +28,7 @@
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
 //            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
 //            the next submission's serial, so without it that readback also waits for the continuation after it
-//            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 8 on GPUs; 0 on CPU adapters,
+//            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 4 on GPUs; 0 on CPU adapters,
 //            where a pass costs far more than a round trip and a pass wasted at the end of an answer costs a lot),
 //            fuse?: false | 'attn' | true | 'auto' (default 'auto', false with emulatedSubgroups: true where
 //            matmul_sg.wgsl runs with ksplit 1, else false, and a model the fused kernels cannot take runs unfused,

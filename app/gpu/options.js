@@ -116,10 +116,12 @@ export function resolvePlan(opts, info, device) {
   const f = fusePlan(opts, m, device, cpu);
   const r = rowPlan(opts, m, f);
   const pickWg = cpu ? 64 : 256;
-  // 8 on GPUs: with continuations (aheadThen) the GPU always has the next run queued, so shorter runs cost no speed
-  // and waste fewer passes past an answer's EOS: on an H200 (bench/h200/results/2026-12-04, call 5) the champion
-  // alone's answers of all strata ran at 674 tok/s with 8 against 541 / 556 with 16, 847 vs 852 on long answers
-  const aheadMax = opts.aheadMax ?? (cpu ? 0 : 8);
+  // 4 on GPUs: with continuations (aheadThen) the GPU always has the next run queued, so shorter runs cost little
+  // speed and waste fewer passes past an answer's EOS (a run is paid in full, and the run after it is queued already).
+  // On an H200 through the product's loop: 8 against 16 (bench/h200/results/2026-12-04, call 5): 674 vs 541 / 556
+  // tok/s over all strata; 4 against 8 (bench/h200/results/2026-12-04d, calls 3-4): per prompt 1.12-1.23x (geometric
+  // means of two runs) on the 64-token workload answers, 0.95-1.02x on 256-token ones
+  const aheadMax = opts.aheadMax ?? (cpu ? 0 : 4);
   if (!Number.isInteger(aheadMax) || aheadMax < 0 || aheadMax > MAX_PASSES) throw new Error(`aheadMax ${aheadMax} must be in 0..${MAX_PASSES}`);
   const aheadThen = opts.aheadThen ?? true;
   if (typeof aheadThen !== 'boolean') throw new Error(`aheadThen ${JSON.stringify(aheadThen)} must be true or false`);

@@ -52,7 +52,7 @@ from exactspec_train.data import load_workload, workload_messages  # noqa: E402
 
 CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
 EOS = 2
-AHEAD_MAX = 8            # the engine's aheadMax on GPUs (app/gpu/options.js)
+AHEAD_MAX = 4            # the engine's aheadMax on GPUs (app/gpu/options.js)
 GROUNDED = ("summaries", "rewrites", "json_extraction", "repetitive")
 
 
