@@ -175,3 +175,28 @@ def test_multi_run_plan_and_scheduler():
     assert spent == {"a": 10.0, "b": 20.0, "c": 5.0}
     assert order.index("c") > max(i for i, n in enumerate(order) if n in "ab")   # group 1 only after group 0
     assert order.count("a") == 10 and order.count("b") == 10                      # same fraction, step by step
+
+
+def test_a_run_starts_from_a_trained_head(setup, tmp_path):
+    """head_multi --init: a run starts from a head file's weights and vocabulary subset (a head of another window or
+    without the run's subset is refused, naming the difference)."""
+    from exactspec_train.head_multi import PlanEntry, init_weights, parse_init
+    cfg, cw, champ, seq, feats = setup
+    hc = HeadConfig.for_champion(cfg, window=7, champion_sha256="c" * 64)
+    ids = np.array([0, 2, 3, 5, 8, 13, 21, 34, 55, 89])
+    hw = random_head_weights(hc, 6)
+    path = tmp_path / "h.gguf"
+    export_head(path, net_for(cfg, cw, hc, hw, ids), hc, "F32", {"variant": "test"})
+    weights, got = init_weights(path, {"window": 7, "vocab_subset": 10}, cfg)
+    assert np.array_equal(got, ids)
+    net = net_for(cfg, cw, hc, weights, got)
+    for name, w in net.to_numpy().items():
+        assert np.array_equal(w, hw[name]), name
+    with pytest.raises(ValueError, match="window is 7, the run's is 9"):
+        init_weights(path, {"window": 9, "vocab_subset": 10}, cfg)
+    with pytest.raises(ValueError, match="it has a vocabulary subset, the run has none"):
+        init_weights(path, {"window": 7, "vocab_subset": 0}, cfg)
+    plan = [PlanEntry("warm", "full", 10.0, 0)]
+    assert parse_init(f"warm={path}", plan) == {"warm": path}
+    with pytest.raises(ValueError, match="one of the plan's runs"):
+        parse_init(f"cold={path}", plan)

@@ -14,7 +14,9 @@
 #   (then, warm, the product's loop with the trained head: product_run.sh with NPARTS=3 and HEAD_FILE, see below)
 # Env: CALL_S (this call's seconds, default 570), GEN_S (answers, default 150; skipped when /tmp/gen/gen.npz exists),
 #   EVAL_S (seconds kept for evaluation + export at the end, default 90), PLAN (exactspec_train.head_multi's plan;
-#   default: full / no-multistep / no-subset / no-filter 50 s each in group 0, then `long` = full for 500 s), TINY=1
+#   default: full / no-multistep / no-subset / no-filter 50 s each in group 0, then `long` = full for 500 s), INIT
+#   (NAME=HEAD.gguf,...: those runs start from a trained head, e.g. INIT=warm=static/models/head-smollm2.gguf with
+#   PLAN=warm:full:300:0), TINY=1
 #   (a CPU smoke test here: X=/tmp/x OUT=/tmp/o TINY=1 GEN_S=20 EVAL_S=40 CALL_S=150 PLAN=a:full:3:0,long:full:5:1
 #   bash bench/h200/train_head_multi.sh, after copying the champion's parts to $X/champ/p0..p2 and node etc.).
 # Writes to $OUT: head_<run>.gguf for every run (5), run.json, log.txt (8 files at most come back); keeps
@@ -45,6 +47,7 @@ PLAN=${PLAN:-full:full:50:0,no-multistep:no-multistep:50:0,no-subset:no-subset:5
 STOP=$(( T0 + ${CALL_S:-570} - ${EVAL_S:-90} ))
 EXTRA=()
 [ -n "$RESUME" ] && EXTRA+=(--resume)
+[ -n "${INIT:-}" ] && EXTRA+=(--init "$INIT")
 [ -n "$TINY" ] && EXTRA+=(--tiny --log-every 1 --workload-max-new 8)
 python3 -m exactspec_train.head_run multi "${COMMON[@]}" --gen /tmp/gen/gen.npz --plan "$PLAN" --budget-s 3600 \
   --stop-at $STOP --out /tmp/head/out --ckpt-dir /tmp/head/ckpt "${EXTRA[@]}"

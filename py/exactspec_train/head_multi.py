@@ -64,6 +64,34 @@ def parse_plan(text: str, variants: dict) -> list:
     return out
 
 
+def parse_init(text: str, plan: list) -> dict:
+    """{run name: head GGUF path} of --init NAME=PATH,... (every NAME a run of the plan)."""
+    out = {}
+    names = {e.name for e in plan}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, sep, path = item.partition("=")
+        if not sep or not path or name not in names:
+            raise ValueError(f"--init {item!r}: want NAME=HEAD.gguf with NAME one of the plan's runs {sorted(names)}")
+        out[name] = Path(path)
+    return out
+
+
+def init_weights(path, hp: dict, champion_config) -> tuple:
+    """(weights by name, vocab_ids or None) of a trained head to start a run from: its window and its vocabulary
+    subset (or none) must be the run's (hp), and it must be a head for this champion's shape (float32 weights,
+    dequantized: a Q8_0 head starts from its rounded weights)."""
+    from exactspec.drafters.head import HeadConfig, read_head_gguf
+    cfg, weights, ids = read_head_gguf(path)
+    want = HeadConfig.for_champion(champion_config, window=hp["window"])
+    for key in ("dim", "hidden_dim", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "window"):
+        if getattr(cfg, key) != getattr(want, key):
+            raise ValueError(f"--init {path}: its {key} is {getattr(cfg, key)}, the run's is {getattr(want, key)}")
+    if bool(hp["vocab_subset"]) != (ids is not None):
+        raise ValueError(f"--init {path}: " + ("it has a vocabulary subset, the run has none" if ids is not None
+                                               else "it has no vocabulary subset, the run has one"))
+    return weights, ids
+
+
 def pick_next(entries: list, spent: dict) -> str | None:
     """The run to step next: in the lowest group with a run whose spent time is below its total, the run with the
     smallest spent/total (ties: plan order); None when every run is done."""
@@ -112,6 +140,7 @@ def cmd_multi(a) -> int:
     # the data depend only on the hyper-parameters every variant shares (max_len, weights, corpus): one copy, with
     # the vocabulary subset of the defaults (the variants either keep it or drop it)
     data, held, subset_ids, sigma, rms, dstats = build_data(a, base, champ, tok, dev, log)
+    inits = parse_init(getattr(a, "init", ""), plan)
     runs = {}
     for e in plan:
         hp = dict(base)
@@ -125,7 +154,14 @@ def cmd_multi(a) -> int:
                              f"{base['vocab_subset']} or none)")
         else:
             ids = subset_ids if hp["vocab_subset"] else None
+        w0 = None
+        if st is None and e.name in inits:     # a trained head's weights and subset (its targets: the same rows)
+            w0, ids = init_weights(inits[e.name], hp, champ.config)
+            hp = dict(hp, init=str(inits[e.name]), init_sha256=_sha(inits[e.name]))
         _, net, opt = new_head(a, champ, hp, ids, rms, dev)
+        if w0 is not None:
+            net.load_numpy(w0)
+            log(f"{e.name}: starts from {inits[e.name]} ({len(ids) if ids is not None else 'all'} vocabulary rows)")
         r = Run(e, hp, ids, net, opt)
         if st is not None:
             net.load_state_dict(st["net"])

@@ -569,6 +569,8 @@ def main(argv=None) -> int:
     mu.add_argument("--workload-eval", action=argparse.BooleanOptionalAction, default=True)
     mu.add_argument("--workload-max-new", type=int, default=64)
     mu.add_argument("--stop-at", type=float, default=0.0, help="Unix time at which training stops (0: no limit)")
+    mu.add_argument("--init", default="", help="NAME=HEAD.gguf,...: start these runs from a trained head's weights "
+                    "and vocabulary subset (exactspec_train.head_multi.init_weights) instead of a fresh head")
     a = ap.parse_args(argv)
     if a.cmd == "multi":
         from .head_multi import cmd_multi
