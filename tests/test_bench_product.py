@@ -11,7 +11,7 @@ T = {"single_ms": {"median": 1.0}, "forward_ms": {"median": 1.5},
 
 def test_every_round_verifies_gives_the_formula():
     pred, parts = predicted_speedup(T, "ngram", 4, 4.0, 3.0, 0.2)
-    assert pred == pytest.approx(3.0 * 1.2 / (1.9 + 0.2))
+    assert pred == pytest.approx(1.2 / (0.2 + 1.9 / 3.0))       # O (0.2 ms a token) is the answer's, not a round's
     assert parts["t_round_ms"] == pytest.approx(1.9) and parts["ahead_share"] == 0.0
 
 
@@ -19,5 +19,14 @@ def test_runs_ahead_are_priced_as_plain_decoding():
     # half the tokens from runs ahead (1.2 ms a token), half from verify rounds of 3 tokens at 2.1 ms
     pred, _ = predicted_speedup(T, "ngram", 4, 2.5, 3.0, 0.2, ahead_share=0.5)
     t_round = 1.7 + (1.8 - 1.7) * 0.5                       # T_verify interpolated at 2.5 proposals
-    assert pred == pytest.approx(1.2 / (0.5 * 1.2 + 0.5 * (t_round + 0.2) / 3.0))
+    assert pred == pytest.approx(1.2 / (0.2 + 0.5 * 1.0 + 0.5 * t_round / 3.0))
     assert predicted_speedup(T, "ngram", 4, 4.0, 1.0, 0.2, ahead_share=0.999)[0] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_answers_own_costs_are_not_shrunk_by_speculation():
+    """O, what the champion alone spends beyond its passes (first token, the answer's end), is paid once per answer
+    with or without speculation: the larger it is, the closer the prediction to 1, however good the rounds."""
+    fast = predicted_speedup(T, "ngram", 4, 4.0, 4.0, 0.0)[0]
+    slow = predicted_speedup(T, "ngram", 4, 4.0, 4.0, 2.0)[0]
+    assert fast == pytest.approx(1.0 / (1.9 / 4.0)) and 1.0 < slow < fast
+    assert slow == pytest.approx(3.0 / (2.0 + 1.9 / 4.0))

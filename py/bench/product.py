@@ -379,11 +379,15 @@ def _rate(rs: list) -> float | None:
 
 
 def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms: float, ahead_share: float = 0.0):
-    """tau * (T_single + O) / (g * T_draft + T_verify(g) + O), g the mean proposals per verify round (k for a draft
-    model; an n-gram lookup may find fewer), T_verify interpolated between the measured whole k (T_verify(0) = one
-    forward); or, for an on-device round, tau * (T_single + O) / (T_round(k) + O). tau: tokens per verify round.
+    """(T_single + O) / (O + T_round / tau): the break-even formula, T_round = g * T_draft + T_verify(g) a verify
+    round (g the mean proposals per verify round: k for a draft model, an n-gram lookup may find fewer; T_verify
+    interpolated between the measured whole k, T_verify(0) = one forward), or T_round(k) for an on-device round;
+    tau: tokens per verify round. O (ms a token of the answer): what the champion alone spends beyond its passes
+    (first token, the answer's end, passes run past an EOS), measured as T_alone / N - T_single; it is the answer's,
+    so speculation does not shrink it (charged per round, as before 2026-12-04d, it over-predicted where rounds are
+    saved and under-predicted where the champion alone wastes passes: bench/h200/results/2026-12-04d/prediction_gap.md).
     ahead_share: the share of the answer's tokens that came from runs ahead (rounds whose drafter found nothing: the
-    n-gram drafter's, mostly), priced as plain decoding, T_single + O a token; the verify rounds make the rest.
+    n-gram drafter's, mostly), priced as plain decoding, T_single a token; the verify rounds make the rest.
     Returns (speedup, its parts)."""
     single = t["single_ms"]["median"]
     rnd = (t.get("round_ms") or {}).get(drafter, {}).get(str(k))
@@ -399,7 +403,7 @@ def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms:
     parts = {"t_single_ms": single, "t_round_ms": t_round, "t_overhead_ms": o_ms, "tau": tau,
              "proposals_per_round": g, "ahead_share": ahead_share}
     # time per token: a share of plain decoding, the rest in verify rounds of tau tokens each
-    per_token = ahead_share * (single + o_ms) + (1.0 - ahead_share) * (t_round + o_ms) / tau
+    per_token = o_ms + ahead_share * single + (1.0 - ahead_share) * t_round / tau
     return (single + o_ms) / per_token, parts
 
 
