@@ -411,6 +411,20 @@ def test_head_manifest_checks_the_files(micro, tmp_path):
     with pytest.raises(SystemExit, match="did not measure this head"):
         build(head_path, "long", mrun, prep, champ_path, workload, {**bench, "heads": {"b": {"sha256": "2" * 64}}},
               run["answers"])
+    # a run started from a trained head (head_run multi --init): its manifest is required, and must be that head's
+    wrec = {**mrec, "variant": "full", "train_seconds": 2.0, "total_s": 9.0,
+            "hp": {"depth": 4, "init": "old.gguf", "init_sha256": "9" * 64}}
+    wrun = {**mrun, "runs": {"warm": wrec}}
+    with pytest.raises(SystemExit, match="pass its manifest"):
+        build(head_path, "warm", wrun, prep, champ_path, workload, None, run["answers"])
+    before = {**m, "head": {**m["head"], "sha256": "9" * 64}}
+    with pytest.raises(SystemExit, match="describes the head"):
+        build(head_path, "warm", wrun, prep, champ_path, workload, None, run["answers"], m)
+    w = build(head_path, "warm", wrun, prep, champ_path, workload, None, run["answers"], before)
+    assert w["train"]["starts_from"]["head_sha256"] == "9" * 64
+    assert w["train"]["starts_from"]["its_train"] == m["train"] and w["train"]["hp"]["init"] == "old.gguf"
+    with pytest.raises(SystemExit, match="only for a run started from a trained head"):
+        build(head_path, "long", mrun, prep, champ_path, workload, None, run["answers"], before)
 
 
 def test_reference_keeps_features_takes_input_rows_and_windows(micro):

@@ -22,9 +22,11 @@ SCHEMA = "exactspec.head-manifest/1"
 
 
 def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workload: Path, bench: dict | None,
-          answers: dict | None = None):
+          answers: dict | None = None, starts_from: dict | None = None):
     """variant: a variant of `head_run all`'s run.json ("variants"), or a run's name in `head_run multi`'s ("runs");
-    answers: gen.npz's record (head_run.answers_record) where run.json has none (multi runs before 2026-12-03)."""
+    answers: gen.npz's record (head_run.answers_record) where run.json has none (multi runs before 2026-12-03);
+    starts_from: for a run started from a trained head (head_run multi --init), that head's manifest: the manifest
+    then records the whole lineage (its training, then this run's)."""
     from exactspec.drafters.head import head_memory, read_head_gguf
     multi = "runs" in run
     runs = run["runs"] if multi else run["variants"]
@@ -54,6 +56,16 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
         bench = {**{k: v for k, v in bench.items() if k not in ("heads", "by_drafter")},
                  "head": bench["heads"][mine[0]], "by_drafter": {mine[0]: bench["by_drafter"][mine[0]]}}
     hist = rec.get("history") or []
+    init_sha = rec["hp"].get("init_sha256")
+    if (init_sha is None) != (starts_from is None):
+        raise SystemExit("this run started from a trained head: pass its manifest (--starts-from)" if init_sha else
+                         "--starts-from is only for a run started from a trained head (head_run multi --init)")
+    if starts_from is not None and starts_from["head"]["sha256"] != init_sha:
+        raise SystemExit(f"--starts-from describes the head {starts_from['head']['sha256']}, this run started from "
+                         f"{init_sha}")
+    lineage = None if starts_from is None else {
+        "head_sha256": init_sha, "its_train": starts_from["train"], "its_data": starts_from["data"],
+        "its_training_sources": starts_from["training_sources"], "its_rerun": starts_from["rerun"]}
     return {
         "schema": SCHEMA,
         "head": {"file": head.name, "sha256": sha, "bytes": head.stat().st_size, "config": cfg.to_json(),
@@ -88,6 +100,7 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
                   "seconds": rec.get("seconds", rec.get("train_seconds")),
                   "loss_first": hist[0]["loss"] if hist else None,
                   "loss_last": hist[-1]["loss"] if hist else None, "held_out_eval": rec["eval"],
+                  "starts_from": lineage,
                   "host": "one NVIDIA H200 (torch, bf16 autocast, tf32)",
                   "code": "py/exactspec_train (prep -> head_run " + ("multi" if multi else "all") +
                           " -> make_head_manifest)"},
@@ -120,12 +133,14 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", required=True)
     ap.add_argument("--bench", default=None, help="--json output of the head_acceptance bench")
     ap.add_argument("--answers", default=None, help="JSON of gen.npz's record where run.json has none")
+    ap.add_argument("--starts-from", default=None, help="the manifest of the head a --init run started from")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     bench = json.loads(Path(a.bench).read_text())["summary"] if a.bench else None
     m = build(Path(a.head), a.variant, json.loads(Path(a.run).read_text()), json.loads(Path(a.prep).read_text()),
               Path(a.champion), Path(a.workload), bench,
-              json.loads(Path(a.answers).read_text()) if a.answers else None)
+              json.loads(Path(a.answers).read_text()) if a.answers else None,
+              json.loads(Path(a.starts_from).read_text()) if a.starts_from else None)
     from .export import write_manifest
     write_manifest(a.out, m)
     print(f"wrote {a.out}")
