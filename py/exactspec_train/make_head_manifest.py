@@ -117,6 +117,8 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
             "variant": (f"plan entry {variant}:{rec.get('variant')}:{rec.get('total_s')}" if multi else
                         "python -m exactspec_train.head_run " + " ".join(rec.get("argv", []))),
             "bench": "python build.py bench head_acceptance --head static/models/" + head.name + " --json OUT",
+            **({"init": f"--init names the head of sha256 {init_sha} (train.starts_from has its training), "
+                        "whatever file is at that path now"} if init_sha else {}),
             "note": "generation and training stop at wall-clock limits and bf16 GPU kernels are not bitwise "
                     "deterministic: a rerun gives a similar, not identical, head; `answers` and `steps_done` say "
                     "where this one stopped."},
