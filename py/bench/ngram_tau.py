@@ -10,7 +10,7 @@ then finds proposals). Settings: the shortest match (min_ngram), k, the passes a
 off; the drafter is exactspec's NgramDrafter. Per stratum it prints tokens per target pass (tau), tokens per verify
 round, the share of rounds that verify, and the speedup the timings predict over the champion alone:
 
-    alone  = tokens x PASS (+ one round trip)        runs of 8 with the next run always queued
+    alone  = tokens x PASS (+ one round trip)        runs of AHEAD_MAX with the next run always queued
     spec   = sum over rounds: a verify of g proposals VERIFY[g] (wall, its round trip included); a fresh run of n
              passes n x PASS + RTT; a run the device had queued n x PASS
 
