@@ -79,9 +79,10 @@ def test_predicted_speedup_interpolates_proposals_and_uses_on_device_rounds():
          "verify_ms": {"1": {"median": 14.0}, "2": {"median": 18.0}, "3": {"median": 26.0}},
          "draft_ms": {"ngram": {"median": 0.5}, "model": {"median": 2.0}},
          "round_ms": {"model": {"2": {"median": 13.0}}}}
-    # n-gram with 1.5 proposals per round: 1.5 * 0.5 + (14 + (18 - 14) * 0.5) = 16.75; (10 + 2) * 1.8 / (16.75 + 2)
+    # n-gram with 1.5 proposals per round: 1.5 * 0.5 + (14 + (18 - 14) * 0.5) = 16.75; (10 + 2) / (2 + 16.75 / 1.8)
+    # (O = 2 ms a token is the answer's: paid once per token with or without speculation)
     s, parts = predicted_speedup(t, "ngram", 3, 1.5, 1.8, 2.0)
-    assert s == pytest.approx(12 * 1.8 / 18.75) and parts["t_round_ms"] == pytest.approx(16.75)
+    assert s == pytest.approx(12 / (2 + 16.75 / 1.8)) and parts["t_round_ms"] == pytest.approx(16.75)
     # the model drafter with a measured on-device round for k = 2; k = 3 from the draft and verify passes
     assert predicted_speedup(t, "model", 2, 2.0, 2.5, 0.0)[0] == pytest.approx(10 * 2.5 / 13.0)
     assert predicted_speedup(t, "model", 3, 3.0, 2.5, 0.0)[0] == pytest.approx(10 * 2.5 / (3 * 2.0 + 26.0))
