@@ -16,7 +16,8 @@ def test_every_round_verifies_gives_the_formula():
 
 
 def test_runs_ahead_are_priced_as_plain_decoding():
-    # half the tokens from runs ahead (1.2 ms a token), half from verify rounds of 3 tokens at 2.1 ms
+    # O (0.2 ms) on every token; half the tokens from runs ahead (1.0 ms a token), half from verify rounds of 3
+    # tokens at 1.75 ms
     pred, _ = predicted_speedup(T, "ngram", 4, 2.5, 3.0, 0.2, ahead_share=0.5)
     t_round = 1.7 + (1.8 - 1.7) * 0.5                       # T_verify interpolated at 2.5 proposals
     assert pred == pytest.approx(1.2 / (0.2 + 0.5 * 1.0 + 0.5 * t_round / 3.0))
