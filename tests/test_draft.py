@@ -171,6 +171,15 @@ def test_training_prompt_builder_is_clean_and_seeded():
     with pytest.raises(D.ContaminationError):
         idx.check([m["content"] for msgs in a for m in msgs] +
                   [D.workload_messages(D.load_workload(WORKLOAD)[0])[-1]["content"]], "teacher prompt")
+    # tasks whose answers copy (copy_share): none by default, the prompts made before unchanged; about the share asked
+    # for, clean too, and the text to copy inside them
+    assert a == D.teacher_prompts(5, 300, chats, quotes, docs, n_long=3, copy_share=0.0)
+    c = D.teacher_prompts(5, 300, chats, quotes, docs, n_long=3, copy_share=0.25)
+    copies = [msgs[-1]["content"] for msgs in c[:300] if any(msgs[-1]["content"].startswith(t.split("{")[0])
+                                                             for t in D._COPY_TASKS)]
+    assert 45 <= len(copies) <= 105 and c == D.teacher_prompts(5, 300, chats, quotes, docs, n_long=3, copy_share=0.25)
+    assert any(q in x for x in copies for q in quotes)
+    idx.check([m["content"] for msgs in c for m in msgs], "teacher prompt")
 
 
 def test_torch_model_matches_reference_on_the_draft(draft_path):

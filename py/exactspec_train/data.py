@@ -243,6 +243,16 @@ _LIST_TASKS = [
     "Write {n} short sentences that all start with 'I like'.",
 ]
 _WORDS = ["hello", "apple", "river", "yes", "blue", "stone", "music", "tree", "moon", "coffee"]
+# Tasks whose answers copy or repeat (prep --copy-share): where the draft head failed on the workload (the champion
+# counting "1234567890" over and over, copying a base64 string, repeating the question: README, "Where the head fails")
+_COPY_TASKS = [
+    "Repeat this text exactly:\n\n{x}", "Copy the following, word for word:\n\n{x}",
+    "Write this out again without changing anything: {x}", "Echo my message back to me: {x}",
+    "Quote this sentence and then quote it once more: {x}", "Write this text in capital letters: {x}",
+    "Decode this base64: {b64}", "Write this string backwards, then forwards: {w}",
+    "Count from {a} to {b} without spaces or commas.", "Write the digits 0 to 9 in order, {n} times, with nothing between.",
+    "Write '{w}' {n} times on one line.", "Continue the pattern: {pattern}",
+]
 _FOREIGN = [
     "Bonjour, comment vas-tu aujourd'hui ?", "Quel temps fait-il chez toi ?", "Peux-tu m'expliquer la photosynthese ?",
     "Hola, como estas?", "Cual es tu comida favorita?", "Puedes recomendarme una pelicula?",
@@ -255,16 +265,27 @@ _SYSTEMS = [None, None, None, "You are a concise assistant.", "You are a friendl
 
 
 def teacher_prompts(seed: int, n: int, chats: list[list[str]], quotes: list[str], docs: list[str],
-                    n_long: int = 0) -> list[list[dict]]:
-    """n chat prompts (message lists) for the champion to answer; seeded and reproducible."""
+                    n_long: int = 0, copy_share: float = 0.0) -> list[list[dict]]:
+    """n chat prompts (message lists) for the champion to answer; seeded and reproducible. copy_share: the share of
+    tasks whose answers copy or repeat (_COPY_TASKS); 0 gives exactly the prompts made before it existed."""
+    import base64
     rng = random.Random(seed)
     out = []
     kinds = ["chitchat"] * 30 + ["question"] * 15 + ["quote"] * 20 + ["doc"] * 15 + ["list"] * 10 + ["foreign"] * 5 \
         + ["multiturn"] * 5
     while len(out) < n:
-        kind = rng.choice(kinds)
+        kind = "copy" if copy_share and rng.random() < copy_share else rng.choice(kinds)
         sys_msg = rng.choice(_SYSTEMS)
-        if kind == "chitchat" and chats:
+        if kind == "copy":
+            x = rng.choice(quotes + [d[:400] for d in docs] or _WORDS)
+            a = rng.randint(1, 60)
+            seq = [rng.randint(1, 9) for _ in range(3)]
+            t = rng.choice(_COPY_TASKS).format(
+                x=x, b64=base64.b64encode(x[:120].encode()).decode(), w=rng.choice(_WORDS), a=a,
+                b=a + rng.randint(10, 40), n=rng.randint(3, 12),
+                pattern=", ".join(str(v) for v in (seq * 4)[:rng.randint(6, 12)]))
+            msgs = [{"role": "user", "content": t}]
+        elif kind == "chitchat" and chats:
             conv = rng.choice(chats)
             msgs = [{"role": "user", "content": conv[0]}]
         elif kind == "multiturn" and chats:

@@ -51,6 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-prompts", type=int, default=6144)
     ap.add_argument("--n-long", type=int, default=256)
     ap.add_argument("--doc-fraction", type=float, default=0.5, help="share of python-doc paragraphs kept")
+    ap.add_argument("--copy-share", type=float, default=0.0,
+                    help="share of teacher prompts whose answers copy or repeat (data._COPY_TASKS; 0: as before)")
     a = ap.parse_args(argv)
 
     from exactspec.tokenizer import Tokenizer
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
 
     # the prompts the champion answers (its own outputs are the main distillation text)
     prompts = D.teacher_prompts(a.seed + 1, a.n_prompts, [c for c in chats], clean["fortunes"], clean["python-doc"],
-                                n_long=a.n_long)
+                                n_long=a.n_long, copy_share=a.copy_share)
     widx.check([m["content"] for msgs in prompts for m in msgs], "teacher prompt")
     ids = [tok.encode(D.render_chatml(msgs)) for msgs in prompts]
     off = np.zeros(len(ids) + 1, dtype=np.int64)                               # (n+1,)
@@ -106,7 +108,8 @@ def main(argv=None) -> int:
     with open(out / "prompts.json", "w", encoding="utf-8") as f:
         json.dump(prompts, f, ensure_ascii=False)
     info = {"seed": a.seed, "seq_len": a.seq_len, "corpus_rows": int(corpus.shape[0]), "stats": stats,
-            "n_prompts": len(prompts), "n_long_prompts": a.n_long, "prompt_tokens": int(off[-1]),
+            "n_prompts": len(prompts), "n_long_prompts": a.n_long, "copy_share": a.copy_share,
+            "prompt_tokens": int(off[-1]),
             "max_prompt_tokens": int(np.diff(off).max()), "sources": sources,
             "workload_sha256": D.sha256_file(a.workload), "champion_sha256": D.sha256_file(a.champion),
             "corpus_sha256": D.sha256_file(out / "corpus.npy"), "prompts_sha256": D.sha256_file(out / "prompts.json")}
