@@ -21,7 +21,7 @@ import numpy as np
 
 from .backend import Pick
 from .drafters import make_drafter
-from .drafters.ngram import MIN_NGRAM_JSON, NgramDrafter
+from .drafters.ngram import MIN_NGRAM_JSON
 from .kv import track
 from .drafters.model import call_backend
 from .sampling import STREAM_DRAFT, STREAM_SAMPLE, Rng, SamplingParams, probs_from_scaled, sample_index, scaled_logits
@@ -230,14 +230,14 @@ async def generate_async(
     eos_list = sorted(eos)               # (the device's continuation hint: no run ahead past an EOS)
     params = cfg.sampling
     rng = Rng(cfg.seed)
-    drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop, bridge=cfg.bridge, tokenizer=tokenizer,
-                           draft_tokenizer=draft_tokenizer, mode="greedy" if params.greedy else cfg.mode)
-    picker = _Picker(cfg.mode, params, rng, V)
     gram, gstate = _json_mode(cfg, constraint, grammar_state, tokenizer, V)
+    # (JSON mode: an n-gram drafter takes 1-token matches, drafters/ngram.py MIN_NGRAM_JSON; other drafters ignore it)
+    drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop, bridge=cfg.bridge, tokenizer=tokenizer,
+                           draft_tokenizer=draft_tokenizer, mode="greedy" if params.greedy else cfg.mode,
+                           **({"min_ngram": MIN_NGRAM_JSON} if gram is not None else {}))
+    picker = _Picker(cfg.mode, params, rng, V)
     if gram is not None:
         from .constrain.drafter import GrammarDrafter
-        if isinstance(drafter, NgramDrafter):
-            drafter = NgramDrafter(min_ngram=MIN_NGRAM_JSON)
         drafter = GrammarDrafter(drafter, gram, cfg.grammar_draft, splits=json_splits)
         need = gram.min_tokens(gstate)
         room = min(cfg.max_new_tokens, C.seq_len - len(prompt))
@@ -262,7 +262,7 @@ async def generate_async(
     # whose empty rounds may hint the device's next run (decode_ahead's `then`): the champion alone, and the n-gram
     # drafter (no passes and no state of its own, so a round that takes a hinted run instead of its proposals changes
     # nothing but when they are verified); a model's or head's rounds always make draft passes
-    hints = cfg.drafter == "none" or isinstance(drafter, NgramDrafter)
+    hints = cfg.drafter in ("none", "ngram")
     hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
     deferred = 0                         # k of proposals set aside for a hinted run: the next round looks up with it
