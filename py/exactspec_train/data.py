@@ -273,11 +273,12 @@ def teacher_prompts(seed: int, n: int, chats: list[list[str]], quotes: list[str]
     out = []
     kinds = ["chitchat"] * 30 + ["question"] * 15 + ["quote"] * 20 + ["doc"] * 15 + ["list"] * 10 + ["foreign"] * 5 \
         + ["multiturn"] * 5
+    to_copy = (quotes + [d[:400] for d in docs] or _WORDS) if copy_share else []    # the copy tasks' texts
     while len(out) < n:
         kind = "copy" if copy_share and rng.random() < copy_share else rng.choice(kinds)
         sys_msg = rng.choice(_SYSTEMS)
         if kind == "copy":
-            x = rng.choice(quotes + [d[:400] for d in docs] or _WORDS)
+            x = rng.choice(to_copy)
             a = rng.randint(1, 60)
             seq = [rng.randint(1, 9) for _ in range(3)]
             t = rng.choice(_COPY_TASKS).format(
