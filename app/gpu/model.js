@@ -164,6 +164,11 @@ export class EngineModel {
     this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
     this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    // verifyAhead: the continuation's step slots as shaders/advance.wgsl writes them (MAX_PASSES, slot), copied into
+    // stepBuf inside the submission, and that kernel's parameters
+    this.bufs.step_adv = mem.create('step_adv', MAX_PASSES * this.slotBytes);
+    this.bufs.advance_params = mem.create('advance_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    if (!plan.verifyAhead) this.verifyAhead = undefined;   // (engine option verifyAhead false: not offered, A/B benches)
     this.length = 0;
     this.destroyed = false;
     this.outCap = 0;         // rows the logits buffer holds
@@ -196,6 +201,11 @@ export class EngineModel {
     const g = this.builder();
     this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
     this.ops = g.ops;
+    const K = this.eng.kernels.advance;
+    const bg = K.bind('advance', { params: this.bufs.advance_params, step: this.stepBuf, tokens: this.bufs.tokens,
+      ids: this.bufs.ids, slots: this.bufs.step_adv });
+    const pipeline = await K.pipeline({});
+    this.advanceOps = [{ label: 'advance', kind: 'advance', bindGroup: bg, select: () => ({ pipeline, grid: [1, 1, 1] }) }];
     await this.ensureOut(1);
   }
 
@@ -265,6 +275,10 @@ export class EngineModel {
   }
 
   verify(tokens, startPos, pick, rows = false) { return this.settled(() => this.verifyNow(tokens, startPos, pick, rows)); }
+
+  verifyAhead(tokens, startPos, m, pick, rows = false) {
+    return this.settled(() => this.verifyAheadNow(tokens, startPos, m, pick, rows));
+  }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
    * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
@@ -465,6 +479,42 @@ export class EngineModel {
     return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * V) : null };
   }
 
+  /** verify, then m one-token passes from where the picks say the answer goes (shaders/advance.wgsl), in one
+   * submission: the GPU never waits for the host between a verify round and the passes after it. */
+  async verifyAheadNow(tokens, startPos, m, pick, rows) {
+    this.usable();
+    const tok = this.tokenIds('verifyAhead', tokens);
+    const n = tok.length;
+    if (!Number.isInteger(m) || m < 1 || m > MAX_PASSES) throw new Error(`verifyAhead: m ${m} must be in 1..${MAX_PASSES}`);
+    this.checkStart('verifyAhead', startPos, n + m);   // (room for m passes after all n - 1 proposals)
+    const p = checkPick(pick);
+    await this.ensureOut(n + m);
+    const q = this.device.queue;
+    q.writeBuffer(this.bufs.tokens, 0, tok);
+    this.setPick(p);
+    q.writeBuffer(this.bufs.advance_params, 0, this.eng.kernels.advance.pack('params',
+      { k: n - 1, m, slot_words: this.slotBytes / 4, tok_dst: n, out_base: n }));
+    const sub = new Submission(this);
+    sub.pass(this, { n, startPos, nOut: n }, 'ids');                             // slots 0..c-1: ids (n,)
+    const c = sub.steps.get(this).length;                                        // the verify's chunks
+    sub.run(this.advanceOps, 1, 0, 'advance');                                  // a, tokens[n] = ids[a], m slots
+    sub.copy(this.bufs.step_adv, 0, this.stepBuf, c * this.slotBytes, m * this.slotBytes);   // -> slots c..c+m-1
+    for (let j = 0; j < m; j++) {                                                // (start_pos: advance's, not these)
+      sub.pass(this, { n: 1, startPos: startPos + n + j, nOut: 1, tokBase: n + j, outBase: n + j }, 'tokens');
+    }
+    const V = this.config.vocab_size;
+    sub.read(this.bufs.ids, 0, 4 * n);                                          // ids (n,)
+    sub.read(this.bufs.tokens, 4 * (n + 1), 4 * m);                              // cont (m,): tokens[n + 1 ..]
+    if (rows) sub.read(this.bufs.logits, 0, (n + m) * V * 4);                   // rows (n + m, vocab)
+    const out = await this.submit(sub, true);
+    const ids = new Int32Array(out, 0, n);
+    let a = n - 1;
+    for (let i = 0; i < n - 1; i++) if (ids[i] !== tok[i + 1]) { a = i; break; }
+    this.length = startPos + a + 1 + m;
+    return { ids, accepted: a, cont: new Int32Array(out, 4 * n, m),
+      rows: rows ? new Float32Array(out, 4 * (n + m), (n + m) * V) : null };
+  }
+
   async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specRound: the draft must be another model of the same engine');
@@ -632,6 +682,12 @@ export class Submission {
       this.chunks++;
     }
     this.passes++;
+  }
+
+  /** One-off ops (e.g. verifyAhead's advance) for `rows` rows with the step slot at byte `offset`. */
+  run(ops, rows, offset, label) {
+    this.items.push({ ops, rows, offset });
+    this.shape.push(`${label}:${rows}@${offset}`);
   }
 
   copy(src, srcOffset, dst, dstOffset, size) {

@@ -26,7 +26,7 @@
 #   product_head.*   bench product, drafters none/model/head (the head beside the draft model), k = 1..4, greedy,
 #                    2 prompts per stratum, 64 new tokens, 3 runs, a deadline of 240 s
 #   product_head_coupled.*  coupled (T 0.7), seeds 0 and 1, none/head, k 2 and 4, 1 prompt per stratum, 1 run
-#   env: HEAD_ENGINE=0 skips head_engine; HEAD_KS (1,2,3,4), HEAD_DEADLINE (240), HEAD_TIMEOUT (330) for product_head
+#   env: HEAD_ENGINE=0 skips head_engine; HEAD_DRAFTERS (none,model,head) for product_head; HEAD_KS (1,2,3,4), HEAD_DEADLINE (240), HEAD_TIMEOUT (330) for product_head
 #   (as the measuring call: run(command="bash bench/h200/product_run.sh --head", carry=[".devcarry/champ4"],
 #   timeout_s=600); the head file travels with the tree when tracked, else carry it)
 # --ab      stage, check, then bench product twice (all strata, 1 prompt each, none/ngram/model, k 2 and 4, greedy,
@@ -138,7 +138,7 @@ if [ "$MODE" = "--head" ]; then
     echo "head step: rc $?"
   fi
   echo "== product with the head $(date -u +%T)"
-  timeout ${HEAD_TIMEOUT:-330} $B --strata all --per-stratum 2 --drafters none,model,head --head $HEADF \
+  timeout ${HEAD_TIMEOUT:-330} $B --strata all --per-stratum 2 --drafters ${HEAD_DRAFTERS:-none,model,head} --head $HEADF \
     --ks ${HEAD_KS:-1,2,3,4} --modes greedy --runs 3 --max-new-tokens 64 --deadline ${HEAD_DEADLINE:-240} \
     --out $O/product_head.json --table $O/product_head.txt $EXTRA
   echo "product with the head: rc $?"

@@ -79,6 +79,14 @@ class Backend(Protocol):
 #       one forward of `tokens` at start_pos (length becomes start_pos + len(tokens)) with the pick made on EVERY
 #       row: ids[i] from row i (the token at absolute position start_pos + i + 1). For proposals made on the host
 #       (n-gram, bridged drafts): only the picks come back, not (k + 1) rows of the whole vocabulary.
+#   verify_ahead(tokens, start_pos, m, pick, rows=False) -> VerifyAhead   (or an awaitable of it)
+#       verify, then m one-token passes that continue from where the device's own picks say the answer goes, all in
+#       ONE submission: with k = len(tokens) - 1 proposals tokens[1..k], a = the first i < k with ids[i] !=
+#       tokens[i + 1] (k if none) is the number the picks accept; pass j of the continuation feeds (j = 0) ids[a], else
+#       the pick of pass j - 1, at start_pos + a + 1 + j. Afterwards length == start_pos + a + 1 + m. So a verify
+#       round is followed by passes that are not wasted when the picks reject a proposal, and the GPU does not wait
+#       for Python between the round and the passes after it. The decode loop confirms every id as for verify and
+#       decode_ahead (Python's own acceptance must equal `accepted`, else the continuation is rolled back).
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -115,6 +123,20 @@ class Round:
     proposals: list                 # (k,) the draft's picks, for positions start_pos + 1 .. start_pos + k
     ids: list                       # (k + 1,) the champion's picks from its rows
     rows: "np.ndarray | None"       # (k + 1, vocab) float32 champion logits, or None
+
+
+@dataclass
+class VerifyAhead:
+    ids: list                       # (k + 1,) the picks on the verify rows (as Ahead.ids of verify)
+    accepted: int                   # a: how many of the k proposals the picks accept (the continuation starts there)
+    cont: list                      # (m,) the continuation's picks: cont[j] for absolute position start_pos + a + 2 + j
+    rows: "np.ndarray | None"       # (k + 1 + m, vocab) float32: the verify rows, then the continuation's, or None
+
+
+def accepted_by_picks(tokens, ids) -> int:
+    """a: the proposals tokens[1..k] that the picks ids[0..k-1] accept, in order (verify_ahead's rule)."""
+    k = len(tokens) - 1
+    return next((i for i in range(k) if int(ids[i]) != int(tokens[i + 1])), k)
 
 
 def pick_row(row: np.ndarray, pick: Pick, t: int) -> int:
@@ -172,14 +194,30 @@ async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bo
     return Ahead(ids, logits if rows else None)
 
 
+async def verify_ahead_by_forwards(model, tokens, start_pos: int, m: int, pick: Pick, rows: bool = False,
+                                   picker=pick_row) -> VerifyAhead:
+    """verify_ahead made of verify_by_forwards, a truncate to what the picks accept and decode_ahead_by_forwards (the
+    numpy reference's implementation; a reference for devices)."""
+    toks = [int(x) for x in tokens]
+    v = await verify_by_forwards(model, toks, start_pos, pick, True, picker=picker)     # rows (k + 1, vocab)
+    a = accepted_by_picks(toks, v.ids)
+    model.truncate(start_pos + a + 1)
+    c = await decode_ahead_by_forwards(model, v.ids[a], start_pos + a + 1, m, pick, True, picker=picker)
+    return VerifyAhead(v.ids, a, c.ids, np.concatenate([v.rows, c.rows]) if rows else None)   # (k + 1 + m, vocab)
+
+
 class RunsAhead:
     """A backend with decode_ahead made of its forwards (decode_ahead_by_forwards; the hint `then` ignored), as a
     device that likes to run ahead `ahead_max` passes: how CPython drives the decode loop's run-ahead path (tests,
-    bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead."""
+    bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead. continue_verify: also offer verify
+    and verify_ahead (made of forwards too), as the WebGPU engine does; `verify_calls`: (k, start_pos, m) of every
+    verify_ahead."""
 
-    def __init__(self, inner, ahead_max: int = 8, picker=pick_row):
+    def __init__(self, inner, ahead_max: int = 8, picker=pick_row, continue_verify: bool = False):
         self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
+        self.continue_verify = continue_verify
         self.calls: list[tuple[int, int, int, int]] = []
+        self.verify_calls: list[tuple[int, int, int]] = []
 
     @property
     def length(self) -> int:
@@ -195,9 +233,22 @@ class RunsAhead:
         self.calls.append((int(token), start_pos, n, then))
         return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
 
+    def offers(self, method: str) -> bool:
+        if method in ("verify", "verify_ahead"):
+            return self.continue_verify
+        return callable(getattr(self, method, None))
+
+    def verify(self, tokens, start_pos, pick, rows=False):
+        return verify_by_forwards(self.inner, tokens, start_pos, pick, rows, picker=self.picker)
+
+    def verify_ahead(self, tokens, start_pos, m, pick, rows=False):
+        self.verify_calls.append((len(tokens) - 1, start_pos, int(m)))
+        return verify_ahead_by_forwards(self.inner, tokens, start_pos, m, pick, rows, picker=self.picker)
+
 
 def offers(backend, method: str) -> bool:
-    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify')?"""
+    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify',
+    'verify_ahead')?"""
     if backend is None:
         return False
     f = getattr(backend, "offers", None)

@@ -90,6 +90,13 @@ class TrackedCache(PassThrough):
         self._record(start_pos, toks)
         return res
 
+    async def verify_ahead(self, tokens: Sequence[int], start_pos: int, m: int, pick, rows: bool = False):
+        toks = [int(t) for t in tokens]
+        res = await self._call(self.backend.verify_ahead(toks, start_pos, m, pick, rows))
+        a = int(res.accepted)
+        self._record(start_pos, toks[:a + 1] + [int(res.ids[a])] + [int(x) for x in res.cont[:m - 1]])
+        return res
+
     def invalidate(self) -> None:
         """Forget what the cache holds (after a fault): the next use prefills from scratch."""
         self.tokens = []

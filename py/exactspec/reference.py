@@ -416,3 +416,7 @@ class ReferenceModel:
     def verify(self, tokens, start_pos: int, pick, rows: bool = False):
         from .backend import verify_by_forwards
         return verify_by_forwards(self, tokens, start_pos, pick, rows)
+
+    def verify_ahead(self, tokens, start_pos: int, m: int, pick, rows: bool = False):
+        from .backend import verify_ahead_by_forwards
+        return verify_ahead_by_forwards(self, tokens, start_pos, m, pick, rows)

@@ -92,6 +92,11 @@ class YieldingBackend(PassThrough):
         r = self.inner.verify(tokens, start_pos, pick, rows)
         return (await r) if inspect.isawaitable(r) else r
 
+    async def verify_ahead(self, tokens, start_pos, m, pick, rows=False):
+        await asyncio.sleep(0)
+        r = self.inner.verify_ahead(tokens, start_pos, m, pick, rows)
+        return (await r) if inspect.isawaitable(r) else r
+
 
 def inspect_model(path: str, gguf=None) -> dict:
     """Validate a stored model without loading weights: a GGUF file (header, tensor extents, config, tokenizer) or a

@@ -11,6 +11,7 @@
 //               n, pick: {temperature, seed}, rows, then?, stop?, on?} |
 //              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows, draft?: 'draft' | 'head'} |
 //              {op: 'verify', tokens, start_pos, pick, rows, on?} |
+//              {op: 'verify_ahead', tokens, start_pos, m, pick, rows, on?} |
 //              {op: 'memory', on} (a head's memory()) |
 //              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
 //              {op: 'lose_device'} (destroys the device)]}
@@ -49,6 +50,11 @@ async function runOp(op, models, engine) {
   if (op.op === 'verify') {
     const r = await m.verify(op.tokens, op.start_pos, op.pick, op.rows);
     return [{ ids: list(r.ids), rows: r.rows ? op.tokens.length : 0, length: m.length, ...m.stats }, r.rows];
+  }
+  if (op.op === 'verify_ahead') {
+    const r = await m.verifyAhead(op.tokens, op.start_pos, op.m, op.pick, op.rows);
+    return [{ ids: list(r.ids), accepted: r.accepted, cont: list(r.cont), rows: r.rows ? op.tokens.length + op.m : 0,
+      length: m.length, ...m.stats }, r.rows];
   }
   if (op.op === 'memory') return [{ memory: m.memory() }, null];
   if (op.op === 'read_features') return [{ features: list(await m.readFeatures(op.start_pos, op.n)) }, null];

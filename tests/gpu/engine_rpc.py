@@ -1,6 +1,6 @@
 """Engine models (app/gpu/engine.js under Node + Dawn, tests/gpu/engine_server.mjs) as JS model objects for CPython:
 EngineProcess(spec).load(name, path, description) returns an object with the JS model's interface (config, length,
-aheadMax, forward, truncate, decodeAhead, specRound, verify) that `exactspec.bridge.JsBackend` wraps as it wraps the real JS
+aheadMax, forward, truncate, decodeAhead, specRound, verify, verifyAhead) that `exactspec.bridge.JsBackend` wraps as it wraps the real JS
 object in Pyodide — so the decode loop runs end to end on the engine in CPython."""
 from __future__ import annotations
 
@@ -96,6 +96,12 @@ class EngineModelProxy:
     def verify(self, tokens, start_pos, pick, rows):
         r = self._call("verify", tokens=_ints(tokens), start_pos=int(start_pos), pick=dict(pick), rows=bool(rows))
         return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
+
+    def verifyAhead(self, tokens, start_pos, m, pick, rows):
+        r = self._call("verifyAhead", tokens=_ints(tokens), start_pos=int(start_pos), m=int(m), pick=dict(pick),
+                       rows=bool(rows))
+        return {"ids": np.asarray(r["ids"], np.int32), "accepted": int(r["accepted"]),
+                "cont": np.asarray(r["cont"], np.int32), "rows": _f32(r["rows"])}
 
     def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows):
         r = self._call("specRound", draft=draft.name, feed=_ints(feed), draft_start=int(draft_start), k=int(k),

@@ -154,6 +154,45 @@ def test_verify_equals_one_forward(models, variant, pick_name):
     assert info2["results"][1]["ids"] == res[1]["ids"] and info2["results"][1]["rows"] == 0 and len(outs2) == 1
 
 
+@pytest.mark.parametrize("variant", ["cpu_path", "fused", "chunks3"])
+@pytest.mark.parametrize("pick_name", ["greedy", "coupled"])
+def test_verify_ahead_equals_passes_one_by_one(models, variant, pick_name):
+    """model.verifyAhead (verify, then m passes from where the picks say the answer goes, shaders/advance.wgsl): for
+    proposals the picks accept up to a = 0, 2 and all K, the ids and rows are BITWISE those of one forward of the
+    verified tokens and one-token forwards of [ids[a], cont...] right after the accepted prefix; the KV cache after it
+    too; accepted, cont and the length are verify_ahead's (exactspec.backend)."""
+    (path, d), _ = models
+    kw, pick = VARIANTS[variant], PICKS[pick_name]
+    V = d["config"]["vocab_size"]
+    prompt = [int(x) for x in np.random.default_rng(13).integers(0, V, 7)]
+    P, K, M, y = len(prompt) - 1, 3, 4, 29
+    setup = [{"op": "forward", "tokens": prompt[:-1], "start_pos": 0, "n_out": 1},
+             {"op": "decode_ahead", "token": prompt[-1], "start_pos": P, "n": K + 1, "pick": pick, "rows": False}]
+    info, _ = run_engine(path, d, setup, **kw)
+    own = info["results"][1]["ids"]                           # the device's own picks from prompt[-1] on
+    for a in (0, 2, K):
+        props = own[:a] + [(own[a] + 1) % V] + own[a + 1:K] if a < K else own[:K]
+        toks = [prompt[-1]] + props
+        ops = setup[:1] + [{"op": "verify_ahead", "tokens": toks, "start_pos": P, "m": M, "pick": pick, "rows": True},
+                           {"op": "forward", "tokens": [y], "start_pos": P + a + 1 + M}]
+        info, outs = run_engine(path, d, ops, **kw)
+        res = info["results"]
+        assert all("error" not in r for r in res), res
+        r = res[1]
+        assert r["accepted"] == a and r["length"] == P + a + 1 + M and len(r["cont"]) == M
+        rows = outs[1]                                        # (K + 1 + M, vocab)
+        check_picks(r["ids"], rows[:K + 1], pick, P + 1)
+        check_picks(r["cont"], rows[K + 1:], pick, P + a + 2)
+        fed = [r["ids"][a]] + r["cont"][:-1]
+        ops1 = setup[:1] + [{"op": "forward", "tokens": toks, "start_pos": P}, {"op": "truncate", "n": P + a + 1}]
+        ops1 += [{"op": "forward", "tokens": [t], "start_pos": P + a + 1 + i} for i, t in enumerate(fed)] + [ops[2]]
+        _, outs1 = run_engine(path, d, ops1, **kw)
+        assert np.array_equal(bits(rows[:K + 1]), bits(outs1[1])), "verifyAhead's verify rows differ from one forward"
+        assert np.array_equal(bits(rows[K + 1:]), bits(np.concatenate(outs1[2:2 + M]))), \
+            "verifyAhead's continuation rows differ from one-by-one forwards"
+        assert np.array_equal(bits(outs[2]), bits(outs1[2 + M])), "the KV cache after verifyAhead differs"
+
+
 def test_spec_round_ids_only(models):
     """rows=False brings back the proposals and the champion's greedy ids only (the same as with rows)."""
     (cpath, cd), (dpath, dd) = models
@@ -189,6 +228,25 @@ def test_batched_refusals(models):
     assert "the feed ends at 1, not at start_pos 3" in errs[6]
     assert "k 0 must be in" in errs[7]
     assert errs[8] == "" and info["results"][8]["length"] == 5
+
+
+def test_verify_ahead_refusals_and_option(models):
+    """verifyAhead refuses a continuation of no passes or too many, and one with no room in the context after all the
+    proposals, naming the problem; the model stays usable. Engine option verifyAhead false: not offered (A/B benches)."""
+    (cpath, cd), _ = models
+    g = PICKS["greedy"]
+    seq = cd["config"]["seq_len"]
+    va = {"op": "verify_ahead", "tokens": [4, 5, 6], "start_pos": 3, "pick": g, "rows": False}
+    ops = [{"op": "forward", "tokens": [1, 2, 3], "start_pos": 0}, {**va, "m": 0}, {**va, "m": 65},
+           {**va, "start_pos": 2, "m": 2}, {**va, "tokens": [4] * (seq - 4), "m": 2}, {**va, "m": 2}]
+    info, _ = run_engine(cpath, cd, ops)
+    errs = [r.get("error", "") for r in info["results"]]
+    assert "m 0 must be in 1..64" in errs[1] and "m 65 must be in 1..64" in errs[2]
+    assert "start_pos 2 must equal length 3" in errs[3]
+    assert "exceed seq_len" in errs[4]
+    assert errs[5] == "" and info["results"][5]["length"] == 3 + info["results"][5]["accepted"] + 1 + 2
+    info, _ = run_engine(cpath, cd, ops[:1] + [{**va, "m": 2}], engine_opts={"verifyAhead": False})
+    assert "is not a function" in info["results"][1].get("error", "")
 
 
 def test_decode_ahead_after_device_loss(models):

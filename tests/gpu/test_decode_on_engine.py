@@ -72,18 +72,38 @@ def test_ngram_rounds_verify_with_ids(engine):
     champ, draft, c, d = engine
     prompt = [1, 20, 30, 40, 50, 60] * 3
     kw = dict(temperature=0.0, k=3, drafter="ngram", max_new_tokens=24, batched=True)
-    c.verify = None                                 # the model without verify: the rows of each round come back
+    c.verifyAhead = None                            # (verify rounds that go on on the device: the test below)
     try:
-        plain = generate(champ, draft, prompt, **kw)
+        c.verify = None                             # the model without verify: the rows of each round come back
+        try:
+            plain = generate(champ, draft, prompt, **kw)
+        finally:
+            del c.verify
+        before = c.calls["verify"]
+        ver = generate(champ, draft, prompt, **kw)
     finally:
-        del c.verify
-    before = c.calls["verify"]
-    ver = generate(champ, draft, prompt, **kw)
+        del c.verifyAhead
     assert ver.token_ids == plain.token_ids
     for key in COUNTS:
         assert ver.stats[key] == plain.stats[key], key
     assert plain.stats["proposed"] > 0 and c.calls["verify"] > before
     assert ver.stats["readback_bytes"] < plain.stats["readback_bytes"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_ngram_rounds_go_on_on_the_device(engine, temperature):
+    """n-gram rounds on an engine offering verifyAhead: the verify and the passes after it in one submission; every
+    answer equals the per-forward path's, and the device's acceptance was Python's."""
+    champ, draft, c, d = engine
+    for prompt in ([1, 20, 30, 40, 50, 60] * 3, [7, 8, 9, 7, 8, 9, 10, 11]):
+        kw = dict(temperature=temperature, seed=3, k=3, drafter="ngram", max_new_tokens=24, mode="coupled")
+        plain = generate(champ, draft, prompt, batched=False, **kw)
+        before = c.calls.get("verifyAhead", 0)
+        r = generate(champ, draft, prompt, batched=True, **kw)
+        assert r.token_ids == plain.token_ids
+        if prompt[0] == 1:
+            assert c.calls.get("verifyAhead", 0) > before and r.stats["proposed"] > 0
+            assert r.stats["submissions"] < plain.stats["submissions"]
 
 
 def test_no_run_ahead_where_the_engine_says_so(engine):
