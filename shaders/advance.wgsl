@@ -1,15 +1,16 @@
-// advance — verifyAhead's hinge (app/gpu/model.js): after the champion's verify pass, where its picks say the answer
-// goes on. With k proposals tokens[1..k] and the picks ids[0..k] on the verify rows,
+// advance — the hinge of verify's continuation (app/gpu/model.js verifyNow with `then`): after the champion's verify
+// pass, where its picks say the answer goes on. With k proposals tokens[1..k] and the picks ids[0..k] on the verify rows,
 //   a = the first i < k with ids[i] != tokens[i + 1], k if none        (how many proposals the picks accept)
 // and the continuation's m one-token passes start at absolute position step.start_pos + a + 1, fed ids[a]:
 //   tokens[params.tok_dst] = ids[a]
-//   slots[j] = the Step of continuation pass j: {n 1, start_pos step.start_pos + a + 1 + j, out_lo 0,
-//              out_base params.out_base + j, tok0 params.tok_dst + j}, j < m
-// The slots are copied into the step buffer (uniform, bound with dynamic offsets) before the continuation's passes
-// run, so their positions come from the GPU, not from the host: the host wrote full-acceptance slots there, which
-// this overwrites. Every kernel reads a position only through its Step, so a continuation pass is the same pass as
-// a decodeAhead pass at that position (the same bits: tests/gpu). The host computes a again from what it reads
-// back (the same rule, exactspec.backend.accepted_by_picks).
+//   slots[j] = the Step of continuation pass j: {n (1 if a < k, else 0: no rows), start_pos step.start_pos + a + 1 + j,
+//              out_lo 0, out_base params.out_base + j, tok0 params.tok_dst + j}, j < m
+// The continuation's submission copies the slots into the step buffer (uniform, bound with dynamic offsets) before its
+// passes run, so their positions come from the GPU, not from the host. Every kernel reads a position only through
+// its Step, so a continuation pass is the same pass as a decodeAhead pass at that position (the same bits:
+// tests/gpu), and every kernel does nothing for rows >= step.n: where the picks accept every proposal, the
+// continuation only launches (the drafter will likely find the next copy itself). The host computes a again from the
+// ids it reads back (the same rule).
 //
 // Work split: one workgroup; every invocation finds a (k <= 64 comparisons), invocation j < m writes slot j's words
 // (the Step's field order of lib/step: n, start_pos, out_lo, out_base, tok0, then padding), invocation 0 the token.
@@ -47,7 +48,7 @@ fn main(@builtin(local_invocation_index) j: u32) {
   if (j == 0u) { tokens[params.tok_dst] = ids[a]; }
   if (j < params.m) {
     let b = j * params.slot_words;
-    slots[b] = 1u;                                     // n
+    slots[b] = select(0u, 1u, a < params.k);           // n
     slots[b + 1u] = step.start_pos + a + 1u + j;       // start_pos
     slots[b + 2u] = 0u;                                // out_lo
     slots[b + 3u] = params.out_base + j;               // out_base

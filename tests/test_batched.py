@@ -340,84 +340,77 @@ def test_ngram_acceptance_is_measured_again_in_each_answer():
     assert runs["after chat"]["tau"] > 3 and runs["after chat"]["tau"] == pytest.approx(runs["fresh"]["tau"], rel=0.1)
 
 
-# ---- verify_ahead: a verify round and the passes after it in one submission --------------------------------------
+# ---- verify's continuation hint (`then`): the device goes on from a rejected proposal by itself -----------------
 
-def test_verify_ahead_by_forwards_semantics(micro):
-    """ids are verify's; a is the picks' acceptance; the continuation is decode_ahead from ids[a] right after the
-    accepted prefix; its rows are bitwise those of one-token forwards; the KV length ends at start + a + 1 + m."""
-    import asyncio
-    from exactspec.backend import decode_ahead_by_forwards, verify_ahead_by_forwards, verify_by_forwards
-    cfg, champ, _, _ = micro
-    prompt = [3, 1, 4, 1, 5, 9]
-    for pick in (Pick(), Pick(0.9, 7)):
-        champ.truncate(0)
-        champ.forward(prompt[:-1], 0, 1)
-        P = len(prompt) - 1
-        own = asyncio.run(decode_ahead_by_forwards(champ, prompt[-1], P, 5, pick, True)).ids     # the champion's own
-        for a_want in range(4):                                  # proposals right up to a_want, then a wrong one
-            props = own[:a_want] + [(own[a_want] + 1) % cfg.vocab_size] + own[a_want + 1:4]
-            toks = [prompt[-1]] + props[:3]
-            champ.truncate(P)
-            v = asyncio.run(verify_by_forwards(champ, toks, P, pick, True))
-            champ.truncate(P)
-            r = asyncio.run(verify_ahead_by_forwards(champ, toks, P, 3, pick, True))
-            a = min(a_want, 3)
-            assert r.ids == v.ids and r.accepted == a and champ.length == P + a + 1 + 3
-            assert np.array_equal(r.rows[:4], v.rows)
-            champ.truncate(P + a + 1)
-            c = asyncio.run(decode_ahead_by_forwards(champ, v.ids[a], P + a + 1, 3, pick, True))
-            assert r.cont == c.ids and np.array_equal(r.rows[4:], c.rows)
-            champ.truncate(P)
-            one = [np.asarray(champ.forward([t], P + i, 1))[0] for i, t in enumerate(toks[:a + 1] + [v.ids[a]] + c.ids[:2])]
-            assert np.array_equal(np.stack(one), np.concatenate([r.rows[:a + 1], r.rows[4:]]))
+class ThenDevice(RunsAhead):
+    """The reference as a device that honours verify's `then` as the engine does: where the picks reject a proposal,
+    the passes from there are its next decode_ahead's (taken when that call asks for exactly them)."""
+
+    def __init__(self, inner, **kw):
+        super().__init__(inner, with_verify=True, **kw)
+        self.pending, self.taken, self.dropped = None, 0, 0
+
+    async def verify(self, tokens, start_pos, pick, rows=False, then=0):
+        from exactspec.backend import verify_by_forwards
+        self.verify_calls.append(([int(t) for t in tokens], start_pos, int(then)))
+        res = await verify_by_forwards(self.inner, tokens, start_pos, pick, rows, picker=self.picker)
+        k = len(tokens) - 1
+        a = next((i for i in range(k) if res.ids[i] != tokens[i + 1]), k)
+        if then and a < k:
+            self.pending = (res.ids[a], start_pos + a + 1, then)
+        return res
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
+        if self.pending is not None:
+            if self.pending == (int(token), start_pos, n):
+                self.taken += 1
+            else:
+                self.dropped += 1
+            self.pending = None
+        return super().decode_ahead(token, start_pos, n, pick, rows, then, stop)
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_verify_ahead_same_tokens(micro, temperature):
-    """The n-gram drafter on a device offering verify_ahead: every answer is the champion's own (per-forward path),
-    verify rounds went on on the device, and the cache's record of what it holds stays true."""
-    from exactspec.kv import TrackedCache
+def test_verify_then_is_the_next_call(micro):
+    """Greedy n-gram rounds on a device offering verify: each verify hints the passes from its first rejection on,
+    and the round after it asks for exactly those (the device's continuation is taken, never dropped); the answers
+    are the per-forward path's; a round whose proposals all pass hints nothing."""
     cfg, champ, _, _ = micro
     rng = np.random.default_rng(21)
     base = rng.integers(0, cfg.vocab_size, size=5).tolist()
-    continued = 0
+    hinted = taken = 0
     for seed, prompt in enumerate([base * 4, base + base[:2], base * 2 + [7]] + prompts(cfg, seed=5)):
         for k in (2, 4):
-            kw = dict(max_new_tokens=30, temperature=temperature, seed=seed, k=k, drafter="ngram")
+            kw = dict(max_new_tokens=30, temperature=0.0, seed=seed, k=k, drafter="ngram")
             plain = gen(champ, prompt, batched=False, **kw)
-            dev = RunsAhead(champ, continue_verify=True)
-            tc = TrackedCache(dev)
-            r = gen(tc, prompt, batched=True, **kw)
+            dev = ThenDevice(champ)
+            r = gen(dev, prompt, batched=True, **kw)
             assert r.token_ids == plain.token_ids
-            assert tc.tokens[:dev.length] == (prompt + r.token_ids)[:dev.length]
-            continued += len(dev.verify_calls)
-            assert r.stats["ahead_passes"] >= sum(m for _, _, m in dev.verify_calls)
-    assert continued >= 5
+            assert dev.dropped == 0
+            hinted += sum(1 for _, _, t in dev.verify_calls if t)
+            taken += dev.taken
+            for toks, pos, t in dev.verify_calls:
+                assert t <= AHEAD_WITH_DRAFTER and pos + len(toks) - 1 + t <= cfg.seq_len
+    assert taken >= 3 and hinted >= taken
 
 
-def test_verify_ahead_wrong_picks_and_eos(micro):
-    """A device whose picks are wrong now and then: the continuation after a disagreement is rolled back, the answer
-    is still the champion's own; an EOS inside a continuation ends the answer there."""
+def test_verify_then_with_eos_and_no_room(micro):
+    """An EOS where the picks reject a proposal: nothing is taken, the answer ends as the per-forward path's; at the
+    end of the answer's room no passes are hinted past it."""
     cfg, champ, _, _ = micro
-
-    def bad_picker(row, pick, t):
-        good = pick_row(row, pick, t)
-        return (good + 1) % cfg.vocab_size if t % 5 == 0 else good
-
     rng = np.random.default_rng(4)
     base = rng.integers(0, cfg.vocab_size, size=4).tolist()
-    for temperature in (0.0, 0.9):
-        for seed, prompt in enumerate([base * 5, base * 3 + [1, 2]]):
-            kw = dict(max_new_tokens=30, temperature=temperature, seed=seed, k=3, drafter="ngram")
-            plain = gen(champ, prompt, batched=False, **kw)
-            if temperature > 0:      # (greedy confirms from the device's ids: those must be exact, the engine's tests)
-                dev = RunsAhead(champ, picker=bad_picker, continue_verify=True)
-                assert gen(dev, prompt, batched=True, **kw).token_ids == plain.token_ids
-            for cut in (3, 9, 17):
-                eos = plain.token_ids[cut]
-                first = plain.token_ids.index(eos)
-                want = generate(champ, prompt, GenerateConfig(batched=False, adaptive=False, **kw), eos_ids=[eos])
-                got = generate(RunsAhead(champ, continue_verify=True), prompt,
-                               GenerateConfig(batched=True, adaptive=False, **kw), eos_ids=[eos])
-                assert got.finish_reason == want.finish_reason == "eos"
-                assert got.token_ids == want.token_ids == plain.token_ids[:first]
+    for seed, prompt in enumerate([base * 5, base * 3 + [1, 2]]):
+        kw = dict(max_new_tokens=30, temperature=0.0, seed=seed, k=3, drafter="ngram")
+        plain = gen(champ, prompt, batched=False, **kw)
+        for cut in (3, 9, 17):
+            eos = plain.token_ids[cut]
+            first = plain.token_ids.index(eos)
+            dev = ThenDevice(champ)
+            got = generate(dev, prompt, GenerateConfig(batched=True, adaptive=False, **kw), eos_ids=[eos])
+            assert got.finish_reason == "eos" and got.token_ids == plain.token_ids[:first]
+        for max_new in (5, 7):
+            dev = ThenDevice(champ)
+            r = gen(dev, prompt, batched=True, **{**kw, "max_new_tokens": max_new})
+            assert r.token_ids == plain.token_ids[:max_new]
+            for toks, pos, t in dev.verify_calls:
+                assert (pos + 1 - len(prompt)) + len(toks) - 1 + t <= max_new

@@ -4,7 +4,7 @@
 // shaders/lib/ and its variant's defines) before it is compiled and before signature.js reads it:
 //   matmul      shaders/matmul.wgsl, or matmul_sg.wgsl (subgroup reductions) where the adapter has subgroups
 //   attention   shaders/attention.wgsl          embed   shaders/embed.wgsl          pick   shaders/pick.wgsl
-//   advance     shaders/advance.wgsl (verifyAhead: where the continuation after a verify starts)
+//   advance     shaders/advance.wgsl (verify's `then`: where the continuation after a verify starts)
 //   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl; with opts.fuseQkvAttn also qkv_attn

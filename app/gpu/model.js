@@ -164,11 +164,10 @@ export class EngineModel {
     this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
     this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-    // verifyAhead: the continuation's step slots as shaders/advance.wgsl writes them (MAX_PASSES, slot), copied into
-    // stepBuf inside the submission, and that kernel's parameters
+    // verify's continuation: its step slots as shaders/advance.wgsl writes them (MAX_PASSES, slot), copied into
+    // stepBuf by the continuation's submission, and that kernel's parameters
     this.bufs.step_adv = mem.create('step_adv', MAX_PASSES * this.slotBytes);
     this.bufs.advance_params = mem.create('advance_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-    if (!plan.verifyAhead) this.verifyAhead = undefined;   // (engine option verifyAhead false: not offered, A/B benches)
     this.length = 0;
     this.destroyed = false;
     this.outCap = 0;         // rows the logits buffer holds
@@ -274,10 +273,8 @@ export class EngineModel {
     return this.settled(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
   }
 
-  verify(tokens, startPos, pick, rows = false) { return this.settled(() => this.verifyNow(tokens, startPos, pick, rows)); }
-
-  verifyAhead(tokens, startPos, m, pick, rows = false) {
-    return this.settled(() => this.verifyAheadNow(tokens, startPos, m, pick, rows));
+  verify(tokens, startPos, pick, rows = false, then = 0) {
+    return this.settled(() => this.verifyNow(tokens, startPos, pick, rows, then));
   }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
@@ -460,59 +457,74 @@ export class EngineModel {
     try { await c.run; } catch { /* its error (a lost device) is the next submission's to report */ }
   }
 
-  async verifyNow(tokens, startPos, pick, rows) {
+  /** verify; `then` > 0 (k = n - 1 >= 1 proposals): where the picks reject a proposal (a = the first i < k with
+   * ids[i] != tokens[i + 1]), the next `then` passes, fed ids[a] at start_pos + a + 1 (a continuation, as
+   * decodeAhead's: the next decodeAhead(ids[a], start_pos + a + 1, then, pick, rows) takes it; anything else drops
+   * it), are submitted before this call waits for its readback, their positions and first token written on the GPU
+   * (shaders/advance.wgsl); the call leaves length at start_pos + a + 1. Where the picks accept all k, those passes
+   * have no rows (nothing runs but their launches) and length is start_pos + n. */
+  async verifyNow(tokens, startPos, pick, rows, then = 0) {
     this.usable();
     const tok = this.tokenIds('verify', tokens);
     const n = tok.length;
     this.checkStart('verify', startPos, n);
+    if (!Number.isInteger(then) || then < 0 || then > MAX_PASSES) throw new Error(`verify: then ${then} must be in 0..${MAX_PASSES}`);
     const p = checkPick(pick);
-    await this.ensureOut(n);
+    const k = n - 1;
+    // (room for the passes after a rejection at the last proposal; engine option verifyThen false: none, A/B benches)
+    const next = k >= 1 && startPos + k + then <= this.config.seq_len && this.plan.verifyThen && !this.ts ? then : 0;
+    await this.ensureOut(Math.max(n, next));
     this.device.queue.writeBuffer(this.bufs.tokens, 0, tok);
     this.setPick(p);
     const sub = new Submission(this);
     sub.pass(this, { n, startPos, nOut: n }, 'ids');
-    const V = this.config.vocab_size;
-    sub.read(this.bufs.ids, 0, 4 * n);                                          // ids (n,)
-    if (rows) sub.read(this.bufs.logits, 0, n * V * 4);                         // rows (n, vocab)
-    const out = await this.submit(sub, true);
-    this.length = startPos + n;
-    return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * V) : null };
-  }
-
-  /** verify, then m one-token passes from where the picks say the answer goes (shaders/advance.wgsl), in one
-   * submission: the GPU never waits for the host between a verify round and the passes after it. */
-  async verifyAheadNow(tokens, startPos, m, pick, rows) {
-    this.usable();
-    const tok = this.tokenIds('verifyAhead', tokens);
-    const n = tok.length;
-    if (!Number.isInteger(m) || m < 1 || m > MAX_PASSES) throw new Error(`verifyAhead: m ${m} must be in 1..${MAX_PASSES}`);
-    this.checkStart('verifyAhead', startPos, n + m);   // (room for m passes after all n - 1 proposals)
-    const p = checkPick(pick);
-    await this.ensureOut(n + m);
-    const q = this.device.queue;
-    q.writeBuffer(this.bufs.tokens, 0, tok);
-    this.setPick(p);
-    q.writeBuffer(this.bufs.advance_params, 0, this.eng.kernels.advance.pack('params',
-      { k: n - 1, m, slot_words: this.slotBytes / 4, tok_dst: n, out_base: n }));
-    const sub = new Submission(this);
-    sub.pass(this, { n, startPos, nOut: n }, 'ids');                             // slots 0..c-1: ids (n,)
-    const c = sub.steps.get(this).length;                                        // the verify's chunks
-    sub.run(this.advanceOps, 1, 0, 'advance');                                  // a, tokens[n] = ids[a], m slots
-    sub.copy(this.bufs.step_adv, 0, this.stepBuf, c * this.slotBytes, m * this.slotBytes);   // -> slots c..c+m-1
-    for (let j = 0; j < m; j++) {                                                // (start_pos: advance's, not these)
-      sub.pass(this, { n: 1, startPos: startPos + n + j, nOut: 1, tokBase: n + j, outBase: n + j }, 'tokens');
+    if (next > 0) {
+      this.device.queue.writeBuffer(this.bufs.advance_params, 0, this.eng.kernels.advance.pack('params',
+        { k, m: next, slot_words: this.slotBytes / 4, tok_dst: 0, out_base: 0 }));
+      sub.run(this.advanceOps, 1, 0, 'advance');          // a; tokens[0] = ids[a]; the continuation's slots -> step_adv
+      sub.fence = true;                                    // (launch: its readback must not wait for the continuation)
     }
     const V = this.config.vocab_size;
     sub.read(this.bufs.ids, 0, 4 * n);                                          // ids (n,)
-    sub.read(this.bufs.tokens, 4 * (n + 1), 4 * m);                              // cont (m,): tokens[n + 1 ..]
-    if (rows) sub.read(this.bufs.logits, 0, (n + m) * V * 4);                   // rows (n + m, vocab)
-    const out = await this.submit(sub, true);
-    const ids = new Int32Array(out, 0, n);
-    let a = n - 1;
-    for (let i = 0; i < n - 1; i++) if (ids[i] !== tok[i + 1]) { a = i; break; }
-    this.length = startPos + a + 1 + m;
-    return { ids, accepted: a, cont: new Int32Array(out, 4 * n, m),
-      rows: rows ? new Float32Array(out, 4 * (n + m), (n + m) * V) : null };
+    if (rows) sub.read(this.bufs.logits, 0, n * V * 4);                         // rows (n, vocab)
+    const run = this.launch(sub, next === 0);
+    if (next > 0) {
+      const cont = this.launch(this.thenSub(next, rows, 'staging2'), false);
+      cont.catch(() => {});                                // dropped unread: its failure is the next call's to see
+      this.ahead = { run: cont, stale: true, staging: 'staging2', want: null };
+    }
+    let out;
+    try {
+      out = await run;
+    } catch (e) {
+      await this.settleAhead();
+      throw e;
+    }
+    this.stats = out.stats;
+    const ids = new Int32Array(out.bytes, 0, n);
+    let a = k;
+    for (let i = 0; i < k; i++) if (ids[i] !== tok[i + 1]) { a = i; break; }
+    this.length = startPos + n;
+    if (next > 0 && a < k) {                               // the continuation runs from the rejection on
+      this.length = startPos + a + 1;
+      this.ahead.stale = false;
+      this.ahead.want = JSON.stringify([ids[a], startPos + a + 1, next, p, !!rows]);
+    }
+    return { ids, rows: rows ? new Float32Array(out.bytes, 4 * n, n * V) : null };
+  }
+
+  /** verify's continuation: m one-token passes whose step slots shaders/advance.wgsl made (copied in first), pass i
+   * fed tokens[i] (tokens[0] = the pick at the rejection), reading back ids (m,) = tokens[1..m] and rows (m, vocab)
+   * into `staging`, as decodeAhead's runs do (the next one chains from it). */
+  thenSub(m, rows, staging) {
+    const sub = new Submission(this, staging);
+    sub.copy(this.bufs.step_adv, 0, this.stepBuf, 0, m * this.slotBytes);
+    for (let i = 0; i < m; i++) sub.pass(this, { n: 1, startPos: 0, nOut: 1, tokBase: i, outBase: i }, 'tokens');
+    sub.read(this.bufs.tokens, 4, 4 * m);                                        // ids (m,): tokens[1..m]
+    if (rows) sub.read(this.bufs.logits, 0, m * this.config.vocab_size * 4);   // rows (m, vocab)
+    sub.preStaging = otherStaging(staging);
+    sub.fence = true;
+    return sub;
   }
 
   async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {
@@ -684,7 +696,7 @@ export class Submission {
     this.passes++;
   }
 
-  /** One-off ops (e.g. verifyAhead's advance) for `rows` rows with the step slot at byte `offset`. */
+  /** One-off ops (e.g. verify's advance) for `rows` rows with the step slot at byte `offset`. */
   run(ops, rows, offset, label) {
     this.items.push({ ops, rows, offset });
     this.shape.push(`${label}:${rows}@${offset}`);

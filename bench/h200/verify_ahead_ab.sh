@@ -1,9 +1,10 @@
 #!/bin/bash
-# verifyAhead on the H200 through the product's own loop (bench product: Pyodide + the Python decode loop + bridge.py +
-# app/gpu/engine.js under Node, Dawn over Vulkan): the n-gram drafter's verify rounds followed on the device by the
-# passes after them (V, the default) against verify rounds that end the submission (N: createEngine option
-# verifyAhead false), each side with the champion alone in the same process, sides interleaved: V N at 64 tokens, then
-# V N at 256 tokens.
+# verify's continuation on the H200 through the product's own loop (bench product: Pyodide + the Python decode loop +
+# bridge.py + app/gpu/engine.js under Node, Dawn over Vulkan): the n-gram drafter's verify rounds with the device going
+# on by itself from a rejected proposal (V, the default: verify's `then`) against verify rounds after which the device
+# waits for the decode loop (N: createEngine option verifyThen false), each side with the champion alone in the same
+# process, sides interleaved: V N at 64 tokens, then V N at 256 tokens. (Run at b10543c, this script measured the
+# first design, verify_ahead: m passes after EVERY verify in its submission, bench/h200/results/2026-12-04e/ calls 4-5.)
 # On the device, after product_run.sh's three staging calls (NPARTS=3: `bash bench/h200/product_run.sh --stage`
 # carrying .devcarry/gpu_node + .devcarry/gpu_rest; .devcarry/product + .devcarry/champ0; .devcarry/champ1):
 #   run(command="NPARTS=3 bash bench/h200/verify_ahead_ab.sh", carry=[".devcarry/champ2"], timeout_s=600)
@@ -25,7 +26,7 @@ L=${VA_LONG_ARGS:-"--strata summaries,rewrites,repetitive --per-stratum 1 --draf
 {
   for run in short long; do
     for side in V N; do
-      opts=""; [ $side = N ] && opts='--engine-opts {"verifyAhead":false}'
+      opts=""; [ $side = N ] && opts='--engine-opts {"verifyThen":false}'
       args=$S; tag=va; t=${VA_TIMEOUT:-185}
       [ $run = long ] && { args=$L; tag=va_long; t=${VA_LONG_TIMEOUT:-85}; }
       echo "== $tag side $side ${opts:-(the defaults)} $(date -u +%T)"

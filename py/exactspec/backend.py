@@ -75,18 +75,18 @@ class Backend(Protocol):
 #       the draft (a backend on the same device, or a wrapper of one) takes `feed` at draft_start and makes k picks,
 #       feeding each back (its length becomes draft_start + len(feed) + k - 1); the champion (self) takes
 #       [token, proposals...] at start_pos (its length becomes start_pos + k + 1) and returns its k + 1 rows.
-#   verify(tokens, start_pos, pick, rows=False) -> Ahead                    (or an awaitable of it)
+#   verify(tokens, start_pos, pick, rows=False, then=0) -> Ahead           (or an awaitable of it)
 #       one forward of `tokens` at start_pos (length becomes start_pos + len(tokens)) with the pick made on EVERY
 #       row: ids[i] from row i (the token at absolute position start_pos + i + 1). For proposals made on the host
 #       (n-gram, bridged drafts): only the picks come back, not (k + 1) rows of the whole vocabulary.
-#   verify_ahead(tokens, start_pos, m, pick, rows=False) -> VerifyAhead   (or an awaitable of it)
-#       verify, then m one-token passes that continue from where the device's own picks say the answer goes, all in
-#       ONE submission: with k = len(tokens) - 1 proposals tokens[1..k], a = the first i < k with ids[i] !=
-#       tokens[i + 1] (k if none) is the number the picks accept; pass j of the continuation feeds (j = 0) ids[a], else
-#       the pick of pass j - 1, at start_pos + a + 1 + j. Afterwards length == start_pos + a + 1 + m. So a verify
-#       round is followed by passes that are not wasted when the picks reject a proposal, and the GPU does not wait
-#       for Python between the round and the passes after it. The decode loop confirms every id as for verify and
-#       decode_ahead (Python's own acceptance must equal `accepted`, else the continuation is rolled back).
+#       then > 0 is a hint, as decode_ahead's: where the picks reject a proposal, i.e. a = the first i < k with
+#       ids[i] != tokens[i + 1] exists (k = len(tokens) - 1), the caller's next call will likely be
+#       decode_ahead(ids[a], start_pos + a + 1, then, pick, rows), so a device may start those passes before this call
+#       returns (their position and first token found on the device itself): the GPU does not wait for the caller
+#       between a verify round and the passes after it. Such a device leaves length at start_pos + a + 1 (those
+#       passes start there); the caller truncates to what it commits anyway. Where the picks accept every proposal,
+#       nothing continues (the drafter will likely find the next proposals itself). A backend that runs nothing ahead
+#       ignores it.
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -123,20 +123,6 @@ class Round:
     proposals: list                 # (k,) the draft's picks, for positions start_pos + 1 .. start_pos + k
     ids: list                       # (k + 1,) the champion's picks from its rows
     rows: "np.ndarray | None"       # (k + 1, vocab) float32 champion logits, or None
-
-
-@dataclass
-class VerifyAhead:
-    ids: list                       # (k + 1,) the picks on the verify rows (as Ahead.ids of verify)
-    accepted: int                   # a: how many of the k proposals the picks accept (the continuation starts there)
-    cont: list                      # (m,) the continuation's picks: cont[j] for absolute position start_pos + a + 2 + j
-    rows: "np.ndarray | None"       # (k + 1 + m, vocab) float32: the verify rows, then the continuation's, or None
-
-
-def accepted_by_picks(tokens, ids) -> int:
-    """a: the proposals tokens[1..k] that the picks ids[0..k-1] accept, in order (verify_ahead's rule)."""
-    k = len(tokens) - 1
-    return next((i for i in range(k) if int(ids[i]) != int(tokens[i + 1])), k)
 
 
 def pick_row(row: np.ndarray, pick: Pick, t: int) -> int:
@@ -186,38 +172,27 @@ async def spec_round_by_forwards(model, draft, feed, draft_start: int, k: int, t
 
 
 async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bool = False,
-                             picker=pick_row) -> Ahead:
-    """verify made of one forward and the picks on its rows (the numpy reference's implementation)."""
+                             picker=pick_row, then: int = 0) -> Ahead:
+    """verify made of one forward and the picks on its rows (the numpy reference's implementation; `then`, the
+    continuation hint, is ignored)."""
     toks = [int(x) for x in tokens]
     logits = np.asarray(await _await(model.forward(toks, start_pos, len(toks))), dtype=np.float32)   # (n, vocab)
     ids = [int(picker(logits[i], pick, start_pos + 1 + i)) for i in range(len(toks))]
     return Ahead(ids, logits if rows else None)
 
 
-async def verify_ahead_by_forwards(model, tokens, start_pos: int, m: int, pick: Pick, rows: bool = False,
-                                   picker=pick_row) -> VerifyAhead:
-    """verify_ahead made of verify_by_forwards, a truncate to what the picks accept and decode_ahead_by_forwards (the
-    numpy reference's implementation; a reference for devices)."""
-    toks = [int(x) for x in tokens]
-    v = await verify_by_forwards(model, toks, start_pos, pick, True, picker=picker)     # rows (k + 1, vocab)
-    a = accepted_by_picks(toks, v.ids)
-    model.truncate(start_pos + a + 1)
-    c = await decode_ahead_by_forwards(model, v.ids[a], start_pos + a + 1, m, pick, True, picker=picker)
-    return VerifyAhead(v.ids, a, c.ids, np.concatenate([v.rows, c.rows]) if rows else None)   # (k + 1 + m, vocab)
-
-
 class RunsAhead:
     """A backend with decode_ahead made of its forwards (decode_ahead_by_forwards; the hint `then` ignored), as a
     device that likes to run ahead `ahead_max` passes: how CPython drives the decode loop's run-ahead path (tests,
-    bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead. continue_verify: also offer verify
-    and verify_ahead (made of forwards too), as the WebGPU engine does; `verify_calls`: (k, start_pos, m) of every
-    verify_ahead."""
+    bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead. with_verify: also offer verify
+    (made of forwards too, its hint ignored), as the WebGPU engine does; `verify_calls`: (tokens, start_pos, then) of
+    every verify."""
 
-    def __init__(self, inner, ahead_max: int = 8, picker=pick_row, continue_verify: bool = False):
+    def __init__(self, inner, ahead_max: int = 8, picker=pick_row, with_verify: bool = False):
         self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
-        self.continue_verify = continue_verify
+        self.with_verify = with_verify
         self.calls: list[tuple[int, int, int, int]] = []
-        self.verify_calls: list[tuple[int, int, int]] = []
+        self.verify_calls: list[tuple[list, int, int]] = []
 
     @property
     def length(self) -> int:
@@ -234,21 +209,17 @@ class RunsAhead:
         return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
 
     def offers(self, method: str) -> bool:
-        if method in ("verify", "verify_ahead"):
-            return self.continue_verify
+        if method == "verify":
+            return self.with_verify
         return callable(getattr(self, method, None))
 
-    def verify(self, tokens, start_pos, pick, rows=False):
+    def verify(self, tokens, start_pos, pick, rows=False, then=0):
+        self.verify_calls.append(([int(t) for t in tokens], start_pos, int(then)))
         return verify_by_forwards(self.inner, tokens, start_pos, pick, rows, picker=self.picker)
-
-    def verify_ahead(self, tokens, start_pos, m, pick, rows=False):
-        self.verify_calls.append((len(tokens) - 1, start_pos, int(m)))
-        return verify_ahead_by_forwards(self.inner, tokens, start_pos, m, pick, rows, picker=self.picker)
 
 
 def offers(backend, method: str) -> bool:
-    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify',
-    'verify_ahead')?"""
+    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify')?"""
     if backend is None:
         return False
     f = getattr(backend, "offers", None)

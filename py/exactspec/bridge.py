@@ -101,8 +101,7 @@ class _JsBatched:
         return int(getattr(self._js, "aheadMax", 0) or 0) if self.offers("decode_ahead") else 0
 
     def offers(self, method: str) -> bool:
-        name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify",
-                "verify_ahead": "verifyAhead"}.get(method)
+        name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify"}.get(method)
         return name is not None and getattr(self._js, name, None) is not None
 
     def _check_start(self, what: str, start_pos: int) -> None:
@@ -142,27 +141,10 @@ class _JsBatched:
             return Round(props, ids, logits_from_js(rr, k + 1, vocab) if rows else None)   # rows (k+1, vocab)
         return finish()
 
-    def verify(self, tokens, start_pos, pick, rows=False):
+    def verify(self, tokens, start_pos, pick, rows=False, then=0):
         self._check_start("verify", start_pos)
-        return self._ahead(self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows)),
-                           len(tokens), rows)
-
-
-    def verify_ahead(self, tokens, start_pos, m, pick, rows=False):
-        from .backend import VerifyAhead
-        self._check_start("verify_ahead", start_pos)
-        n, vocab = len(tokens), self.config.vocab_size
-        pending = self._js.verifyAhead(_to_js_int32(tokens), int(start_pos), int(m), _pick_to_js(pick), bool(rows))
-
-        async def finish():
-            r = await pending if inspect.isawaitable(pending) else pending
-            ids = _ids_from_js(_get(r, "ids"), n, "ids")
-            cont = _ids_from_js(_get(r, "cont"), m, "cont")
-            a = int(_get(r, "accepted"))
-            if not 0 <= a < n:
-                raise ValueError(f"verifyAhead: accepted {a} outside 0..{n - 1}")
-            return VerifyAhead(ids, a, cont, logits_from_js(_get(r, "rows"), n + m, vocab) if rows else None)
-        return finish()
+        return self._ahead(self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows),
+                                           int(then)), len(tokens), rows)
 
 
 def json_to_js(text: str):

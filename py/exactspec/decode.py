@@ -353,7 +353,6 @@ async def generate_async(
             on_device = k > 0 and batched and isinstance(drafter, ModelDrafter) and not drafter.stop \
                 and champion.offers("spec_round")       # (the confidence stop needs the draft's rows in Python)
             proposals, q_rows = [], None
-            cont = None                          # a verify_ahead's result: its continuation is confirmed below
             if (k > 0 or gram is not None) and not on_device:     # (JSON mode: forced tokens even at k = 0)
                 try:
                     hit("draft")
@@ -413,6 +412,7 @@ async def generate_async(
                 t_mark = clock()
                 sched.observe(0, (t_mark - t_a) / used)
             else:
+                then_v = 0                       # passes the device may run on after a rejection (verify's `then`)
                 if on_device:
                     # the draft's k passes and the champion's verify in one submission
                     feed, d_start = drafter.catch_up(seq)
@@ -434,25 +434,17 @@ async def generate_async(
                     hit("verify")
                     d_passes = getattr(drafter, "passes", 0) - passes_before
                     n.submissions += 1 + d_passes
-                    # the device may go on after the verify by itself: m passes from where its picks say the answer
-                    # goes (verify_ahead), so it does not wait for Python between this round and the next passes
-                    m_cont = 0 if not (batched and gram is None and champion.ahead_max >= 2
-                                       and champion.offers("verify_ahead")) else \
-                        min(AHEAD_WITH_DRAFTER, remaining - len(proposals) - 1, C.seq_len - t0 - len(proposals))
-                    if m_cont >= 1:
-                        try:
-                            res = await champion.verify_ahead([seq[-1]] + proposals, t0 - 1, m_cont, pick, want_rows)
-                        except Exception as e:
-                            raise BackendError(f"champion verify failed: {e}") from e
-                        g1 = len(proposals) + 1
-                        logits, champ_ids = (res.rows[:g1] if want_rows else None), res.ids
-                        cont = res
-                        n.readback_bytes += 4 * (g1 + m_cont) + (g1 + m_cont) * V * 4 * want_rows + d_passes * V * 4
-                    elif batched and params.greedy and champion.offers("verify"):
+                    if batched and params.greedy and champion.offers("verify"):
                         # proposals made here (n-gram, a bridged draft): the device's argmax of each row comes back,
                         # not the rows (greedy confirms from those ids, as on the batched step)
+                        # where the device's picks reject a proposal, it may go on by itself from there (`then`:
+                        # the passes the next round would run ahead; none where the answer's room ends first)
+                        g = len(proposals)
+                        then_v = min(AHEAD_WITH_DRAFTER, remaining - g, C.seq_len - t0 + 1 - g) \
+                            if champion.ahead_max >= 2 else 0
                         try:
-                            res = await champion.verify([seq[-1]] + proposals, t0 - 1, pick, False)
+                            res = await champion.verify([seq[-1]] + proposals, t0 - 1, pick, False,
+                                                        then=max(0, then_v))
                         except Exception as e:
                             raise BackendError(f"champion verify failed: {e}") from e
                         logits, champ_ids = None, res.ids
@@ -493,33 +485,14 @@ async def generate_async(
                         n.accepted_at[j] += 1
                 n.proposed += len(free)
                 n.accepted += sum(1 for i in free if i < n_cnt)
-                used = 0
-                if cont is not None:
-                    # the continuation was fed the device's pick at the first rejection (or after the last proposal):
-                    # it is the champion's own only where Python's acceptance is the device's; each of its ids is then
-                    # confirmed from its row as a run ahead's is, and the passes after a mismatch or EOS rolled back
-                    if n_acc == cont.accepted and emitted[-1] == int(cont.ids[n_acc]) and n_cnt == n_acc \
-                            and emitted[-1] not in eos:
-                        for j, dev_id in enumerate(cont.cont):
-                            tok = confirm(cont.rows[g + 1 + j] if want_rows else None, t0 + n_acc + 1 + j, dev_id)
-                            emitted.append(tok)
-                            used += 1
-                            if tok in eos or tok != int(dev_id):
-                                break
-                    n.ahead_passes += len(cont.cont)
-                    n.wasted_passes += len(cont.cont) - used
-                    n.target_passes += used
-                    n.rounds += used
+                if then_v > 0 and n_acc < g and n_cnt == n_acc and emitted[-1] not in eos:
+                    hinted = then_v          # the device goes on from the rejection: the next round takes it
                 t_mark = clock()
                 if len(free) < g:
                     n.forced_proposed += g - len(free)
                     n.forced_accepted += sum(1 for i in range(min(n_cnt, g)) if drafter.forced_flags[i])
                 else:            # rounds with forced rows would mislead the scheduler's round timings
-                    t_round = t_mark - t_a
-                    if used:     # the continuation's passes at the champion alone's time per token (else: a guess
-                        t1 = sched.round_time(0)       # that the verify costs two of them)
-                        t_round = t_round - used * t1 if t1 else t_round * 2 / (used + 2)
-                    sched.observe(g, max(t_round, 0.0), n_cnt)
+                    sched.observe(g, t_mark - t_a, n_cnt)
                 if gram is not None:
                     gstate = drafter.state_after(n_acc, emitted[-1])
             # EOS inside the emitted tokens ends the answer there (the EOS itself is not part of the answer)

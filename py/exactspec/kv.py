@@ -84,17 +84,10 @@ class TrackedCache(PassThrough):
             draft._record(draft_start, list(feed) + props[: k - 1])
         return res
 
-    async def verify(self, tokens: Sequence[int], start_pos: int, pick, rows: bool = False):
+    async def verify(self, tokens: Sequence[int], start_pos: int, pick, rows: bool = False, then: int = 0):
         toks = [int(t) for t in tokens]
-        res = await self._call(self.backend.verify(toks, start_pos, pick, rows))
+        res = await self._call(self.backend.verify(toks, start_pos, pick, rows, then=then))
         self._record(start_pos, toks)
-        return res
-
-    async def verify_ahead(self, tokens: Sequence[int], start_pos: int, m: int, pick, rows: bool = False):
-        toks = [int(t) for t in tokens]
-        res = await self._call(self.backend.verify_ahead(toks, start_pos, m, pick, rows))
-        a = int(res.accepted)
-        self._record(start_pos, toks[:a + 1] + [int(res.ids[a])] + [int(x) for x in res.cont[:m - 1]])
         return res
 
     def invalidate(self) -> None:

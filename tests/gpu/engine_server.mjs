@@ -8,8 +8,7 @@
 //   decodeAhead {name, token, start_pos, n, pick, rows, then?, stop?} -> {ids, rows, length, continued (its result was a
 //     continuation the call before had submitted)};
 //   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
-//   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; verifyAhead {name, tokens,
-//   start_pos, m, pick, rows} -> {ids, accepted, cont, rows, length}; info -> {adapter};
+//   draft_length}; verify {name, tokens, start_pos, pick, rows, then?} -> {ids, rows, length}; info -> {adapter};
 //   load_head {name, model, description, champion, opts?} -> {config, length, aheadMax, memory} (a draft head on the
 //   model named `champion`: engine.loadHead); bind {name, champion} (the head re-pointed). A failed request answers
 //   {error: message}.
@@ -49,12 +48,8 @@ async function handle(engine, models, q) {
     return { proposals: Array.from(r.proposals), ids: Array.from(r.ids), rows: b64(r.rows), length: m.length, draft_length: d.length };
   }
   if (q.cmd === 'verify') {
-    const r = await m.verify(q.tokens, q.start_pos, q.pick, q.rows);
+    const r = await m.verify(q.tokens, q.start_pos, q.pick, q.rows, q.then ?? 0);
     return { ids: Array.from(r.ids), rows: b64(r.rows), length: m.length };
-  }
-  if (q.cmd === 'verifyAhead') {
-    const r = await m.verifyAhead(q.tokens, q.start_pos, q.m, q.pick, q.rows);
-    return { ids: Array.from(r.ids), accepted: r.accepted, cont: Array.from(r.cont), rows: b64(r.rows), length: m.length };
   }
   throw new Error(`unknown command ${q.cmd}`);
 }
