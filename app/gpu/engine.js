@@ -26,7 +26,6 @@
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
 //            further pass of a batched step (default 1),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
-//            verifyThen?: verify submits the continuation its `then` asks for (default true; false: benches' A/B)
 //            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
 //            the next submission's serial, so without it that readback also waits for the continuation after it
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 4 on GPUs; 0 on CPU adapters,
@@ -100,14 +99,10 @@
 //          at draft_start (ending at start_pos) and makes k picks,
 //          feeding each back (its length becomes draft_start + feed.length + k - 1); then the champion takes [token,
 //          proposals...] at start_pos, reading the proposals on the GPU (its length becomes start_pos + k + 1).
-//   await model.verify(tokens, start_pos, pick, rows = false, then = 0)
+//   await model.verify(tokens, start_pos, pick, rows = false)
 //       -> {ids: Int32Array (n), rows: Float32Array (n * vocab) | null}: one forward of the n tokens with the pick
 //          made on every row (ids[i] from row i); for proposals made on the host (n-gram, bridged drafts), whose
-//          verify then reads back n ids instead of n rows. length becomes start_pos + n. then > 0: where the picks
-//          reject a proposal (a = the first i < n - 1 with ids[i] != tokens[i + 1]), the next `then` passes, fed
-//          ids[a] at start_pos + a + 1, run on the GPU before this call returns (their positions and first token
-//          written by shaders/advance.wgsl), a continuation that decodeAhead(ids[a], start_pos + a + 1, then, pick,
-//          rows) takes next; length is then start_pos + a + 1. Where the picks accept all, nothing continues.
+//          verify then reads back n ids instead of n rows. length becomes start_pos + n.
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
 //   await model.enableFeatures()   keep the features from now on (a draft head's bind calls it); positions computed
 //                            before have none (model.featFrom: the first position whose features are kept).

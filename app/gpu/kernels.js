@@ -4,7 +4,6 @@
 // shaders/lib/ and its variant's defines) before it is compiled and before signature.js reads it:
 //   matmul      shaders/matmul.wgsl, or matmul_sg.wgsl (subgroup reductions) where the adapter has subgroups
 //   attention   shaders/attention.wgsl          embed   shaders/embed.wgsl          pick   shaders/pick.wgsl
-//   advance     shaders/advance.wgsl (verify's `then`: where the continuation after a verify starts)
 //   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl; with opts.fuseQkvAttn also qkv_attn
@@ -104,7 +103,7 @@ class Kernel {
 /** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
 export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
-    residual: 'residual', advance: 'advance' };
+    residual: 'residual' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
   if (fuse && qkvAttn) Object.assign(files, { qkv_attn: 'attention', ffn_kv: 'ffn_sg' });
   // a kernel's variant of its file

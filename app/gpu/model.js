@@ -164,10 +164,6 @@ export class EngineModel {
     this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
     this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-    // verify's continuation: its step slots as shaders/advance.wgsl writes them (MAX_PASSES, slot), copied into
-    // stepBuf by the continuation's submission, and that kernel's parameters
-    this.bufs.step_adv = mem.create('step_adv', MAX_PASSES * this.slotBytes);
-    this.bufs.advance_params = mem.create('advance_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
     this.length = 0;
     this.destroyed = false;
     this.outCap = 0;         // rows the logits buffer holds
@@ -200,11 +196,6 @@ export class EngineModel {
     const g = this.builder();
     this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
     this.ops = g.ops;
-    const K = this.eng.kernels.advance;
-    const bg = K.bind('advance', { params: this.bufs.advance_params, step: this.stepBuf, tokens: this.bufs.tokens,
-      ids: this.bufs.ids, slots: this.bufs.step_adv });
-    const pipeline = await K.pipeline({});
-    this.advanceOps = [{ label: 'advance', kind: 'advance', bindGroup: bg, select: () => ({ pipeline, grid: [1, 1, 1] }) }];
     await this.ensureOut(1);
   }
 
@@ -273,9 +264,7 @@ export class EngineModel {
     return this.settled(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
   }
 
-  verify(tokens, startPos, pick, rows = false, then = 0) {
-    return this.settled(() => this.verifyNow(tokens, startPos, pick, rows, then));
-  }
+  verify(tokens, startPos, pick, rows = false) { return this.settled(() => this.verifyNow(tokens, startPos, pick, rows)); }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
    * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
@@ -457,74 +446,23 @@ export class EngineModel {
     try { await c.run; } catch { /* its error (a lost device) is the next submission's to report */ }
   }
 
-  /** verify; `then` > 0 (k = n - 1 >= 1 proposals): where the picks reject a proposal (a = the first i < k with
-   * ids[i] != tokens[i + 1]), the next `then` passes, fed ids[a] at start_pos + a + 1 (a continuation, as
-   * decodeAhead's: the next decodeAhead(ids[a], start_pos + a + 1, then, pick, rows) takes it; anything else drops
-   * it), are submitted before this call waits for its readback, their positions and first token written on the GPU
-   * (shaders/advance.wgsl); the call leaves length at start_pos + a + 1. Where the picks accept all k, those passes
-   * have no rows (nothing runs but their launches) and length is start_pos + n. */
-  async verifyNow(tokens, startPos, pick, rows, then = 0) {
+  async verifyNow(tokens, startPos, pick, rows) {
     this.usable();
     const tok = this.tokenIds('verify', tokens);
     const n = tok.length;
     this.checkStart('verify', startPos, n);
-    if (!Number.isInteger(then) || then < 0 || then > MAX_PASSES) throw new Error(`verify: then ${then} must be in 0..${MAX_PASSES}`);
     const p = checkPick(pick);
-    const k = n - 1;
-    // (room for the passes after a rejection at the last proposal; engine option verifyThen false: none, A/B benches)
-    const next = k >= 1 && startPos + k + then <= this.config.seq_len && this.plan.verifyThen && !this.ts ? then : 0;
-    await this.ensureOut(Math.max(n, next));
+    await this.ensureOut(n);
     this.device.queue.writeBuffer(this.bufs.tokens, 0, tok);
     this.setPick(p);
     const sub = new Submission(this);
     sub.pass(this, { n, startPos, nOut: n }, 'ids');
-    if (next > 0) {
-      this.device.queue.writeBuffer(this.bufs.advance_params, 0, this.eng.kernels.advance.pack('params',
-        { k, m: next, slot_words: this.slotBytes / 4, tok_dst: 0, out_base: 0 }));
-      sub.run(this.advanceOps, 1, 0, 'advance');          // a; tokens[0] = ids[a]; the continuation's slots -> step_adv
-      sub.fence = true;                                    // (launch: its readback must not wait for the continuation)
-    }
     const V = this.config.vocab_size;
     sub.read(this.bufs.ids, 0, 4 * n);                                          // ids (n,)
     if (rows) sub.read(this.bufs.logits, 0, n * V * 4);                         // rows (n, vocab)
-    const run = this.launch(sub, next === 0);
-    if (next > 0) {
-      const cont = this.launch(this.thenSub(next, rows, 'staging2'), false);
-      cont.catch(() => {});                                // dropped unread: its failure is the next call's to see
-      this.ahead = { run: cont, stale: true, staging: 'staging2', want: null };
-    }
-    let out;
-    try {
-      out = await run;
-    } catch (e) {
-      await this.settleAhead();
-      throw e;
-    }
-    this.stats = out.stats;
-    const ids = new Int32Array(out.bytes, 0, n);
-    let a = k;
-    for (let i = 0; i < k; i++) if (ids[i] !== tok[i + 1]) { a = i; break; }
+    const out = await this.submit(sub, true);
     this.length = startPos + n;
-    if (next > 0 && a < k) {                               // the continuation runs from the rejection on
-      this.length = startPos + a + 1;
-      this.ahead.stale = false;
-      this.ahead.want = JSON.stringify([ids[a], startPos + a + 1, next, p, !!rows]);
-    }
-    return { ids, rows: rows ? new Float32Array(out.bytes, 4 * n, n * V) : null };
-  }
-
-  /** verify's continuation: m one-token passes whose step slots shaders/advance.wgsl made (copied in first), pass i
-   * fed tokens[i] (tokens[0] = the pick at the rejection), reading back ids (m,) = tokens[1..m] and rows (m, vocab)
-   * into `staging`, as decodeAhead's runs do (the next one chains from it). */
-  thenSub(m, rows, staging) {
-    const sub = new Submission(this, staging);
-    sub.copy(this.bufs.step_adv, 0, this.stepBuf, 0, m * this.slotBytes);
-    for (let i = 0; i < m; i++) sub.pass(this, { n: 1, startPos: 0, nOut: 1, tokBase: i, outBase: i }, 'tokens');
-    sub.read(this.bufs.tokens, 4, 4 * m);                                        // ids (m,): tokens[1..m]
-    if (rows) sub.read(this.bufs.logits, 0, m * this.config.vocab_size * 4);   // rows (m, vocab)
-    sub.preStaging = otherStaging(staging);
-    sub.fence = true;
-    return sub;
+    return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * V) : null };
   }
 
   async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {
@@ -694,12 +632,6 @@ export class Submission {
       this.chunks++;
     }
     this.passes++;
-  }
-
-  /** One-off ops (e.g. verify's advance) for `rows` rows with the step slot at byte `offset`. */
-  run(ops, rows, offset, label) {
-    this.items.push({ ops, rows, offset });
-    this.shape.push(`${label}:${rows}@${offset}`);
   }
 
   copy(src, srcOffset, dst, dstOffset, size) {

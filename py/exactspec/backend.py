@@ -75,18 +75,10 @@ class Backend(Protocol):
 #       the draft (a backend on the same device, or a wrapper of one) takes `feed` at draft_start and makes k picks,
 #       feeding each back (its length becomes draft_start + len(feed) + k - 1); the champion (self) takes
 #       [token, proposals...] at start_pos (its length becomes start_pos + k + 1) and returns its k + 1 rows.
-#   verify(tokens, start_pos, pick, rows=False, then=0) -> Ahead           (or an awaitable of it)
+#   verify(tokens, start_pos, pick, rows=False) -> Ahead                    (or an awaitable of it)
 #       one forward of `tokens` at start_pos (length becomes start_pos + len(tokens)) with the pick made on EVERY
 #       row: ids[i] from row i (the token at absolute position start_pos + i + 1). For proposals made on the host
 #       (n-gram, bridged drafts): only the picks come back, not (k + 1) rows of the whole vocabulary.
-#       then > 0 is a hint, as decode_ahead's: where the picks reject a proposal, i.e. a = the first i < k with
-#       ids[i] != tokens[i + 1] exists (k = len(tokens) - 1), the caller's next call will likely be
-#       decode_ahead(ids[a], start_pos + a + 1, then, pick, rows), so a device may start those passes before this call
-#       returns (their position and first token found on the device itself): the GPU does not wait for the caller
-#       between a verify round and the passes after it. Such a device leaves length at start_pos + a + 1 (those
-#       passes start there); the caller truncates to what it commits anyway. Where the picks accept every proposal,
-#       nothing continues (the drafter will likely find the next proposals itself). A backend that runs nothing ahead
-#       ignores it.
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -172,9 +164,8 @@ async def spec_round_by_forwards(model, draft, feed, draft_start: int, k: int, t
 
 
 async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bool = False,
-                             picker=pick_row, then: int = 0) -> Ahead:
-    """verify made of one forward and the picks on its rows (the numpy reference's implementation; `then`, the
-    continuation hint, is ignored)."""
+                             picker=pick_row) -> Ahead:
+    """verify made of one forward and the picks on its rows (the numpy reference's implementation)."""
     toks = [int(x) for x in tokens]
     logits = np.asarray(await _await(model.forward(toks, start_pos, len(toks))), dtype=np.float32)   # (n, vocab)
     ids = [int(picker(logits[i], pick, start_pos + 1 + i)) for i in range(len(toks))]
@@ -184,15 +175,11 @@ async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bo
 class RunsAhead:
     """A backend with decode_ahead made of its forwards (decode_ahead_by_forwards; the hint `then` ignored), as a
     device that likes to run ahead `ahead_max` passes: how CPython drives the decode loop's run-ahead path (tests,
-    bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead. with_verify: also offer verify
-    (made of forwards too, its hint ignored), as the WebGPU engine does; `verify_calls`: (tokens, start_pos, then) of
-    every verify."""
+    bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead."""
 
-    def __init__(self, inner, ahead_max: int = 8, picker=pick_row, with_verify: bool = False):
+    def __init__(self, inner, ahead_max: int = 8, picker=pick_row):
         self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
-        self.with_verify = with_verify
         self.calls: list[tuple[int, int, int, int]] = []
-        self.verify_calls: list[tuple[list, int, int]] = []
 
     @property
     def length(self) -> int:
@@ -207,15 +194,6 @@ class RunsAhead:
     def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
         self.calls.append((int(token), start_pos, n, then))
         return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
-
-    def offers(self, method: str) -> bool:
-        if method == "verify":
-            return self.with_verify
-        return callable(getattr(self, method, None))
-
-    def verify(self, tokens, start_pos, pick, rows=False, then=0):
-        self.verify_calls.append(([int(t) for t in tokens], start_pos, int(then)))
-        return verify_by_forwards(self.inner, tokens, start_pos, pick, rows, picker=self.picker)
 
 
 def offers(backend, method: str) -> bool:

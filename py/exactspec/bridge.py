@@ -141,10 +141,10 @@ class _JsBatched:
             return Round(props, ids, logits_from_js(rr, k + 1, vocab) if rows else None)   # rows (k+1, vocab)
         return finish()
 
-    def verify(self, tokens, start_pos, pick, rows=False, then=0):
+    def verify(self, tokens, start_pos, pick, rows=False):
         self._check_start("verify", start_pos)
-        return self._ahead(self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows),
-                                           int(then)), len(tokens), rows)
+        return self._ahead(self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows)),
+                           len(tokens), rows)
 
 
 def json_to_js(text: str):

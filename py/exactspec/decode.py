@@ -412,7 +412,6 @@ async def generate_async(
                 t_mark = clock()
                 sched.observe(0, (t_mark - t_a) / used)
             else:
-                then_v = 0                       # passes the device may run on after a rejection (verify's `then`)
                 if on_device:
                     # the draft's k passes and the champion's verify in one submission
                     feed, d_start = drafter.catch_up(seq)
@@ -437,14 +436,8 @@ async def generate_async(
                     if batched and params.greedy and champion.offers("verify"):
                         # proposals made here (n-gram, a bridged draft): the device's argmax of each row comes back,
                         # not the rows (greedy confirms from those ids, as on the batched step)
-                        # where the device's picks reject a proposal, it may go on by itself from there (`then`:
-                        # the passes the next round would run ahead; none where the answer's room ends first)
-                        g = len(proposals)
-                        then_v = min(AHEAD_WITH_DRAFTER, remaining - g, C.seq_len - t0 + 1 - g) \
-                            if champion.ahead_max >= 2 else 0
                         try:
-                            res = await champion.verify([seq[-1]] + proposals, t0 - 1, pick, False,
-                                                        then=max(0, then_v))
+                            res = await champion.verify([seq[-1]] + proposals, t0 - 1, pick, False)
                         except Exception as e:
                             raise BackendError(f"champion verify failed: {e}") from e
                         logits, champ_ids = None, res.ids
@@ -485,8 +478,6 @@ async def generate_async(
                         n.accepted_at[j] += 1
                 n.proposed += len(free)
                 n.accepted += sum(1 for i in free if i < n_cnt)
-                if then_v > 0 and n_acc < g and n_cnt == n_acc and emitted[-1] not in eos:
-                    hinted = then_v          # the device goes on from the rejection: the next round takes it
                 t_mark = clock()
                 if len(free) < g:
                     n.forced_proposed += g - len(free)

@@ -84,9 +84,9 @@ class TrackedCache(PassThrough):
             draft._record(draft_start, list(feed) + props[: k - 1])
         return res
 
-    async def verify(self, tokens: Sequence[int], start_pos: int, pick, rows: bool = False, then: int = 0):
+    async def verify(self, tokens: Sequence[int], start_pos: int, pick, rows: bool = False):
         toks = [int(t) for t in tokens]
-        res = await self._call(self.backend.verify(toks, start_pos, pick, rows, then=then))
+        res = await self._call(self.backend.verify(toks, start_pos, pick, rows))
         self._record(start_pos, toks)
         return res
 

@@ -413,6 +413,6 @@ class ReferenceModel:
         from .backend import spec_round_by_forwards
         return spec_round_by_forwards(self, draft, feed, draft_start, k, token, start_pos, pick, rows)
 
-    def verify(self, tokens, start_pos: int, pick, rows: bool = False, then: int = 0):
+    def verify(self, tokens, start_pos: int, pick, rows: bool = False):
         from .backend import verify_by_forwards
         return verify_by_forwards(self, tokens, start_pos, pick, rows)

@@ -87,9 +87,9 @@ class YieldingBackend(PassThrough):
         r = self.inner.spec_round(base_of(draft, YieldingBackend), feed, draft_start, k, token, start_pos, pick, rows)
         return (await r) if inspect.isawaitable(r) else r
 
-    async def verify(self, tokens, start_pos, pick, rows=False, then=0):
+    async def verify(self, tokens, start_pos, pick, rows=False):
         await asyncio.sleep(0)
-        r = self.inner.verify(tokens, start_pos, pick, rows, then=then)
+        r = self.inner.verify(tokens, start_pos, pick, rows)
         return (await r) if inspect.isawaitable(r) else r
 
 

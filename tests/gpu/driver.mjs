@@ -10,7 +10,7 @@
 //              {op: 'decode_ahead', token (or 'last': the last id the model's previous decode_ahead returned), start_pos,
 //               n, pick: {temperature, seed}, rows, then?, stop?, on?} |
 //              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows, draft?: 'draft' | 'head'} |
-//              {op: 'verify', tokens, start_pos, pick, rows, then?, on?} |
+//              {op: 'verify', tokens, start_pos, pick, rows, on?} |
 //              {op: 'memory', on} (a head's memory()) |
 //              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
 //              {op: 'lose_device'} (destroys the device)]}
@@ -47,7 +47,7 @@ async function runOp(op, models, engine) {
       draft_length: d.length, ...m.stats }, r.rows];
   }
   if (op.op === 'verify') {
-    const r = await m.verify(op.tokens, op.start_pos, op.pick, op.rows, op.then ?? 0);
+    const r = await m.verify(op.tokens, op.start_pos, op.pick, op.rows);
     return [{ ids: list(r.ids), rows: r.rows ? op.tokens.length : 0, length: m.length, ...m.stats }, r.rows];
   }
   if (op.op === 'memory') return [{ memory: m.memory() }, null];

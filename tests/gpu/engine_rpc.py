@@ -71,14 +71,11 @@ class EngineModelProxy:
         self.length = loaded["length"]
         self.aheadMax = loaded["aheadMax"]
         self.calls = {"forward": 0, "decodeAhead": 0, "specRound": 0, "verify": 0}
-        self.log: list = []      # (cmd, start_pos, tokens, then, length after, continued) of every call
 
     def _call(self, cmd, **kw):
         self.calls[cmd] = self.calls.get(cmd, 0) + 1
         r = self.proc.call(cmd, name=self.name, **kw)
         self.length = r["length"]
-        self.log.append((cmd, kw.get("start_pos"), len(kw.get("tokens", ())), kw.get("then", 0), r["length"],
-                         r.get("continued", False)))
         return r
 
     def forward(self, tokens, start_pos, n_out):
@@ -96,10 +93,8 @@ class EngineModelProxy:
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))   # taken from a continuation
         return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
 
-    def verify(self, tokens, start_pos, pick, rows, then=0):
-        r = self._call("verify", tokens=_ints(tokens), start_pos=int(start_pos), pick=dict(pick), rows=bool(rows),
-                       then=int(then))
-        self.calls["verify_then"] = self.calls.get("verify_then", 0) + bool(then)
+    def verify(self, tokens, start_pos, pick, rows):
+        r = self._call("verify", tokens=_ints(tokens), start_pos=int(start_pos), pick=dict(pick), rows=bool(rows))
         return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
 
     def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows):

@@ -8,7 +8,7 @@
 //   decodeAhead {name, token, start_pos, n, pick, rows, then?, stop?} -> {ids, rows, length, continued (its result was a
 //     continuation the call before had submitted)};
 //   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
-//   draft_length}; verify {name, tokens, start_pos, pick, rows, then?} -> {ids, rows, length}; info -> {adapter};
+//   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; info -> {adapter};
 //   load_head {name, model, description, champion, opts?} -> {config, length, aheadMax, memory} (a draft head on the
 //   model named `champion`: engine.loadHead); bind {name, champion} (the head re-pointed). A failed request answers
 //   {error: message}.
@@ -48,7 +48,7 @@ async function handle(engine, models, q) {
     return { proposals: Array.from(r.proposals), ids: Array.from(r.ids), rows: b64(r.rows), length: m.length, draft_length: d.length };
   }
   if (q.cmd === 'verify') {
-    const r = await m.verify(q.tokens, q.start_pos, q.pick, q.rows, q.then ?? 0);
+    const r = await m.verify(q.tokens, q.start_pos, q.pick, q.rows);
     return { ids: Array.from(r.ids), rows: b64(r.rows), length: m.length };
   }
   throw new Error(`unknown command ${q.cmd}`);

@@ -154,48 +154,6 @@ def test_verify_equals_one_forward(models, variant, pick_name):
     assert info2["results"][1]["ids"] == res[1]["ids"] and info2["results"][1]["rows"] == 0 and len(outs2) == 1
 
 
-@pytest.mark.parametrize("variant", ["cpu_path", "fused", "chunks3"])
-@pytest.mark.parametrize("pick_name", ["greedy", "coupled"])
-def test_verify_then_continues_from_the_rejection(models, variant, pick_name):
-    """model.verify(..., then): where the picks reject a proposal (a = 0, 2), the passes from there (fed ids[a] at
-    P + a + 1, positions and token found on the GPU by shaders/advance.wgsl) are the continuation the next
-    decodeAhead(ids[a], P + a + 1, then) takes: its ids and rows BITWISE those of one-token forwards there, the KV
-    cache after it too; where the picks accept all K proposals nothing continues (the next call runs its own)."""
-    (path, d), _ = models
-    kw, pick = VARIANTS[variant], PICKS[pick_name]
-    V = d["config"]["vocab_size"]
-    prompt = [int(x) for x in np.random.default_rng(13).integers(0, V, 7)]
-    P, K, M, y = len(prompt) - 1, 3, 4, 29
-    setup = [{"op": "forward", "tokens": prompt[:-1], "start_pos": 0, "n_out": 1},
-             {"op": "decode_ahead", "token": prompt[-1], "start_pos": P, "n": K + 1, "pick": pick, "rows": False}]
-    info, _ = run_engine(path, d, setup, **kw)
-    own = info["results"][1]["ids"]                           # the device's own picks from prompt[-1] on
-    for a in (0, 2, K):
-        props = own[:a] + [(own[a] + 1) % V] + own[a + 1:K] if a < K else own[:K]
-        toks = [prompt[-1]] + props
-        ver = {"op": "verify", "tokens": toks, "start_pos": P, "pick": pick, "rows": True, "then": M}
-        ops = setup[:1] + [ver, {"op": "truncate", "n": P + a + 1}]
-        info0, outs0 = run_engine(path, d, ops, **kw)
-        ids = info0["results"][1]["ids"]
-        assert info0["results"][1]["length"] == (P + a + 1 if a < K else P + K + 1)
-        ops += [{"op": "decode_ahead", "token": ids[a], "start_pos": P + a + 1, "n": M, "pick": pick, "rows": True},
-                {"op": "forward", "tokens": [y], "start_pos": P + a + 1 + M}]
-        info, outs = run_engine(path, d, ops, **kw)
-        res = info["results"]
-        assert all("error" not in r for r in res), res
-        assert res[1]["ids"] == ids and res[3]["continued"] == (a < K) and res[3]["length"] == P + a + 1 + M
-        check_picks(ids, outs[1], pick, P + 1)
-        check_picks(res[3]["ids"], outs[2], pick, P + a + 2)
-        fed = [ids[a]] + res[3]["ids"][:-1]
-        ops1 = setup[:1] + [{"op": "forward", "tokens": toks, "start_pos": P}, {"op": "truncate", "n": P + a + 1}]
-        ops1 += [{"op": "forward", "tokens": [t], "start_pos": P + a + 1 + i} for i, t in enumerate(fed)] + [ops[-1]]
-        _, outs1 = run_engine(path, d, ops1, **kw)
-        assert np.array_equal(bits(outs[1]), bits(outs1[1])), "verify's rows differ from one forward"
-        assert np.array_equal(bits(outs[2]), bits(np.concatenate(outs1[2:2 + M]))), \
-            "the continuation's rows differ from one-by-one forwards"
-        assert np.array_equal(bits(outs[3]), bits(outs1[2 + M])), "the KV cache after the continuation differs"
-
-
 def test_spec_round_ids_only(models):
     """rows=False brings back the proposals and the champion's greedy ids only (the same as with rows)."""
     (cpath, cd), (dpath, dd) = models
@@ -231,33 +189,6 @@ def test_batched_refusals(models):
     assert "the feed ends at 1, not at start_pos 3" in errs[6]
     assert "k 0 must be in" in errs[7]
     assert errs[8] == "" and info["results"][8]["length"] == 5
-
-
-def test_verify_then_refusals_and_option(models):
-    """verify refuses a continuation of more than 64 passes, naming the problem; one with no room in the context after
-    the last proposal is not submitted; engine option verifyThen false: no continuation (A/B benches)."""
-    (cpath, cd), _ = models
-    g = PICKS["greedy"]
-    seq = cd["config"]["seq_len"]
-    ver = {"op": "verify", "tokens": [4, 5, 6], "start_pos": 3, "pick": g, "rows": False}
-    ahead = {"op": "decode_ahead", "token": "last", "start_pos": 4, "n": 2, "pick": g, "rows": False}
-    ops = [{"op": "forward", "tokens": [1, 2, 3], "start_pos": 0}, {**ver, "then": 65}, {**ver, "then": 2}]
-    info, _ = run_engine(cpath, cd, ops)
-    errs = [r.get("error", "") for r in info["results"]]
-    assert "then 65 must be in 0..64" in errs[1] and errs[2] == ""
-    # proposals the picks reject at once (5 is not the pick after 4): the continuation from position 4 is taken
-    ids = info["results"][2]["ids"]
-    wrong = [4, (ids[0] + 1) % cd["config"]["vocab_size"], 6]
-    for opts, cont in (({}, True), ({"verifyThen": False}, False)):
-        ops = [{"op": "forward", "tokens": [1, 2, 3], "start_pos": 0}, {**ver, "tokens": wrong, "then": 2},
-               {"op": "truncate", "n": 4}, {**ahead, "token": ids[0]}]
-        info, _ = run_engine(cpath, cd, ops, engine_opts=opts)
-        assert info["results"][1]["length"] == (4 if cont else 6)
-        assert info["results"][3].get("continued") == cont, info["results"]
-    ops = [{"op": "forward", "tokens": [1] * (seq - 4), "start_pos": 0},
-           {**ver, "tokens": [1, 9, 9], "start_pos": seq - 4, "then": 3}]
-    info, _ = run_engine(cpath, cd, ops)
-    assert "error" not in info["results"][1] and info["results"][1]["length"] == seq - 1   # (no room: none)
 
 
 def test_decode_ahead_after_device_loss(models):
