@@ -338,3 +338,49 @@ def test_ngram_acceptance_is_measured_again_in_each_answer():
         assert r.token_ids == [(1 + i) % 7 for i in range(100)]
         runs[name] = r.stats
     assert runs["after chat"]["tau"] > 3 and runs["after chat"]["tau"] == pytest.approx(runs["fresh"]["tau"], rel=0.1)
+
+
+class ClockedDraft:
+    """A draft model whose passes cost `cost` units on a QueuedDevice's clock."""
+
+    def __init__(self, inner, dev, cost):
+        self.inner, self.dev, self.cost, self.config = inner, dev, cost, inner.config
+
+    @property
+    def length(self):
+        return self.inner.length
+
+    def truncate(self, n):
+        self.inner.truncate(n)
+
+    def forward(self, tokens, start_pos, n_out=None):
+        self.dev.t += self.cost
+        return self.inner.forward(tokens, start_pos, n_out)
+
+
+class QueuedRounds(QueuedDevice):
+    """QueuedDevice whose batched rounds (draft passes + verify) cost their passes too (the verify 1 unit)."""
+
+    def spec_round(self, draft, *a, **k):
+        self.t += 1.0
+        self.queued = 0
+        return self.inner.spec_round(draft, *a, **k)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_model_drafter_turned_off_runs_as_the_champion_alone(micro, temperature):
+    """'Only while it pays' with a draft model the champion seldom agrees with: once the scheduler turns speculation
+    off, the runs ahead hint their successors as the champion alone's do (SpecScheduler.will_run_plain), the hints
+    are taken, probes still come, and the answer is the champion's own."""
+    import asyncio
+    from exactspec.decode import generate_async
+    cfg, champ, _, other = micro
+    for prompt in prompts(cfg, 2, seed=31):
+        dev = QueuedRounds(champ)
+        kw = dict(max_new_tokens=200, temperature=temperature, seed=5)
+        r = asyncio.run(generate_async(dev, prompt, GenerateConfig(k=3, drafter="model", adaptive=True, **kw),
+                                       draft=ClockedDraft(other, dev, 0.7), on_tokens=dev.streamed, clock=dev.clock))
+        assert r.token_ids == gen(champ, prompt, batched=False, k=0, drafter="none", **kw).token_ids
+        assert r.stats["spec_disabled_rounds"] > 0 and r.stats["proposed"] > 3      # off, and probed while off
+        followed, dropped = continuations(dev.calls)
+        assert followed >= 4 and dropped <= 1, (followed, dropped)

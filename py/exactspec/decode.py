@@ -261,7 +261,11 @@ async def generate_async(
     from .drafters.model import ModelDrafter
     # whose empty rounds may hint the device's next run (decode_ahead's `then`): the champion alone, and the n-gram
     # drafter (no passes and no state of its own, so a round that takes a hinted run instead of its proposals changes
-    # nothing but when they are verified); a model's or head's rounds always make draft passes
+    # nothing but when they are verified); a model's or head's round hints only while the scheduler has speculation
+    # off and will keep it off next round (SpecScheduler.will_run_plain; were it to choose proposals after all, that
+    # round takes the hinted run and its proposals wait a round): with speculation off it runs as the champion alone
+    # does (on the H200 through the product's loop, "only while it pays" with the head lost 0.62-0.96x without this,
+    # bench/h200/results/2026-12-04e call 7)
     hints = cfg.drafter in ("none", "ngram")
     hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
@@ -341,6 +345,8 @@ async def generate_async(
             k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
             if deferred:                 # proposals set aside last round for a hinted run (a probe among them)
                 k, deferred = max(k, min(deferred, max(0, k_cap))), 0
+            if hinted and not hints:     # a model or head: the device runs the hinted run already, take it first
+                k = 0
             t0 = len(seq)  # absolute position of the first token this round emits
             if gram is not None:     # forced proposals may go past k, up to what the context and the budget allow
                 drafter.begin_round(gstate, min(remaining, C.seq_len - t0),
@@ -384,9 +390,11 @@ async def generate_async(
                 # alone, and an n-gram round that found nothing (a round that finds proposals does not hint: they are
                 # verified after the hinted run); not after the answer's first run (a device launches the
                 # continuation before it returns the run, and the first tokens should reach the user first)
-                then = ahead_n(min(2 * ahead, champion.ahead_max), k, remaining - n_ahead, t0 + n_ahead) \
-                    if hints and not found and n.ahead_passes and remaining > n_ahead \
-                    and t0 + n_ahead < C.seq_len else 0
+                t_next = t0 + n_ahead
+                then = ahead_n(min(2 * ahead, champion.ahead_max), k, remaining - n_ahead, t_next) \
+                    if (hints or k == 0 and sched.will_run_plain(min(
+                        k_hi, remaining - n_ahead - 1, C.seq_len - t_next - 1, drafter.max_proposals(t_next)))) \
+                    and not found and n.ahead_passes and remaining > n_ahead and t_next < C.seq_len else 0
                 hit("verify")
                 try:
                     res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then,

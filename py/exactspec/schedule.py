@@ -100,6 +100,25 @@ class SpecScheduler:
         t0, tk = self.t_round[0].value, self.t_round[kk].value
         return t0 + (tk - t0) * k / kk
 
+    def will_run_plain(self, k_cap: int) -> bool:
+        """Would choose(k_cap) return 0 now (no proposals, no probe)? Changes nothing: the decode loop asks it before
+        letting a round with no proposals hint the device's next run (a drafter with passes of its own, on a device
+        that runs ahead)."""
+        k_cap = min(k_cap, self.k_max, self.k_cur if self.schedule == "additive" else self.k_max)
+        if not self.adaptive or k_cap <= 0:
+            return k_cap <= 0
+        if 0 not in self.t_round:
+            return True
+        a = self.accept.value
+        if a is None:
+            return False
+        t0 = self.t_round[0].value
+        for k in range(1, k_cap + 1):
+            tr = self.round_time(k)
+            if tr is not None and tr / expected_tokens(a, k) < t0:
+                return False
+        return (self.rounds_off + 1) % self.probe_every != 0
+
     def choose(self, k_cap: int) -> int:
         k_cap = min(k_cap, self.k_max, self.k_cur if self.schedule == "additive" else self.k_max)
         if not self.adaptive or k_cap <= 0:
