@@ -340,18 +340,12 @@ def test_ngram_acceptance_is_measured_again_in_each_answer():
     assert runs["after chat"]["tau"] > 3 and runs["after chat"]["tau"] == pytest.approx(runs["fresh"]["tau"], rel=0.1)
 
 
-class ClockedDraft:
+class ClockedDraft(NoVerify):
     """A draft model whose passes cost `cost` units on a QueuedDevice's clock."""
 
     def __init__(self, inner, dev, cost):
-        self.inner, self.dev, self.cost, self.config = inner, dev, cost, inner.config
-
-    @property
-    def length(self):
-        return self.inner.length
-
-    def truncate(self, n):
-        self.inner.truncate(n)
+        super().__init__(inner)
+        self.dev, self.cost = dev, cost
 
     def forward(self, tokens, start_pos, n_out=None):
         self.dev.t += self.cost
