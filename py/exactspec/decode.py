@@ -280,6 +280,10 @@ async def generate_async(
     k_hi = 0 if cfg.drafter == "none" or not cfg.k else \
         cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
     sched = SpecScheduler(k_hi, adaptive=cfg.adaptive, schedule=cfg.k_schedule, k_start=cfg.k)
+
+    def k_cap_at(remaining: int, t0: int) -> int:
+        """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer."""
+        return min(k_hi, remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0))
     # what an earlier answer learned with the same drafter and setting (round times, acceptance)
     sched_key = (cfg.drafter, cfg.bridge, cfg.draft_stop, k_hi, cfg.k_schedule,
                  cfg.mode if not params.greedy else "greedy", cfg.response_format is not None)
@@ -341,7 +345,7 @@ async def generate_async(
             if faults is not None:
                 faults.next_round()
                 faults.tokens = len(generated)
-            k_cap = min(k_hi, remaining - 1, C.seq_len - len(seq) - 1, drafter.max_proposals(len(seq)))
+            k_cap = k_cap_at(remaining, len(seq))
             k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
             if deferred:                 # proposals set aside last round for a hinted run (a probe among them)
                 k, deferred = max(k, min(deferred, max(0, k_cap))), 0
@@ -392,8 +396,7 @@ async def generate_async(
                 # continuation before it returns the run, and the first tokens should reach the user first)
                 t_next = t0 + n_ahead
                 then = ahead_n(min(2 * ahead, champion.ahead_max), k, remaining - n_ahead, t_next) \
-                    if (hints or k == 0 and sched.will_run_plain(min(
-                        k_hi, remaining - n_ahead - 1, C.seq_len - t_next - 1, drafter.max_proposals(t_next)))) \
+                    if (hints or k == 0 and sched.will_run_plain(k_cap_at(remaining - n_ahead, t_next))) \
                     and not found and n.ahead_passes and remaining > n_ahead and t_next < C.seq_len else 0
                 hit("verify")
                 try:

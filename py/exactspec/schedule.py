@@ -100,34 +100,16 @@ class SpecScheduler:
         t0, tk = self.t_round[0].value, self.t_round[kk].value
         return t0 + (tk - t0) * k / kk
 
-    def will_run_plain(self, k_cap: int) -> bool:
-        """Would choose(k_cap) return 0 now (no proposals, no probe)? Changes nothing: the decode loop asks it before
-        letting a round with no proposals hint the device's next run (a drafter with passes of its own, on a device
-        that runs ahead)."""
+    def _formula(self, k_cap: int) -> tuple[int, bool]:
+        """(the k to run, whether the break-even formula chose it): the choice before any probe, changing nothing."""
         k_cap = min(k_cap, self.k_max, self.k_cur if self.schedule == "additive" else self.k_max)
         if not self.adaptive or k_cap <= 0:
-            return k_cap <= 0
+            return max(0, k_cap), False
         if 0 not in self.t_round:
-            return True
+            return 0, False   # calibrate: plain decoding first
         a = self.accept.value
         if a is None:
-            return False
-        t0 = self.t_round[0].value
-        for k in range(1, k_cap + 1):
-            tr = self.round_time(k)
-            if tr is not None and tr / expected_tokens(a, k) < t0:
-                return False
-        return (self.rounds_off + 1) % self.probe_every != 0
-
-    def choose(self, k_cap: int) -> int:
-        k_cap = min(k_cap, self.k_max, self.k_cur if self.schedule == "additive" else self.k_max)
-        if not self.adaptive or k_cap <= 0:
-            return max(0, k_cap)
-        if 0 not in self.t_round:
-            return 0  # calibrate: plain decoding first
-        a = self.accept.value
-        if a is None:
-            return k_cap  # then one speculative round
+            return k_cap, False   # then one speculative round
         best_k, best_t = 0, self.t_round[0].value
         for k in range(1, k_cap + 1):
             tr = self.round_time(k)
@@ -136,6 +118,19 @@ class SpecScheduler:
             t = tr / expected_tokens(a, k)
             if t < best_t:
                 best_k, best_t = k, t
+        return best_k, True
+
+    def will_run_plain(self, k_cap: int) -> bool:
+        """Would choose(k_cap) return 0 now (no proposals, no probe)? Changes nothing: the decode loop asks it before
+        letting a round with no proposals hint the device's next run (a drafter with passes of its own, on a device
+        that runs ahead)."""
+        k, by_formula = self._formula(k_cap)
+        return k == 0 and not (by_formula and (self.rounds_off + 1) % self.probe_every == 0)
+
+    def choose(self, k_cap: int) -> int:
+        best_k, by_formula = self._formula(k_cap)
+        if not by_formula:
+            return best_k
         if best_k == 0:
             self.rounds_off += 1
             self.disabled_rounds += 1

@@ -57,6 +57,7 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
                  "head": bench["heads"][mine[0]], "by_drafter": {mine[0]: bench["by_drafter"][mine[0]]}}
     hist = rec.get("history") or []
     init_sha = rec["hp"].get("init_sha256")
+    copy_share = prep.get("copy_share", 0.0)          # (prep.json before --copy-share: none)
     if (init_sha is None) != (starts_from is None):
         raise SystemExit("this run started from a trained head: pass its manifest (--starts-from)" if init_sha else
                          "--starts-from is only for a run started from a trained head (head_run multi --init)")
@@ -94,7 +95,7 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
              "prompt_set_sha256": prep["prompts_sha256"], "temperatures": ans["temps"],
              "max_new_tokens": ans["max_new"]}],
         "data": {"corpus_sha256": prep["corpus_sha256"], "prep_seed": prep["seed"], "stats": prep["stats"],
-                 "copy_share": prep.get("copy_share", 0.0), "prompt_set_sha256": prep["prompts_sha256"],
+                 "copy_share": copy_share, "prompt_set_sha256": prep["prompts_sha256"],
                  **rec.get("data", run.get("data", {}))},
         "train": {"variant": rec.get("variant", variant), "run": variant if multi else None, "hp": rec["hp"],
                   "seed": seed, "steps_done": rec["steps_done"],
@@ -109,11 +110,10 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
                           "held_out_eval": r.get("eval")} for v, r in runs.items() if v != variant},
         "measured": bench,
         "rerun": {
-            "prep": (f"COPY_SHARE={prep['copy_share']} " if prep.get("copy_share") else "") +
+            "prep": (f"COPY_SHARE={copy_share} " if copy_share else "") +
                     "bash bench/h200/train_head_prep.sh   (pip download / apt-get download the pinned packages, "
                     "then python -m exactspec_train.prep ... --n-prompts 12288" +
-                    (f" --copy-share {prep['copy_share']}" if prep.get("copy_share") else "") +
-                    " --out .devcarry/head/data)",
+                    (f" --copy-share {copy_share}" if copy_share else "") + " --out .devcarry/head/data)",
             "device": ("PLAN=... bash bench/h200/train_head_multi.sh   (the calls of its header) = "
                        if multi else "OUT=<out> bash bench/h200/train_head.sh   (carry .devcarry/head/data; the "
                                      "champion at /tmp/champ/champ.gguf) = ")
