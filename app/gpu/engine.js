@@ -26,6 +26,8 @@
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
 //            further pass of a batched step (default 1),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
+//            chainRounds?: rounds of the n-gram drafter one ngramChain may run (default 4 on GPUs; 0 on CPU adapters:
+//            ngramChain not offered; also 0 where the model runs fuseQkvAttn)
 //            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
 //            the next submission's serial, so without it that readback also waits for the continuation after it
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 4 on GPUs; 0 on CPU adapters,
@@ -103,6 +105,19 @@
 //       -> {ids: Int32Array (n), rows: Float32Array (n * vocab) | null}: one forward of the n tokens with the pick
 //          made on every row (ids[i] from row i); for proposals made on the host (n-gram, bridged drafts), whose
 //          verify then reads back n ids instead of n rows. length becomes start_pos + n.
+//   model.chainRounds        rounds one ngramChain may run (opts.chainRounds; 0 and ngramChain undefined: not offered)
+//   model.chainMaxK          the most proposals a chain's round may verify (its k + 1 rows are one chunk: maxRows - 1)
+//   await model.ngramChain(seq, start_pos, rounds, k, pick, [min_ngram, max_ngram], then = 0, stop = null)
+//       -> {counts: Int32Array (rounds) c_r, accepted: Int32Array (rounds) a_r, proposals: Int32Array (sum c_r) round
+//          after round, ids: Int32Array (sum (c_r + 1)) the picks on each round's rows, round after round}: the n-gram
+//          drafter's rounds on the GPU in one submission (shaders/chain.wgsl): seq = every token so far (its last,
+//          at start_pos, not yet in the cache); round r looks up proposals in the sequence as it stands (the n-gram
+//          rule of py/exactspec/drafters/ngram.py, at most k), verifies [last token, proposals] in one pass with the
+//          pick on every row, and appends the proposals its picks accept and the pick after them. length becomes
+//          start_pos + the tokens appended. then > 0: the next chain of `then` rounds is submitted from where this
+//          one ends (history and length stay on the GPU), taken by the next ngramChain(seq + appended, ...) with the
+//          same k, pick and n-gram sizes; any other call or a truncate drops it; none after a chain that appended a
+//          `stop` id. Ids only (no rows): the decode loop chains greedy rounds.
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
 //   await model.enableFeatures()   keep the features from now on (a draft head's bind calls it); positions computed
 //                            before have none (model.featFrom: the first position whose features are kept).

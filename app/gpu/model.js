@@ -164,6 +164,19 @@ export class EngineModel {
     this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
     this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    // ngramChain (shaders/chain.wgsl): not where a one-row chunk's ops differ from a multi-row one's (fuseQkvAttn),
+    // since a chain's pass computes 1 + c rows of a grid sized for k + 1
+    this.chainMaxK = Math.min(MAX_PASSES, plan.maxRows - 1);   // (a round's k + 1 rows are one chunk)
+    this.chainRounds = plan.fuseQkvAttn || this.chainMaxK < 1 ? 0 : plan.chainRounds;
+    if (this.chainRounds > 0) {
+      this.bufs.chain_state = mem.create('chain_state', 16);                            // (4,) L, r, 0, 0
+      this.bufs.chain_hist = mem.create('chain_hist', (cfg.seq_len + 1) * 4);           // (seq_len + 1)
+      this.bufs.chain_slot = mem.create('chain_slot', this.slotBytes);                  // (slot words) the next Step
+      this.bufs.chain_rec = mem.create('chain_rec', MAX_PASSES * (MAX_PASSES + 2) * 4); // (rounds, 2 + k)
+      this.bufs.chain_params = mem.create('chain_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    } else {
+      this.ngramChain = undefined;           // not offered (py/exactspec/bridge.py offers)
+    }
     this.length = 0;
     this.destroyed = false;
     this.outCap = 0;         // rows the logits buffer holds
@@ -196,6 +209,14 @@ export class EngineModel {
     const g = this.builder();
     this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
     this.ops = g.ops;
+    if (this.chainRounds > 0) {
+      const K = this.eng.kernels.chain;
+      const b = this.bufs;
+      const bg = K.bind('chain', { params: b.chain_params, step: this.stepBuf, state: b.chain_state, hist: b.chain_hist,
+        tokens: b.tokens, ids: b.ids, slot: b.chain_slot, rec: b.chain_rec });
+      const pipeline = await K.pipeline({ WG_SIZE: Math.min(256, this.device.limits.maxComputeInvocationsPerWorkgroup) });
+      this.chainOps = [{ label: 'chain', kind: 'chain', bindGroup: bg, select: () => ({ pipeline, grid: [1, 1, 1] }) }];
+    }
     await this.ensureOut(1);
   }
 
@@ -265,6 +286,10 @@ export class EngineModel {
   }
 
   verify(tokens, startPos, pick, rows = false) { return this.settled(() => this.verifyNow(tokens, startPos, pick, rows)); }
+
+  ngramChain(seq, startPos, rounds, k, pick, ngram = [2, 3], then = 0, stop = null) {
+    return this.eng.locked(() => this.chainNow(seq, startPos, rounds, k, pick, ngram, then, stop));
+  }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
    * Float32Array (n * dim), row-major: the residual after the last layer, before the output norm. */
@@ -465,6 +490,100 @@ export class EngineModel {
     return { ids: new Int32Array(out, 0, n), rows: rows ? new Float32Array(out, 4 * n, n * V) : null };
   }
 
+  /** ngramChain: `rounds` rounds of the n-gram drafter in one submission (shaders/chain.wgsl opens and closes them
+   * between the verify passes); `then` > 0 also submits the next chain of `then` rounds from where this one ends
+   * (its history and length stay on the GPU), as decodeAhead's continuation does. */
+  async chainNow(seq, startPos, rounds, k, pick, ngram, then, stop) {
+    this.usable();
+    const hist = this.tokenIds('ngramChain', seq);
+    for (const [what, v, hi] of [['rounds', rounds, MAX_PASSES], ['k', k, this.chainMaxK], ['then', then, MAX_PASSES]]) {
+      if (!Number.isInteger(v) || v < (what === 'then' ? 0 : 1) || v > hi) throw new Error(`ngramChain: ${what} ${v} must be in ${what === 'then' ? 0 : 1}..${hi}`);
+    }
+    const [lo, hiN] = ngram ?? [];
+    if (!Number.isInteger(lo) || !Number.isInteger(hiN) || lo < 1 || hiN < lo || hiN > 16) throw new Error(`ngramChain: ngram ${JSON.stringify(ngram)} must be [min, max] with 1 <= min <= max <= 16`);
+    if (hist.length !== startPos + 1) throw new Error(`ngramChain: seq holds ${hist.length} tokens; start_pos ${startPos} must be its last token's position`);
+    const W = k + 1;
+    this.checkStart('ngramChain', startPos, rounds * W);
+    const p = checkPick(pick);
+    const next = startPos + (rounds + then) * W <= this.config.seq_len && this.plan.aheadThen && !this.ts ? then : 0;
+    const key = (last, pos, r) => JSON.stringify([last, pos, r, k, p, lo, hiN]);
+    const c = this.ahead;
+    const continued = !!(c && !c.stale && c.chain && c.want === key(hist[startPos], startPos, rounds));
+    const params = (r) => this.device.queue.writeBuffer(this.bufs.chain_params, 0, this.eng.kernels.chain.pack('params',
+      { k, rounds: r, min_ngram: lo, max_ngram: hiN, seq_len: this.config.seq_len }));
+    let run;
+    let staging = 'staging';
+    if (continued) {
+      this.ahead = null;
+      run = c.run;
+      staging = c.staging;
+      if (next * W > this.outCap) {
+        await run.catch(() => {});
+        await this.ensureOut(next * W);
+      }
+    } else {
+      await this.settleAhead();
+      await this.ensureOut(Math.max(rounds, next) * W);
+      const q = this.device.queue;
+      q.writeBuffer(this.bufs.chain_hist, 0, hist);
+      q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, 0, 0]));
+      this.setPick(p);
+      params(rounds);
+      run = this.launch(this.chainSub(rounds, k, staging, false), next === 0);
+    }
+    const other = otherStaging(staging);
+    const contSub = next > 0 ? this.chainSub(next, k, other, true) : null;
+    if (contSub && !continued) this.pre = { ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true };
+    const follow = (want) => {
+      params(next);                                   // (queued after this chain's commands: it reads its own)
+      const cont = this.launch(contSub, true);
+      cont.catch(() => {});
+      this.ahead = { run: cont, stale: false, staging: other, want, chain: true };
+    };
+    if (next > 0 && continued) follow(null);
+    let out;
+    try {
+      out = await run;
+    } catch (e) {
+      await this.settleAhead();
+      throw e;
+    }
+    this.stats = { ...out.stats, continued };
+    const res = parseChain(out.bytes, rounds, k);
+    this.length = startPos + res.advance;
+    const stopped = !!(stop && res.appended.some((t) => stop.includes(t)));
+    const last = res.appended[res.appended.length - 1];
+    if (this.ahead && this.ahead.want === null) {
+      if (stopped) this.ahead.stale = true;
+      else this.ahead.want = key(last, this.length, next);
+    } else if (next > 0 && !continued && !stopped) follow(key(last, this.length, next));
+    return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
+      proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()) };
+  }
+
+  /** A chain's submission: per round the chain kernel (closes the last round, opens this one), its Step copied into
+   * the round's slot, the verify pass (grid of k + 1 rows, 1 + c computed), picks into ids; the kernel once more
+   * (closes the last round); reads back rec (rounds, k + 2) then ids (rounds, k + 1). */
+  chainSub(rounds, k, staging, cont) {
+    const sub = new Submission(this, staging);
+    const W = k + 1;
+    const stepBytes = this.stepKernel.uniformBytes('step');
+    for (let r = 0; r < rounds; r++) {
+      sub.run(this.chainOps, 1, 0, 'chain');
+      const slot = sub.steps.get(this)?.length ?? 0;
+      sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W }, 'ids');   // (Step: the kernel's)
+    }
+    sub.run(this.chainOps, 1, 0, 'chain');
+    sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
+    sub.read(this.bufs.ids, 0, 4 * rounds * W);                                 // ids (rounds, k + 1)
+    if (cont) {
+      sub.preStaging = otherStaging(staging);
+      sub.fence = true;
+    }
+    return sub;
+  }
+
   async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specRound: the draft must be another model of the same engine');
@@ -600,6 +719,34 @@ export class EngineModel {
   }
 }
 
+/** A chain's readback (rec (rounds, k + 2): c, a, proposals; then ids (rounds, k + 1)) as per-round lists, with the
+ * tokens it appended (each round's accepted proposals and the pick after them) and how far it moved the length. The
+ * acceptance is computed again here by the kernel's rule and must equal the kernel's. */
+function parseChain(bytes, rounds, k) {
+  const u = new Int32Array(bytes);
+  const W = k + 1;
+  const RW = k + 2;
+  const counts = [];
+  const accepted = [];
+  const proposals = [];
+  const ids = [];
+  const appended = [];
+  for (let r = 0; r < rounds; r++) {
+    const c = u[r * RW];
+    const props = Array.from(u.subarray(r * RW + 2, r * RW + 2 + c));
+    const picks = Array.from(u.subarray(rounds * RW + r * W, rounds * RW + r * W + c + 1));
+    let a = c;
+    for (let i = 0; i < c; i++) if (picks[i] !== props[i]) { a = i; break; }
+    if (c < 0 || c > k || a !== u[r * RW + 1]) throw new Error(`ngramChain: round ${r}: the GPU's record (c ${c}, a ${u[r * RW + 1]}) disagrees with its picks (a ${a})`);
+    counts.push(c);
+    accepted.push(a);
+    proposals.push(props);
+    ids.push(picks);
+    appended.push(...props.slice(0, a), picks[a]);
+  }
+  return { counts, accepted, proposals, ids, appended, advance: appended.length };
+}
+
 /** The other of the two staging buffers (a continuation reads back into the one its predecessor does not use). */
 const otherStaging = (name) => (name === 'staging' ? 'staging2' : 'staging');
 
@@ -632,6 +779,12 @@ export class Submission {
       this.chunks++;
     }
     this.passes++;
+  }
+
+  /** One-off ops (the chain kernel) for `rows` rows with the step slot at byte `offset`. */
+  run(ops, rows, offset, label) {
+    this.items.push({ ops, rows, offset });
+    this.shape.push(`${label}:${rows}@${offset}`);
   }
 
   copy(src, srcOffset, dst, dstOffset, size) {

@@ -125,12 +125,16 @@ export function resolvePlan(opts, info, device) {
   if (!Number.isInteger(aheadMax) || aheadMax < 0 || aheadMax > MAX_PASSES) throw new Error(`aheadMax ${aheadMax} must be in 0..${MAX_PASSES}`);
   const aheadThen = opts.aheadThen ?? true;
   if (typeof aheadThen !== 'boolean') throw new Error(`aheadThen ${JSON.stringify(aheadThen)} must be true or false`);
+  // n-gram rounds on the GPU, R a submission (model.ngramChain): 4 on GPUs, 0 (not offered) on CPU adapters, where
+  // a verify row costs most of a pass and the decode loop verifies only what the host's lookup finds
+  const chainRounds = opts.chainRounds ?? (cpu ? 0 : 4);
+  if (!Number.isInteger(chainRounds) || chainRounds < 0 || chainRounds > MAX_PASSES) throw new Error(`chainRounds ${chainRounds} must be in 0..${MAX_PASSES}`);
   const mapFence = opts.mapFence ?? true;
   if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen, chainRounds, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query') };
 }
 

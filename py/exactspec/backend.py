@@ -79,6 +79,18 @@ class Backend(Protocol):
 #       one forward of `tokens` at start_pos (length becomes start_pos + len(tokens)) with the pick made on EVERY
 #       row: ids[i] from row i (the token at absolute position start_pos + i + 1). For proposals made on the host
 #       (n-gram, bridged drafts): only the picks come back, not (k + 1) rows of the whole vocabulary.
+#   ngram_chain(seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()) -> Chain  (or an awaitable)
+#       the n-gram drafter's rounds made by the device, `rounds` of them in ONE submission: seq is every token so far,
+#       its last at start_pos not yet in the cache (start_pos == len(seq) - 1 == length). Round r looks up at most k
+#       proposals in the sequence as it stands (drafters.ngram.NgramDrafter(max_ngram, min_ngram).lookup, cut to
+#       seq_len - 1 - len(seq) so that every row fits the cache; none found: a one-row pass), verifies [seq[-1],
+#       proposals] in one forward with the pick on every row, and appends the a proposals the picks accept
+#       (accepted_by_picks) and the pick after them. Afterwards length == len(seq) - 1 for the grown seq. `then` and
+#       `stop` are decode_ahead's hint: the next call ngram_chain(grown seq, ..., then rounds, same k, pick, sizes) may
+#       be started before this returns; none after a chain that appended a stop id. Ids only: for greedy picks they
+#       are the champion's argmax, so the decode loop emits each round's accepted proposals and the pick after them
+#       as its verify would (the proposals only have to be good; the picks decide). A device that offers it says how
+#       many rounds a call should make in `chain_rounds` (>= 1) and the largest k it takes in `chain_k_max`.
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -115,6 +127,41 @@ class Round:
     proposals: list                 # (k,) the draft's picks, for positions start_pos + 1 .. start_pos + k
     ids: list                       # (k + 1,) the champion's picks from its rows
     rows: "np.ndarray | None"       # (k + 1, vocab) float32 champion logits, or None
+
+
+@dataclass
+class Chain:
+    proposals: list                 # (rounds,) round r's c_r proposals (lists)
+    ids: list                       # (rounds,) the picks on round r's c_r + 1 rows (lists)
+    accepted: list                  # (rounds,) a_r: how many of round r's proposals its picks accept
+
+    def appended(self) -> list:
+        """The tokens the chain appended: each round's accepted proposals and the pick after them."""
+        out = []
+        for p, i, a in zip(self.proposals, self.ids, self.accepted):
+            out += list(p[:a]) + [i[a]]
+        return out
+
+
+def accepted_by_picks(proposals, ids) -> int:
+    """a: how many of the proposals the picks on the rows before them accept, in order (ids[i] is the pick on the row
+    fed the token before proposals[i])."""
+    return next((i for i, p in enumerate(proposals) if int(ids[i]) != int(p)), len(proposals))
+
+
+def chain_from_flat(counts, accepted, proposals, ids, k: int) -> Chain:
+    """A Chain from a device's flat arrays (proposals and ids round after round), checked: every count in 0..k, and
+    each round's acceptance by accepted_by_picks equal to the device's."""
+    props, picks, p0, i0 = [], [], 0, 0
+    for r, (c, a) in enumerate(zip(counts, accepted)):
+        if not 0 <= c <= k:
+            raise ValueError(f"ngram_chain: round {r} has {c} proposals, k is {k}")
+        props.append([int(x) for x in proposals[p0:p0 + c]])
+        picks.append([int(x) for x in ids[i0:i0 + c + 1]])
+        p0, i0 = p0 + c, i0 + c + 1
+        if accepted_by_picks(props[-1], picks[-1]) != a:
+            raise ValueError(f"ngram_chain: round {r}: the device accepted {a} proposals, its picks say otherwise")
+    return Chain(props, picks, [int(a) for a in accepted])
 
 
 def pick_row(row: np.ndarray, pick: Pick, t: int) -> int:
@@ -172,14 +219,43 @@ async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bo
     return Ahead(ids, logits if rows else None)
 
 
+async def ngram_chain_by_forwards(model, seq, start_pos: int, rounds: int, k: int, pick: Pick, min_ngram: int,
+                                  max_ngram: int, picker=pick_row) -> Chain:
+    """ngram_chain made of the n-gram drafter's lookups and verify_by_forwards (the numpy reference's implementation;
+    a reference for devices)."""
+    from .drafters.ngram import NgramDrafter
+    seq = [int(x) for x in seq]
+    if start_pos != len(seq) - 1:
+        raise ValueError(f"ngram_chain: start_pos {start_pos} must be len(seq) - 1 = {len(seq) - 1}")
+    if start_pos + rounds * (k + 1) > model.config.seq_len:
+        raise ValueError(f"ngram_chain: {rounds} rounds of {k + 1} rows from {start_pos} exceed seq_len "
+                         f"{model.config.seq_len}")
+    lookup = NgramDrafter(max_ngram, min_ngram).lookup
+    props, picks, acc = [], [], []
+    for _ in range(rounds):
+        L = len(seq)
+        p = lookup(seq, k)[:max(0, model.config.seq_len - 1 - L)]
+        v = await verify_by_forwards(model, [seq[-1]] + p, L - 1, pick, False, picker=picker)
+        a = accepted_by_picks(p, v.ids)
+        model.truncate(L + a)
+        seq += p[:a] + [int(v.ids[a])]
+        props.append(p)
+        picks.append([int(x) for x in v.ids])
+        acc.append(a)
+    return Chain(props, picks, acc)
+
+
 class RunsAhead:
     """A backend with decode_ahead made of its forwards (decode_ahead_by_forwards; the hint `then` ignored), as a
     device that likes to run ahead `ahead_max` passes: how CPython drives the decode loop's run-ahead path (tests,
     bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead."""
 
-    def __init__(self, inner, ahead_max: int = 8, picker=pick_row):
+    def __init__(self, inner, ahead_max: int = 8, picker=pick_row, chain_rounds: int = 0):
         self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
+        self.chain_rounds = chain_rounds
+        self.chain_k_max = 64
         self.calls: list[tuple[int, int, int, int]] = []
+        self.chain_calls: list[tuple[int, int, int, int]] = []    # (start_pos, rounds, k, then) of every ngram_chain
 
     @property
     def length(self) -> int:
@@ -195,9 +271,20 @@ class RunsAhead:
         self.calls.append((int(token), start_pos, n, then))
         return decode_ahead_by_forwards(self.inner, token, start_pos, n, pick, rows, picker=self.picker)
 
+    def offers(self, method: str) -> bool:
+        if method == "ngram_chain":
+            return self.chain_rounds > 0
+        return callable(getattr(self, method, None))
+
+    def ngram_chain(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()):
+        self.chain_calls.append((start_pos, rounds, k, then))
+        return ngram_chain_by_forwards(self.inner, seq, start_pos, rounds, k, pick, min_ngram, max_ngram,
+                                       picker=self.picker)
+
 
 def offers(backend, method: str) -> bool:
-    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify')?"""
+    """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify',
+    'ngram_chain')?"""
     if backend is None:
         return False
     f = getattr(backend, "offers", None)
@@ -213,6 +300,16 @@ class PassThrough:
     @property
     def ahead_max(self) -> int:
         return int(getattr(self.wrapped, "ahead_max", 0) or 0)
+
+    @property
+    def chain_rounds(self) -> int:
+        """Rounds one ngram_chain should make on this device (0: it offers none)."""
+        return int(getattr(self.wrapped, "chain_rounds", 0) or 0) if self.offers("ngram_chain") else 0
+
+    @property
+    def chain_k_max(self) -> int:
+        """The most proposals a round of ngram_chain may verify on this device."""
+        return int(getattr(self.wrapped, "chain_k_max", 0) or 0) if self.offers("ngram_chain") else 0
 
     @property
     def k_limit(self) -> int:

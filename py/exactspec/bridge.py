@@ -12,7 +12,12 @@ JsBackend wraps any JS model object into the Backend protocol of exactspec.backe
                    -> Promise<{ids: Int32Array (n), rows: Float32Array (n * vocab) | null}>,
                specRound(draftJsModel, feed: Int32Array, draft_start, k, token, start_pos, pick, rows: bool)
                    -> Promise<{proposals: Int32Array (k), ids: Int32Array (k + 1),
-                               rows: Float32Array ((k + 1) * vocab) | null}>}
+                               rows: Float32Array ((k + 1) * vocab) | null}>,
+               chainRounds: number, chainMaxK: number,
+               ngramChain(seq: Int32Array, start_pos, rounds, k, pick, ngram: [min, max], then: number,
+                          stop: Int32Array)
+                   -> Promise<{counts: Int32Array (rounds), accepted: Int32Array (rounds),
+                               proposals: Int32Array (sum counts), ids: Int32Array (sum counts + rounds)}>}
 forward returns an awaitable; exactspec.decode.generate_async awaits it, so the worker's event loop runs while the
 GPU works. JsHead wraps a draft head on the device (app/gpu/head.js) the same way, with what the session needs of a
 head (head_config, bind). Imports of `pyodide` happen inside functions so that CPython can import this module (tests use fakes).
@@ -101,8 +106,17 @@ class _JsBatched:
         return int(getattr(self._js, "aheadMax", 0) or 0) if self.offers("decode_ahead") else 0
 
     def offers(self, method: str) -> bool:
-        name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify"}.get(method)
+        name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify",
+                "ngram_chain": "ngramChain"}.get(method)
         return name is not None and getattr(self._js, name, None) is not None
+
+    @property
+    def chain_rounds(self) -> int:
+        return int(getattr(self._js, "chainRounds", 0) or 0) if self.offers("ngram_chain") else 0
+
+    @property
+    def chain_k_max(self) -> int:
+        return int(getattr(self._js, "chainMaxK", 0) or 0) if self.offers("ngram_chain") else 0
 
     def _check_start(self, what: str, start_pos: int) -> None:
         if start_pos != self.length:
@@ -145,6 +159,23 @@ class _JsBatched:
         self._check_start("verify", start_pos)
         return self._ahead(self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows)),
                            len(tokens), rows)
+
+
+    def ngram_chain(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()):
+        from .backend import chain_from_flat
+        self._check_start("ngram_chain", start_pos)
+        pending = self._js.ngramChain(_to_js_int32(seq), int(start_pos), int(rounds), int(k), _pick_to_js(pick),
+                                      _to_js_int32([int(min_ngram), int(max_ngram)]), int(then),
+                                      _to_js_int32(list(stop)))
+
+        async def finish():
+            r = await pending if inspect.isawaitable(pending) else pending
+            counts = _ids_from_js(_get(r, "counts"), rounds, "counts")
+            accepted = _ids_from_js(_get(r, "accepted"), rounds, "accepted")
+            props = _ids_from_js(_get(r, "proposals"), sum(counts), "proposals")
+            ids = _ids_from_js(_get(r, "ids"), sum(counts) + rounds, "ids")
+            return chain_from_flat(counts, accepted, props, ids, k)
+        return finish()
 
 
 def json_to_js(text: str):

@@ -280,6 +280,9 @@ async def generate_async(
     k_hi = 0 if cfg.drafter == "none" or not cfg.k else \
         cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
     sched = SpecScheduler(k_hi, adaptive=cfg.adaptive, schedule=cfg.k_schedule, k_start=cfg.k)
+    # rounds one ngram_chain makes (0: the n-gram's rounds are looked up here, one submission each)
+    chain_max = champion.chain_rounds if cfg.drafter == "ngram" and batched and params.greedy and gram is None \
+        and champion.offers("ngram_chain") else 0
 
     def k_cap_at(remaining: int, t0: int) -> int:
         """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer."""
@@ -362,8 +365,12 @@ async def generate_async(
             passes_before = getattr(drafter, "passes", 0)
             on_device = k > 0 and batched and isinstance(drafter, ModelDrafter) and not drafter.stop \
                 and champion.offers("spec_round")       # (the confidence stop needs the draft's rows in Python)
+            # the n-gram drafter's rounds made by the device, several a submission (backend.ngram_chain): greedy,
+            # while the scheduler has speculation on, once a hinted run (the device runs it already) is taken
+            n_chain = min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) \
+                if chain_max and 0 < k <= champion.chain_k_max and not hinted else 0
             proposals, q_rows = [], None
-            if (k > 0 or gram is not None) and not on_device:     # (JSON mode: forced tokens even at k = 0)
+            if (k > 0 or gram is not None) and not on_device and not n_chain:   # (JSON mode: forced tokens at k = 0)
                 try:
                     hit("draft")
                     proposals, q_rows = await drafter.propose(seq, k, picker)
@@ -385,7 +392,42 @@ async def generate_async(
                 # next round looks up with this round's k even if the scheduler would not, or a probe made while
                 # speculation is off would never be verified)
                 proposals, q_rows, deferred = [], None, k
-            if not on_device and not proposals and batched and champion.ahead_max >= 2:
+            if n_chain:
+                # the next chain may start on the device before this one is confirmed (not after the answer's first
+                # submission: its tokens should reach the user first)
+                then = min(chain_max, remaining - n_chain) if n.rounds and remaining > n_chain else 0
+                hit("verify")
+                try:
+                    res = await champion.ngram_chain(seq, t0 - 1, n_chain, k, pick, drafter.min_ngram,
+                                                     drafter.max_ngram, then=then, stop=eos_list)
+                except Exception as e:
+                    raise BackendError(f"champion n-gram rounds failed: {e}") from e
+                n.submissions += 1
+                n.readback_bytes += 4 * n_chain * (2 * k + 3)
+                emitted, observed = [], []
+                for r in range(n_chain):
+                    props, picks = res.proposals[r], res.ids[r]
+                    got = verify.accept_while_equal(props, lambda i: picks[i])   # (greedy: the device's argmax)
+                    if len(got) != res.accepted[r] + 1:
+                        raise BackendError(f"the device's n-gram round {r} disagrees with its own picks")
+                    g = len(props)
+                    n_cnt = next((i + 1 for i in range(len(got) - 1) if got[i] in eos), len(got) - 1)
+                    for j in range(g):
+                        n.proposed_at[j] += 1
+                        n.accepted_at[j] += j < n_cnt
+                    n.proposed += g
+                    n.accepted += min(n_cnt, g)
+                    n.target_passes += 1
+                    n.rounds += 1
+                    observed.append((g, n_cnt))
+                    emitted += got
+                    if any(t in eos for t in got) or len(emitted) >= remaining:
+                        break
+                n.wasted_passes += n_chain - len(observed)
+                t_mark = clock()
+                for g, n_cnt in observed:
+                    sched.observe(g, (t_mark - t_a) / len(observed), n_cnt)
+            elif not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
                 n_ahead = take or ahead_n(ahead, k, remaining, t0)

@@ -90,6 +90,14 @@ class TrackedCache(PassThrough):
         self._record(start_pos, toks)
         return res
 
+    async def ngram_chain(self, seq: Sequence[int], start_pos: int, rounds: int, k: int, pick, min_ngram: int,
+                          max_ngram: int, then: int = 0, stop=()):
+        toks = [int(t) for t in seq]
+        res = await self._call(self.backend.ngram_chain(toks, start_pos, rounds, k, pick, min_ngram, max_ngram,
+                                                        then=then, stop=stop))
+        self._record(start_pos, [toks[start_pos]] + res.appended()[:-1])   # what the rounds' kept rows were fed
+        return res
+
     def invalidate(self) -> None:
         """Forget what the cache holds (after a fault): the next use prefills from scratch."""
         self.tokens = []

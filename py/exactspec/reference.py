@@ -416,3 +416,8 @@ class ReferenceModel:
     def verify(self, tokens, start_pos: int, pick, rows: bool = False):
         from .backend import verify_by_forwards
         return verify_by_forwards(self, tokens, start_pos, pick, rows)
+
+    def ngram_chain(self, seq, start_pos: int, rounds: int, k: int, pick, min_ngram: int, max_ngram: int, then=0,
+                    stop=()):
+        from .backend import ngram_chain_by_forwards
+        return ngram_chain_by_forwards(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram)

@@ -92,6 +92,11 @@ class YieldingBackend(PassThrough):
         r = self.inner.verify(tokens, start_pos, pick, rows)
         return (await r) if inspect.isawaitable(r) else r
 
+    async def ngram_chain(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()):
+        await asyncio.sleep(0)
+        r = self.inner.ngram_chain(seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=then, stop=stop)
+        return (await r) if inspect.isawaitable(r) else r
+
 
 def inspect_model(path: str, gguf=None) -> dict:
     """Validate a stored model without loading weights: a GGUF file (header, tensor extents, config, tokenizer) or a

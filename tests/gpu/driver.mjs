@@ -11,6 +11,7 @@
 //               n, pick: {temperature, seed}, rows, then?, stop?, on?} |
 //              {op: 'spec_round', feed, draft_start, k, token, start_pos, pick, rows, draft?: 'draft' | 'head'} |
 //              {op: 'verify', tokens, start_pos, pick, rows, on?} |
+//              {op: 'ngram_chain', seq, start_pos, rounds, k, pick, ngram, then?, stop?, on?} |
 //              {op: 'memory', on} (a head's memory()) |
 //              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
 //              {op: 'lose_device'} (destroys the device)]}
@@ -49,6 +50,11 @@ async function runOp(op, models, engine) {
   if (op.op === 'verify') {
     const r = await m.verify(op.tokens, op.start_pos, op.pick, op.rows);
     return [{ ids: list(r.ids), rows: r.rows ? op.tokens.length : 0, length: m.length, ...m.stats }, r.rows];
+  }
+  if (op.op === 'ngram_chain') {
+    const r = await m.ngramChain(op.seq, op.start_pos, op.rounds, op.k, op.pick, op.ngram ?? [2, 3], op.then ?? 0, op.stop ?? null);
+    return [{ counts: list(r.counts), accepted: list(r.accepted), proposals: list(r.proposals), ids: list(r.ids),
+      length: m.length, ...m.stats }, null];
   }
   if (op.op === 'memory') return [{ memory: m.memory() }, null];
   if (op.op === 'read_features') return [{ features: list(await m.readFeatures(op.start_pos, op.n)) }, null];

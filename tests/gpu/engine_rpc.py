@@ -1,6 +1,6 @@
 """Engine models (app/gpu/engine.js under Node + Dawn, tests/gpu/engine_server.mjs) as JS model objects for CPython:
 EngineProcess(spec).load(name, path, description) returns an object with the JS model's interface (config, length,
-aheadMax, forward, truncate, decodeAhead, specRound, verify) that `exactspec.bridge.JsBackend` wraps as it wraps the real JS
+aheadMax, chainRounds, forward, truncate, decodeAhead, specRound, verify, ngramChain) that `exactspec.bridge.JsBackend` wraps as it wraps the real JS
 object in Pyodide — so the decode loop runs end to end on the engine in CPython."""
 from __future__ import annotations
 
@@ -70,6 +70,10 @@ class EngineModelProxy:
         self.config = loaded["config"]
         self.length = loaded["length"]
         self.aheadMax = loaded["aheadMax"]
+        self.chainRounds = loaded.get("chainRounds", 0) or 0
+        self.chainMaxK = loaded.get("chainMaxK", 0) or 0
+        if not self.chainRounds:
+            self.ngramChain = None                      # not offered (as the engine's model object)
         self.calls = {"forward": 0, "decodeAhead": 0, "specRound": 0, "verify": 0}
 
     def _call(self, cmd, **kw):
@@ -96,6 +100,12 @@ class EngineModelProxy:
     def verify(self, tokens, start_pos, pick, rows):
         r = self._call("verify", tokens=_ints(tokens), start_pos=int(start_pos), pick=dict(pick), rows=bool(rows))
         return {"ids": np.asarray(r["ids"], np.int32), "rows": _f32(r["rows"])}
+
+    def ngramChain(self, seq, start_pos, rounds, k, pick, ngram, then=0, stop=()):
+        r = self._call("ngramChain", seq=_ints(seq), start_pos=int(start_pos), rounds=int(rounds), k=int(k),
+                       pick=dict(pick), ngram=_ints(ngram), then=int(then), stop=_ints(stop))
+        self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
+        return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
     def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows):
         r = self._call("specRound", draft=draft.name, feed=_ints(feed), draft_start=int(draft_start), k=int(k),

@@ -3,12 +3,15 @@
 // exactspec.bridge.JsBackend, end to end on the engine).
 //
 //   node tests/gpu/engine_server.mjs SPEC.json      SPEC: createEngine options of a test spec (engine_env.mjs)
-// Requests {cmd, ...}: load {name, model, description, seq_len?} -> {config, length, aheadMax};
+// Requests {cmd, ...}: load {name, model, description, seq_len?} -> {config, length, aheadMax, chainRounds,
+//   chainMaxK};
 //   forward {name, tokens, start_pos, n_out} -> {rows (base64 float32), length};  truncate {name, n} -> {length};
 //   decodeAhead {name, token, start_pos, n, pick, rows, then?, stop?} -> {ids, rows, length, continued (its result was a
 //     continuation the call before had submitted)};
 //   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
-//   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; info -> {adapter};
+//   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; ngramChain {name, seq,
+//   start_pos, rounds, k, pick, ngram, then?, stop?} -> {counts, accepted, proposals, ids, length, continued};
+//   info -> {adapter};
 //   load_head {name, model, description, champion, opts?} -> {config, length, aheadMax, memory} (a draft head on the
 //   model named `champion`: engine.loadHead); bind {name, champion} (the head re-pointed). A failed request answers
 //   {error: message}.
@@ -27,7 +30,8 @@ async function handle(engine, models, q) {
   if (q.cmd === 'load') {
     const model = await engine.loadModel(q.description, fileReader(q.model), { seq_len: q.seq_len ?? undefined });
     models.set(q.name, model);
-    return { config: model.config, length: model.length, aheadMax: model.aheadMax };
+    return { config: model.config, length: model.length, aheadMax: model.aheadMax, chainRounds: model.chainRounds,
+      chainMaxK: model.chainMaxK };
   }
   if (q.cmd === 'load_head') {
     const head = await engine.loadHead(q.description, fileReader(q.model), models.get(q.champion), q.opts ?? {});
@@ -50,6 +54,11 @@ async function handle(engine, models, q) {
   if (q.cmd === 'verify') {
     const r = await m.verify(q.tokens, q.start_pos, q.pick, q.rows);
     return { ids: Array.from(r.ids), rows: b64(r.rows), length: m.length };
+  }
+  if (q.cmd === 'ngramChain') {
+    const r = await m.ngramChain(q.seq, q.start_pos, q.rounds, q.k, q.pick, q.ngram, q.then ?? 0, q.stop ?? null);
+    return { counts: Array.from(r.counts), accepted: Array.from(r.accepted), proposals: Array.from(r.proposals),
+      ids: Array.from(r.ids), length: m.length, continued: m.stats.continued ?? false };
   }
   throw new Error(`unknown command ${q.cmd}`);
 }

@@ -1,0 +1,128 @@
+"""The n-gram drafter's rounds made by the device, several a submission (exactspec.backend.ngram_chain), in CPython:
+the numpy reference's implementation (each round's proposals are the host drafter's lookup on the sequence as it
+stands, its acceptance the picks'), and the decode loop driving it (the champion's own greedy answer, fewer
+submissions, EOS and max_new_tokens inside a chain, the continuation hints). The engine's (shaders/chain.wgsl) is
+tested against this one in tests/gpu/test_batched_engine.py."""
+import asyncio
+
+import numpy as np
+import pytest
+
+from exactspec.backend import Chain, Pick, RunsAhead, accepted_by_picks, chain_from_flat, ngram_chain_by_forwards
+from exactspec.decode import GenerateConfig, generate
+from exactspec.drafters.ngram import NgramDrafter
+from exactspec.micro import micro_model, tiny_config
+
+
+@pytest.fixture(scope="module")
+def micro():
+    cfg = tiny_config()
+    return cfg, micro_model(cfg, 1)
+
+
+def repetitive(cfg, seed):
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, cfg.vocab_size, size=int(rng.integers(3, 7))).tolist()
+    return base * 3 + base[:2]
+
+
+def gen(model, prompt, **kw):
+    return generate(model, prompt, GenerateConfig(**{"adaptive": False, "temperature": 0.0, **kw}))
+
+
+def test_reference_chain_is_lookup_then_verify(micro):
+    """Each round proposes the host drafter's lookup on the sequence as it stands and appends what the picks accept
+    and the pick after them: the appended tokens are the champion's greedy answer."""
+    cfg, champ = micro
+    for seed in range(4):
+        prompt = repetitive(cfg, seed)
+        want = gen(champ, prompt, max_new_tokens=40, k=0, drafter="none").token_ids
+        champ.truncate(0)
+        champ.forward(prompt[:-1], 0)
+        ch = asyncio.run(ngram_chain_by_forwards(champ, prompt, len(prompt) - 1, 6, 3, Pick(), 2, 3))
+        seq = list(prompt)
+        for p, ids, a in zip(ch.proposals, ch.ids, ch.accepted):
+            assert p == NgramDrafter(3, 2).lookup(seq, 3)
+            assert len(ids) == len(p) + 1 and a == accepted_by_picks(p, ids)
+            seq += p[:a] + [ids[a]]
+        assert seq[len(prompt):] == ch.appended() == want[:len(ch.appended())]
+        assert champ.length == len(seq) - 1
+        assert sum(ch.accepted) > 0 or seed       # (the repeated prompt gets proposals accepted at least once)
+
+
+def test_chain_from_flat_checks_the_device():
+    ch = chain_from_flat([2, 0], [1, 0], [5, 6], [5, 9, 8, 7], k=3)
+    assert ch == Chain([[5, 6], []], [[5, 9, 8], [7]], [1, 0]) and ch.appended() == [5, 9, 7]
+    with pytest.raises(ValueError, match="4 proposals, k is 3"):
+        chain_from_flat([4], [0], [1, 2, 3, 4], [1, 2, 3, 4, 5], k=3)
+    with pytest.raises(ValueError, match="the device accepted 2"):
+        chain_from_flat([2], [2], [5, 6], [5, 9, 7], k=3)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_decode_loop_chains_give_the_champions_answer(micro, k):
+    """Greedy with the n-gram drafter on a device that offers chains: the champion's own answer, with at most
+    ceil(rounds / 4) + a few submissions, every chain but the first hinting the next, and the proposals counted."""
+    cfg, champ = micro
+    proposed = followed = 0
+    for seed in range(5):
+        prompt = repetitive(cfg, seed)
+        kw = dict(max_new_tokens=37, k=k, drafter="ngram")
+        want = gen(champ, prompt, batched=False, **kw)
+        dev = RunsAhead(champ, ahead_max=4, chain_rounds=4)
+        got = gen(dev, prompt, **kw)
+        assert got.token_ids == want.token_ids
+        assert dev.chain_calls and not dev.calls           # every round a chain's (k > 0: the scheduler is fixed)
+        assert got.stats["submissions"] == len(dev.chain_calls) < got.stats["rounds"]
+        pos0 = dev.chain_calls[0][0]
+        assert dev.chain_calls[0][3] == 0                  # the answer's first chain hints nothing
+        for i, (pos, r, kk, then) in enumerate(dev.chain_calls):
+            rem = 37 - (pos - pos0)                        # tokens left to the answer at this call
+            assert kk == min(k, rem - 1) and r == min(4, rem)
+            assert then == (min(4, rem - r) if i and rem > r else 0)
+        followed += sum(1 for c, nxt in zip(dev.chain_calls, dev.chain_calls[1:]) if c[3] and c[3] == nxt[1])
+        assert got.stats["target_passes"] == got.stats["rounds"]
+        assert got.stats["proposed"] == sum(got.stats["proposed_at"])
+        proposed += got.stats["accepted"]
+    assert proposed > 0 and followed > 0
+
+
+def test_eos_and_max_tokens_inside_a_chain(micro):
+    cfg, champ = micro
+    prompt = repetitive(cfg, 1)
+    plain = gen(champ, prompt, max_new_tokens=30, k=0, drafter="none").token_ids
+    eos = plain[9]
+    first = plain.index(eos)
+    got = generate(RunsAhead(champ, chain_rounds=4), prompt,
+                   GenerateConfig(max_new_tokens=30, k=3, drafter="ngram", adaptive=False), eos_ids=[eos])
+    assert got.finish_reason == "eos" and got.token_ids == plain[:first]
+    for n in (1, 2, 5, 13):
+        got = gen(RunsAhead(champ, chain_rounds=4), prompt, max_new_tokens=n, k=3, drafter="ngram")
+        assert got.finish_reason == "length" and got.token_ids == plain[:n]
+
+
+def test_chains_only_where_they_apply(micro):
+    """Sampled answers, other drafters, a device without chains and JSON-free greedy without speculation take their
+    own paths (no chain call)."""
+    cfg, champ = micro
+    prompt = repetitive(cfg, 2)
+    for kw in (dict(temperature=0.8, mode="coupled", k=3, drafter="ngram"), dict(k=0, drafter="none"),
+               dict(k=3, drafter="ngram", batched=False)):
+        dev = RunsAhead(champ, chain_rounds=4)
+        gen(dev, prompt, max_new_tokens=12, **kw)
+        assert not dev.chain_calls, kw
+    dev = RunsAhead(champ, chain_rounds=0)
+    assert not dev.offers("ngram_chain")
+    gen(dev, prompt, max_new_tokens=12, k=3, drafter="ngram")
+    assert not dev.chain_calls
+
+
+def test_chain_refuses_what_does_not_fit(micro):
+    cfg, champ = micro
+    champ.truncate(0)
+    champ.forward([1, 2, 3], 0)
+    with pytest.raises(ValueError, match="len\\(seq\\) - 1"):
+        asyncio.run(ngram_chain_by_forwards(champ, [1, 2, 3], 3, 2, 2, Pick(), 2, 3))
+    champ.truncate(3)
+    with pytest.raises(ValueError, match="exceed seq_len"):
+        asyncio.run(ngram_chain_by_forwards(champ, [1, 2, 3, 4], 3, cfg.seq_len, 3, Pick(), 2, 3))
