@@ -32,7 +32,9 @@
 # --ab      stage, check, then bench product twice (all strata, 1 prompt each, none/ngram/model, k 2 and 4, greedy,
 #           3 runs, 64 tokens): A with the engine's defaults, B with createEngine options AB_OPTS (JSON; default
 #           '{"fuseMatmulWg":64}', the qkv prologue's workgroup before 2026-12-02's sweep), AB_THIRD=1 adds A again,
-#           AB_C_OPTS (JSON) a side C with those options; AB_DRAFTERS (none,ngram,model); AB_LONG=1: then A and B
+#           AB_C_OPTS (JSON) a side C with those options, AB_D_ARGS (bench product options) a side D of the defaults
+#           with them (e.g. "--adaptive on"), AB_SIDES which of A B A2 C D run (default all that are asked for);
+#           AB_DRAFTERS (none,ngram,model); AB_LONG=1: then A and B
 #           again with 256-token answers (casual chat, rewrites, repetitive text; none and ngram k 4): long_{A,B}.*;
 #           product_ab_{A,B}.{json,txt}, ab.log                                                     ~5 minutes
 # --diag    stage, check, then bench/gpu/bench.mjs --model-only with ABLATE=1 (GPU time per pass with each kind of
@@ -204,10 +206,12 @@ if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B),
   AB_OPTS=${AB_OPTS:-'{"fuseMatmulWg":64}'}   # (JSON without spaces)
   AB="--strata all --per-stratum 1 --drafters ${AB_DRAFTERS:-none,ngram,model} --ks 2,4 --modes greedy --runs 3 --max-new-tokens 64 --deadline ${AB_DEADLINE:-120}"
   {
-    for side in A B A2 C; do
+    for side in ${AB_SIDES:-A B A2 C D}; do
       [ "$side" = A2 ] && [ "${AB_THIRD:-0}" != 1 ] && continue
       [ "$side" = C ] && [ -z "${AB_C_OPTS:-}" ] && continue
+      [ "$side" = D ] && [ -z "${AB_D_ARGS:-}" ] && continue
       opts=""; [ "$side" = B ] && opts="--engine-opts $AB_OPTS"; [ "$side" = C ] && opts="--engine-opts $AB_C_OPTS"
+      [ "$side" = D ] && opts="$AB_D_ARGS"
       echo "== product $side ${opts:-(the defaults)} $(date -u +%T)"
       timeout ${AB_TIMEOUT:-170} $B $AB $opts --out $O/product_ab_$side.json --table $O/product_ab_$side.txt $EXTRA
       echo "product $side: rc $? $(date -u +%T)"
