@@ -23,16 +23,19 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra 
 
 /**
  * Encode a submission. items: in order,
- *   {ops, rows, offset}            dispatch each op for `rows` chunk rows with the step slot at dynamic `offset` (an
- *                                  op whose select(rows) is null has no dispatch for that row count)
+ *   {ops, rows, offset, rowwise?}  dispatch each op for `rows` chunk rows with the step slot at dynamic `offset` (an
+ *                                  op whose select(rows) is null has no dispatch for that row count; rowwise: its
+ *                                  rowSelect(rows) where it has one)
  *   {copy: [src, srcOffset, dst, dstOffset, size]}   a buffer copy (between compute passes)
  * reads: [[src, srcOffset, size], ...] copied back to back into `staging` after the last dispatch.
  * opts {splits: command buffers (cut by dispatch count), ts: timestamps {set, buf, read} | null}.
  * Returns {cbs, dispatches}.
  */
 export function encodeSubmission(device, items, reads, staging, { splits, ts }) {
+  // an item marked rowwise dispatches its ops row-parallel where they offer it (op.rowSelect: graph.js tiled)
+  const select = (op, it) => (it.rowwise && op.rowSelect ? op.rowSelect(it.rows) : op.select(it.rows));
   let total = 0;
-  for (const it of items) if (it.ops) for (const op of it.ops) if (op.select(it.rows)) total++;   // the dispatches
+  for (const it of items) if (it.ops) for (const op of it.ops) if (select(op, it)) total++;   // the dispatches
   const cuts = cutPoints(total, splits);
   const cbs = [];
   let enc = null;
@@ -63,7 +66,7 @@ export function encodeSubmission(device, items, reads, staging, { splits, ts }) 
     offs[0] = it.offset;
     for (const op of it.ops) {
       if (cuts.has(dispatches)) { finish(); enc = device.createCommandEncoder(); begin(); }
-      const sel = op.select(it.rows);
+      const sel = select(op, it);
       if (!sel) continue;   // an op that has no dispatch for this row count (graph.js: fuseQkvAttn)
       const { pipeline, grid } = sel;
       if (pipeline !== last) { pass.setPipeline(pipeline); last = pipeline; }

@@ -27,7 +27,9 @@
 //            further pass of a batched step (default 1),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
 //            chainRounds?: rounds of the n-gram drafter one ngramChain may run (default 4 on GPUs; 0 on CPU adapters:
-//            ngramChain not offered; also 0 where the model runs fuseQkvAttn)
+//            ngramChain not offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes
+//            dispatch every op row-parallel (1-row tiles, a workgroup per row: rows past the GPU's count cost only
+//            their launch) instead of the tiles their grid's k + 1 rows pick (default false)
 //            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
 //            the next submission's serial, so without it that readback also waits for the continuation after it
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 4 on GPUs; 0 on CPU adapters,

@@ -101,17 +101,20 @@ export class GraphBuilder {
 
   /** An op whose pipeline depends on the tile its row count picks (tiles: {t1, t4, t8}; make(tile) -> pipeline;
    * grid(rows, tile) -> [x, y, z] with z = 1: one workgroup loops over the tiles). Kinds in plan.rowTiles run
-   * dispatches of up to rowTilesMax rows row-parallel instead: 1-row tiles, every row its own workgroup, rowGrid(rows). */
+   * dispatches of up to rowTilesMax rows row-parallel instead: 1-row tiles, every row its own workgroup, rowGrid(rows).
+   * op.rowSelect(rows): that row-parallel dispatch for any kind (an n-gram chain's pass whose rows the GPU decides:
+   * model.js chainRowwise); subgroup kernels only (matmul.wgsl's workgroups each walk every row). */
   async tiled(label, bindGroup, tiles, make, grid, rowGrid) {
     const row = this.plan.rowTiles.has(kindOf(label));
     const pipes = {};
     for (const t of new Set([tiles.t1, tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipes[t] = await make(t);
     const max = row ? this.plan.rowTilesMax : 0;
+    const one = pipes[1] ?? pipes[tiles.t1];
     return this.push({ label, bindGroup, select: (rows) => {
       if (rows <= max) return { pipeline: pipes[1], grid: rowGrid(rows) };
       const t = tileFor(tiles, rows);
       return { pipeline: pipes[t], grid: grid(rows, t) };
-    } });
+    }, rowSelect: this.plan.sgKernel ? (rows) => ({ pipeline: one, grid: rowGrid(rows) }) : undefined });
   }
 
   /** Run make (which pushes ops); with `on`, the ops it pushed have no dispatch for a chunk of one row (their
@@ -124,6 +127,8 @@ export class GraphBuilder {
     for (const op of list.slice(from)) {
       const all = op.select;
       op.select = (rows) => (rows === 1 ? null : all(rows));
+      const rs = op.rowSelect;
+      if (rs) op.rowSelect = (rows) => (rows === 1 ? null : rs(rows));
     }
   }
 

@@ -562,7 +562,8 @@ export class EngineModel {
   }
 
   /** A chain's submission: per round the chain kernel (closes the last round, opens this one), its Step copied into
-   * the round's slot, the verify pass (grid of k + 1 rows, 1 + c computed), picks into ids; the kernel once more
+   * the round's slot, the verify pass (grid of k + 1 rows, 1 + c computed; its Step the kernel's; row-parallel with
+   * plan.chainRowwise, so that a round with few proposals costs about what its rows cost), picks into ids; the kernel once more
    * (closes the last round); reads back rec (rounds, k + 2) then ids (rounds, k + 1). */
   chainSub(rounds, k, staging, cont) {
     const sub = new Submission(this, staging);
@@ -572,7 +573,7 @@ export class EngineModel {
       sub.run(this.chainOps, 1, 0, 'chain');
       const slot = sub.steps.get(this)?.length ?? 0;
       sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
-      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W }, 'ids');   // (Step: the kernel's)
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W }, 'ids', this.plan.chainRowwise);
     }
     sub.run(this.chainOps, 1, 0, 'chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
@@ -765,17 +766,18 @@ export class Submission {
     this.chunks = 0;
   }
 
-  /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head. */
-  pass(model, p, pick = null) {
+  /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head;
+   * rowwise: every op row-parallel where it can be (op.rowSelect), for a pass whose rows the GPU decides. */
+  pass(model, p, pick = null, rowwise = false) {
     if (!this.steps.has(model)) this.steps.set(model, []);
     const steps = this.steps.get(model);
     for (const c of passChunks(p, model.plan.maxRows)) {
       const offset = steps.length * model.slotBytes;
       steps.push(c.step);
-      this.items.push({ ops: model.ops, rows: c.rows, offset });
-      if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset });
+      this.items.push({ ops: model.ops, rows: c.rows, offset, rowwise });
+      if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset, rowwise });
       if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset });
-      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}`);
+      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}${rowwise ? ':row' : ''}`);
       this.chunks++;
     }
     this.passes++;

@@ -22,7 +22,9 @@ function matmulPlan(opts, info, device, cpu) {
   if (![1, 2, 4].includes(ksplit)) throw new Error(`ksplit ${ksplit} must be 1, 2 or 4`);
   if (ksplit > 1 && !subgroups && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
   if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
-  return { subgroups, sgSize: S, lanes, matmulWg, ksplit, tile1: opts.tile1 ?? lanes > 1, tile8: opts.tile8 ?? lanes > 1 };
+  // sgKernel: the matmul runs matmul_sg.wgsl (real subgroups, or emulated ones in tests)
+  return { subgroups, sgKernel: subgroups || !!opts.emulatedSubgroups, sgSize: S, lanes, matmulWg, ksplit,
+    tile1: opts.tile1 ?? lanes > 1, tile8: opts.tile8 ?? lanes > 1 };
 }
 
 /** The fused engine on real subgroups: where the defaults measured on an H200 apply (tests that emulate subgroups
@@ -129,12 +131,14 @@ export function resolvePlan(opts, info, device) {
   // a verify row costs most of a pass and the decode loop verifies only what the host's lookup finds
   const chainRounds = opts.chainRounds ?? (cpu ? 0 : 4);
   if (!Number.isInteger(chainRounds) || chainRounds < 0 || chainRounds > MAX_PASSES) throw new Error(`chainRounds ${chainRounds} must be in 0..${MAX_PASSES}`);
+  const chainRowwise = opts.chainRowwise ?? false;
+  if (typeof chainRowwise !== 'boolean') throw new Error(`chainRowwise ${JSON.stringify(chainRowwise)} must be true or false`);
   const mapFence = opts.mapFence ?? true;
   if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen, chainRounds, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query') };
 }
 

@@ -6,7 +6,8 @@
 // FUSE=0|1|attn, FUSE_SLICE, FUSE_WG, FUSE_HEAD_WG, FUSE_HEAD_PAIRS, FUSE_MM_WG; EMULATE_SG=1 runs the subgroup
 // kernels with one-lane subgroups (a check that they run on llvmpipe here, not a speed figure). AHEAD_NS (default
 // 4,8,16,32): decodeAhead sizes; DRAFT_LAYERS (default 2): the synthetic draft of the specRound measurement;
-// SYNTH_LAYERS (default 30): layers of the synthetic model (fewer: dry runs of the scripts here).
+// SYNTH_LAYERS (default 30): layers of the synthetic model (fewer: dry runs of the scripts here). CHAIN=1: also the
+// n-gram chain's GPU time per round (benchChain).
 // Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
@@ -296,6 +297,7 @@ async function main() {
   log(`decode alone: ${nDec} tokens from pos ${P} in ${decMs.toFixed(1)} ms = ${out.decode_tok_s.toFixed(0)} tok/s`);
   await benchAhead(model, P, out, quick);
   if (process.env.ABLATE === '1') await benchAblate(model, P, out, quick);
+  if (process.env.CHAIN === '1') await benchChain(model, P, out, quick);
   if (!modelPath) await benchSpecRound(engine, model, P, single, out, quick);
   console.log('JSON ' + JSON.stringify(out));
   model.destroy();
@@ -412,6 +414,48 @@ async function benchAblate(model, P, out, quick) {
     log(`ablation at pos ${pos} (GPU ms per pass, decodeAhead n=${n}): full ${r.full.toFixed(4)}; floor (every dispatch the embed's) ` +
       `${r.floor_all_embed.toFixed(4)}; cost of each kind (full - without): ` +
       Object.entries(r.without).map(([k, v]) => `${k} x${counts[k] ?? full.pick.tokens.length} ${(r.full - v).toFixed(4)}`).join(', '));
+  }
+  model.truncate(P);
+}
+
+/** CHAIN=1: the n-gram drafter's rounds on the GPU (model.ngramChain): GPU ms per round of a chain of R rounds at k
+ * proposals, on a sequence with no repeated pair (no round finds proposals: every pass computes 1 row of a k + 1
+ * grid) and on a periodic one (its first round finds k), with the tiles the grid picks and row-parallel
+ * (chainRowwise); beside decodeAhead's GPU ms per pass (n = 1 and 4). (No timestamps: wall, a dry run.) */
+async function benchChain(model, P, out, quick) {
+  const V = model.config.vocab_size;
+  const pick = { temperature: 0, seed: 0 };
+  const reps = quick ? 2 : 20;
+  const seqs = { none: Array.from({ length: P }, (_, i) => (i * 7919 + 13) % V),
+    found: Array.from({ length: P }, (_, i) => (i % 16) * 97 + 5) };
+  const gpuOf = async (fn) => {
+    const g = [];
+    for (let r = 0; r < reps + 1; r++) {
+      const t = performance.now();
+      const per = await fn();
+      if (r > 0) g.push((model.stats.gpu_ms ?? performance.now() - t) / per);
+    }
+    return median(g);
+  };
+  out.chain = {};
+  for (const [name, seq] of Object.entries(seqs)) {
+    model.truncate(0);
+    await model.forward(seq.slice(0, P - 1), 0, 1);
+    for (const n of [1, 4]) {
+      out.chain[`${name}_ahead${n}`] = await gpuOf(async () => { model.truncate(P - 1); await model.decodeAhead(seq[P - 1], P - 1, n, pick, false); return n; });
+    }
+    for (const rowwise of [false, true]) {
+      model.plan.chainRowwise = rowwise;
+      for (const k of [2, 4]) {
+        for (const R of [1, 4]) {
+          const key = `${name}_k${k}_R${R}${rowwise ? '_row' : ''}`;
+          out.chain[key] = await gpuOf(async () => { model.truncate(P - 1); await model.ngramChain(seq, P - 1, R, k, pick, [2, 3]); return R; });
+        }
+      }
+    }
+    model.plan.chainRowwise = false;
+    log(`chain (${name}), GPU ms per pass / round: ` + Object.entries(out.chain).filter(([k]) => k.startsWith(name))
+      .map(([k, v]) => `${k.slice(name.length + 1)} ${v.toFixed(3)}`).join(', '));
   }
   model.truncate(P);
 }
