@@ -126,3 +126,65 @@ def test_chain_refuses_what_does_not_fit(micro):
     champ.truncate(3)
     with pytest.raises(ValueError, match="exceed seq_len"):
         asyncio.run(ngram_chain_by_forwards(champ, [1, 2, 3, 4], 3, cfg.seq_len, 3, Pick(), 2, 3))
+
+
+class ClockedChains(RunsAhead):
+    """A device on a clock: a pass of plain decoding costs 1 unit, a chain's round 1.1 (its lookup and the rows of
+    what it finds)."""
+
+    def __init__(self, inner):
+        super().__init__(inner, ahead_max=4, chain_rounds=4)
+        self.t = 0.0
+
+    def clock(self):
+        return self.t
+
+    def forward(self, tokens, *a, **k):
+        self.t += 1.0
+        return self.inner.forward(tokens, *a, **k)
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
+        self.t += n
+        return super().decode_ahead(token, start_pos, n, pick, rows, then, stop)
+
+    def ngram_chain(self, seq, start_pos, rounds, *a, **k):
+        self.t += 1.1 * rounds
+        return super().ngram_chain(seq, start_pos, rounds, *a, **k)
+
+
+def test_only_while_it_pays_prices_chains_per_token():
+    """'Only while it pays' with chains: a chain is priced by its time per emitted token against plain decoding's.
+    Where the answer repeats nothing, chains cost more per token (1.1 a round, one token each): after one chain the
+    scheduler runs plain decoding, probing a chain now and then. Where it copies, a chain's rounds emit several tokens
+    each: chains all along. Either way the answer is the champion's."""
+    from toy import CycleLM, ToyLM
+    from exactspec.decode import generate_async
+
+    dev = ClockedChains(ToyLM(1000, seed=3))
+    cfg = GenerateConfig(max_new_tokens=120, k=4, drafter="ngram", adaptive=True)
+    r = asyncio.run(generate_async(dev, [1, 2, 3], cfg, clock=dev.clock))
+    assert r.token_ids == generate(ToyLM(1000, seed=3), [1, 2, 3], GenerateConfig(max_new_tokens=120)).token_ids
+    assert 1 <= len(dev.chain_calls) <= 4 and r.stats["spec_disabled_rounds"] >= 16
+    assert sum(c[2] for c in dev.calls) >= 100                       # plain decoding, run ahead
+    dev = ClockedChains(CycleLM(100))
+    prompt = [0, 1, 2, 3, 4, 5, 6, 0]
+    r = asyncio.run(generate_async(dev, prompt, cfg, clock=dev.clock))
+    assert r.token_ids == [(1 + i) % 7 for i in range(120)]
+    assert len(dev.calls) <= 2 and r.stats["tau"] > 3                 # one plain round (calibration), then chains
+
+
+def test_scheduler_chain_choice():
+    from exactspec.schedule import SpecScheduler
+
+    s = SpecScheduler(4, adaptive=True, probe_every=4)
+    assert s.choose(4, chain=True) == 0                               # calibrate: plain first
+    s.observe(0, 1.0)
+    assert not s.will_run_plain(4, chain=True) and s.choose(4, chain=True) == 4   # then a chain
+    s.observe_chain(1.2)
+    assert s.will_run_plain(4, chain=True)
+    got = [s.choose(4, chain=True) for _ in range(8)]
+    assert got == [0, 0, 0, 4, 0, 0, 0, 4]                           # off, a chain probe every 4th round
+    s.observe_chain(0.1)                                              # the probe paid: chains from now on
+    assert s.choose(3, chain=True) == 3 and s.choose(4) in (0, 1, 2, 3, 4)
+    forced = SpecScheduler(4)
+    assert forced.choose(4, chain=True) == 4 and not forced.will_run_plain(4, chain=True)

@@ -280,9 +280,10 @@ async def generate_async(
     k_hi = 0 if cfg.drafter == "none" or not cfg.k else \
         cfg.k if cfg.k_schedule == "fixed" else min(LIMITS["k"][2], champion.k_limit or K_LIMIT_DEFAULT)
     sched = SpecScheduler(k_hi, adaptive=cfg.adaptive, schedule=cfg.k_schedule, k_start=cfg.k)
-    # rounds one ngram_chain makes (0: the n-gram's rounds are looked up here, one submission each)
+    # rounds one ngram_chain makes (0: the n-gram's rounds are looked up here, one submission each); with chains the
+    # scheduler chooses between chains and plain decoding by their measured time per token (SpecScheduler chain=True)
     chain_max = champion.chain_rounds if cfg.drafter == "ngram" and batched and params.greedy and gram is None \
-        and champion.offers("ngram_chain") else 0
+        and champion.offers("ngram_chain") and k_hi <= champion.chain_k_max else 0
 
     def k_cap_at(remaining: int, t0: int) -> int:
         """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer."""
@@ -349,7 +350,7 @@ async def generate_async(
                 faults.next_round()
                 faults.tokens = len(generated)
             k_cap = k_cap_at(remaining, len(seq))
-            k = sched.choose(max(0, k_cap)) if cfg.drafter != "none" else 0
+            k = sched.choose(max(0, k_cap), chain=bool(chain_max)) if cfg.drafter != "none" else 0
             if deferred:                 # proposals set aside last round for a hinted run (a probe among them)
                 k, deferred = max(k, min(deferred, max(0, k_cap))), 0
             if hinted and not hints:     # a model or head: the device runs the hinted run already, take it first
@@ -367,8 +368,8 @@ async def generate_async(
                 and champion.offers("spec_round")       # (the confidence stop needs the draft's rows in Python)
             # the n-gram drafter's rounds made by the device, several a submission (backend.ngram_chain): greedy,
             # while the scheduler has speculation on, once a hinted run (the device runs it already) is taken
-            n_chain = min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) \
-                if chain_max and 0 < k <= champion.chain_k_max and not hinted else 0
+            n_chain = min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) if chain_max and k > 0 \
+                and not hinted else 0
             proposals, q_rows = [], None
             if (k > 0 or gram is not None) and not on_device and not n_chain:   # (JSON mode: forced tokens at k = 0)
                 try:
@@ -395,7 +396,8 @@ async def generate_async(
             if n_chain:
                 # the next chain may start on the device before this one is confirmed (not after the answer's first
                 # submission: its tokens should reach the user first)
-                then = min(chain_max, remaining - n_chain) if n.rounds and remaining > n_chain else 0
+                then = min(chain_max, remaining - n_chain) if n.rounds and remaining > n_chain \
+                    and not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True) else 0
                 hit("verify")
                 try:
                     res = await champion.ngram_chain(seq, t0 - 1, n_chain, k, pick, drafter.min_ngram,
@@ -425,8 +427,7 @@ async def generate_async(
                         break
                 n.wasted_passes += n_chain - len(observed)
                 t_mark = clock()
-                for g, n_cnt in observed:
-                    sched.observe(g, (t_mark - t_a) / len(observed), n_cnt)
+                sched.observe_chain((t_mark - t_a) / len(emitted))
             elif not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back
@@ -438,7 +439,8 @@ async def generate_async(
                 # continuation before it returns the run, and the first tokens should reach the user first)
                 t_next = t0 + n_ahead
                 then = ahead_n(min(2 * ahead, champion.ahead_max), k, remaining - n_ahead, t_next) \
-                    if (hints or k == 0 and sched.will_run_plain(k_cap_at(remaining - n_ahead, t_next))) \
+                    if (hints and not chain_max or k == 0 and sched.will_run_plain(k_cap_at(remaining - n_ahead, t_next),
+                                                                                     chain=bool(chain_max))) \
                     and not found and n.ahead_passes and remaining > n_ahead and t_next < C.seq_len else 0
                 hit("verify")
                 try:

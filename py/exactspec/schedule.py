@@ -59,6 +59,7 @@ class SpecScheduler:
         self.k_cur = max(1, min(k_max, k_max if k_start is None else k_start))
         self.t_round: dict[int, Ewma] = {}   # k -> seconds per round with k proposals (k = 0: per plain token)
         self.accept = Ewma(0.2)              # per-proposal acceptance rate
+        self.t_chain = Ewma()                # chains (the n-gram drafter's rounds on the device): seconds per token
         self.rounds_off = 0
         self.disabled_rounds = 0
 
@@ -100,13 +101,24 @@ class SpecScheduler:
         t0, tk = self.t_round[0].value, self.t_round[kk].value
         return t0 + (tk - t0) * k / kk
 
-    def _formula(self, k_cap: int) -> tuple[int, bool]:
-        """(the k to run, whether the break-even formula chose it): the choice before any probe, changing nothing."""
+    def observe_chain(self, t_token: float) -> None:
+        """A chain's time per emitted token (decode.py: the n-gram drafter's rounds made by the device, several a
+        submission, each verifying what the device's lookup finds: their count and acceptance are the device's, so
+        chains are priced as a whole against plain decoding, not round by round)."""
+        self.t_chain.add(t_token)
+
+    def _formula(self, k_cap: int, chain: bool = False) -> tuple[int, bool]:
+        """(the k to run, whether the break-even formula chose it): the choice before any probe, changing nothing.
+        chain: k_cap (chains) or 0 (plain decoding), whichever costs less per token as measured."""
         k_cap = min(k_cap, self.k_max, self.k_cur if self.schedule == "additive" else self.k_max)
         if not self.adaptive or k_cap <= 0:
             return max(0, k_cap), False
         if 0 not in self.t_round:
             return 0, False   # calibrate: plain decoding first
+        if chain:
+            if self.t_chain.value is None:
+                return k_cap, False   # then a chain
+            return (k_cap if self.t_chain.value < self.t_round[0].value else 0), True
         a = self.accept.value
         if a is None:
             return k_cap, False   # then one speculative round
@@ -120,22 +132,25 @@ class SpecScheduler:
                 best_k, best_t = k, t
         return best_k, True
 
-    def will_run_plain(self, k_cap: int) -> bool:
-        """Would choose(k_cap) return 0 now (no proposals, no probe)? Changes nothing: the decode loop asks it before
-        letting a round with no proposals hint the device's next run (a drafter with passes of its own, on a device
-        that runs ahead)."""
-        k, by_formula = self._formula(k_cap)
+    def will_run_plain(self, k_cap: int, chain: bool = False) -> bool:
+        """Would choose(k_cap, chain) return 0 now (no proposals, no probe)? Changes nothing: the decode loop asks it
+        before letting a round with no proposals hint the device's next run (a drafter with passes of its own, or
+        chains, on a device that runs ahead)."""
+        k, by_formula = self._formula(k_cap, chain)
         return k == 0 and not (by_formula and (self.rounds_off + 1) % self.probe_every == 0)
 
-    def choose(self, k_cap: int) -> int:
-        best_k, by_formula = self._formula(k_cap)
+    def choose(self, k_cap: int, chain: bool = False) -> int:
+        """chain: choosing between a chain of k_cap (the device looks the proposals up) and plain decoding."""
+        best_k, by_formula = self._formula(k_cap, chain)
         if not by_formula:
             return best_k
         if best_k == 0:
             self.rounds_off += 1
             self.disabled_rounds += 1
             if self.rounds_off % self.probe_every == 0:
-                return 1      # re-probe so the acceptance estimate stays current (one proposal: the cheapest)
+                # re-probe so the acceptance estimate (a chain's time per token) stays current (one proposal: the
+                # cheapest round; a chain: its cost is the device's lookups)
+                return min(k_cap, self.k_max) if chain else 1
         else:
             self.rounds_off = 0
         return best_k
