@@ -188,3 +188,28 @@ def test_scheduler_chain_choice():
     assert s.choose(3, chain=True) == 3 and s.choose(4) in (0, 1, 2, 3, 4)
     forced = SpecScheduler(4)
     assert forced.choose(4, chain=True) == 4 and not forced.will_run_plain(4, chain=True)
+
+
+def test_a_copy_at_hand_probes_a_chain():
+    """Chains off after a first chain that found nothing (the answer's start repeats nothing yet): once the host's
+    lookup would find a copy, the next round is a chain again (a probe), which pays, so chains run from then on; the
+    probe every probe_every plain rounds alone would come 16 runs ahead later."""
+    from toy import CycleLM
+    from exactspec.decode import generate_async
+
+    dev = ClockedChains(CycleLM(100))
+    cfg = GenerateConfig(max_new_tokens=120, k=4, drafter="ngram", adaptive=True)
+    prompt = [10, 20, 30, 3]                               # the cycle 4, 5, 6, 0, 1, 2, 3 repeats from token 8 on
+    r = asyncio.run(generate_async(dev, prompt, cfg, clock=dev.clock))
+    assert r.token_ids == [(4 + i) % 7 for i in range(120)]
+    assert sum(c[2] for c in dev.calls) <= 16 and r.stats["tau"] > 3 and len(dev.chain_calls) >= 2
+
+
+def test_has_match_is_the_lookups_verdict():
+    rng = np.random.default_rng(1)
+    for trial in range(400):
+        L = int(rng.integers(0, 30))
+        seq = rng.integers(0, 6 if trial % 2 else 40, size=L).tolist()
+        for lo, hi in ((2, 3), (1, 2), (3, 3)):
+            d = NgramDrafter(hi, lo)
+            assert d.has_match(seq) == bool(d.lookup(seq, 1)), (seq, lo, hi)

@@ -355,6 +355,14 @@ async def generate_async(
                 k, deferred = max(k, min(deferred, max(0, k_cap))), 0
             if hinted and not hints:     # a model or head: the device runs the hinted run already, take it first
                 k = 0
+            # chains off ("only while it pays"): a copy at hand (the host's lookup would find proposals) probes a
+            # chain, now or, while the device runs a hinted run, right after it (hinting nothing more): a single chain
+            # at the answer's start, where nothing repeats yet, must not keep them off through the copies that follow
+            copy_probe = chain_max and cfg.adaptive and k == 0 and k_cap > 0 and drafter.has_match(seq)
+            if copy_probe and hinted:
+                deferred = k_cap
+            elif copy_probe:
+                k = k_cap
             t0 = len(seq)  # absolute position of the first token this round emits
             if gram is not None:     # forced proposals may go past k, up to what the context and the budget allow
                 drafter.begin_round(gstate, min(remaining, C.seq_len - t0),
@@ -441,7 +449,8 @@ async def generate_async(
                 then = ahead_n(min(2 * ahead, champion.ahead_max), k, remaining - n_ahead, t_next) \
                     if (hints and not chain_max or k == 0 and sched.will_run_plain(k_cap_at(remaining - n_ahead, t_next),
                                                                                      chain=bool(chain_max))) \
-                    and not found and n.ahead_passes and remaining > n_ahead and t_next < C.seq_len else 0
+                    and not found and not copy_probe and n.ahead_passes and remaining > n_ahead \
+                    and t_next < C.seq_len else 0
                 hit("verify")
                 try:
                     res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then,

@@ -47,6 +47,20 @@ class NgramDrafter:
                         return [int(x) for x in cont]
         return []
 
+    def has_match(self, seq) -> bool:
+        """Would lookup(seq, k) find proposals? (A match of any length >= min_ngram contains one of min_ngram at the
+        same start, so only that length is searched, vectorised: the decode loop asks it every plain round while the
+        device's chains are off, to probe a chain where a copy is at hand.)"""
+        import numpy as np
+        n, L = self.min_ngram, len(seq)
+        if L - 1 < n:
+            return False
+        a = np.asarray(seq, dtype=np.int64)              # (L,)
+        hit = np.ones(L - n, dtype=bool)                 # (L - n,) starts i <= L - n - 1
+        for j in range(n):
+            hit &= a[j:L - n + j] == a[L - n + j]
+        return bool(hit.any())
+
     async def propose(self, seq, k, pick):
         if k <= 0:
             return [], None
