@@ -268,6 +268,7 @@ async def generate_async(
     # bench/h200/results/2026-12-04e call 7)
     hints = cfg.drafter in ("none", "ngram")
     hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
+    chain_hint = None                    # (rounds, k) of the chain the last chain hinted: the next round takes it
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
     deferred = 0                         # k of proposals set aside for a hinted run: the next round looks up with it
 
@@ -355,6 +356,9 @@ async def generate_async(
                 k, deferred = max(k, min(deferred, max(0, k_cap))), 0
             if hinted and not hints:     # a model or head: the device runs the hinted run already, take it first
                 k = 0
+            if chain_hint:               # the device runs the chain the last one hinted already: take it as hinted,
+                k = chain_hint[1]        # whatever the scheduler says now (dropped, its work is lost and the next
+                                         # call waits for it: switching chains off and on cost 30 ms an answer)
             # chains off ("only while it pays"): a copy at hand (the host's lookup would find proposals) probes a
             # chain, now or, while the device runs a hinted run, right after it (hinting nothing more): a single chain
             # at the answer's start, where nothing repeats yet, must not keep them off through the copies that follow
@@ -376,8 +380,9 @@ async def generate_async(
                 and champion.offers("spec_round")       # (the confidence stop needs the draft's rows in Python)
             # the n-gram drafter's rounds made by the device, several a submission (backend.ngram_chain): greedy,
             # while the scheduler has speculation on, once a hinted run (the device runs it already) is taken
-            n_chain = min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) if chain_max and k > 0 \
-                and not hinted else 0
+            n_chain = chain_hint[0] if chain_hint else \
+                min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) if chain_max and k > 0 and not hinted else 0
+            chain_hint = None
             proposals, q_rows = [], None
             if (k > 0 or gram is not None) and not on_device and not n_chain:   # (JSON mode: forced tokens at k = 0)
                 try:
@@ -434,6 +439,7 @@ async def generate_async(
                     if any(t in eos for t in got) or len(emitted) >= remaining:
                         break
                 n.wasted_passes += n_chain - len(observed)
+                chain_hint = (then, k) if then else None
                 t_mark = clock()
                 sched.observe_chain((t_mark - t_a) / len(emitted))
             elif not on_device and not proposals and batched and champion.ahead_max >= 2:
