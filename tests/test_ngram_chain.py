@@ -137,9 +137,9 @@ class ClockedChains(RunsAhead):
     """A device on a clock: a pass of plain decoding costs 1 unit, a chain's round 1.1 (its lookup and the rows of
     what it finds)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, round_cost=1.1):
         super().__init__(inner, ahead_max=4, chain_rounds=4)
-        self.t = 0.0
+        self.t, self.round_cost = 0.0, round_cost
 
     def clock(self):
         return self.t
@@ -153,7 +153,7 @@ class ClockedChains(RunsAhead):
         return super().decode_ahead(token, start_pos, n, pick, rows, then, stop)
 
     def ngram_chain(self, seq, start_pos, rounds, *a, **k):
-        self.t += 1.1 * rounds
+        self.t += self.round_cost * rounds
         return super().ngram_chain(seq, start_pos, rounds, *a, **k)
 
 
@@ -218,3 +218,19 @@ def test_has_match_is_the_lookups_verdict():
         for lo, hi in ((2, 3), (1, 2), (3, 3)):
             d = NgramDrafter(hi, lo)
             assert d.has_match(seq) == bool(d.lookup(seq, 1)), (seq, lo, hi)
+
+
+def test_copy_probes_wait_for_a_gap():
+    """Where 2-token repeats are everywhere but their continuations seldom are (a 5-token vocabulary, chains priced
+    above plain decoding), a copy at hand probes a chain only after CHAIN_PROBE_GAP plain rounds since the last one,
+    not every round (each switch costs the device's overlap)."""
+    from toy import ToyLM
+    from exactspec.decode import CHAIN_PROBE_GAP, generate_async
+
+    lm = ToyLM(5, seed=2)
+    dev = ClockedChains(lm, round_cost=2.0)
+    cfg = GenerateConfig(max_new_tokens=150, k=4, drafter="ngram", adaptive=True)
+    r = asyncio.run(generate_async(dev, [1, 2, 3], cfg, clock=dev.clock))
+    assert r.token_ids == generate(ToyLM(5, seed=2), [1, 2, 3], GenerateConfig(max_new_tokens=150)).token_ids
+    plain_runs = len(dev.calls)
+    assert plain_runs >= 20 and 2 <= len(dev.chain_calls) <= plain_runs // CHAIN_PROBE_GAP + 2

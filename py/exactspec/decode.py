@@ -37,6 +37,11 @@ from . import verify
 # (repetitive text 1.79x against 1.62x) but lost on chat (ambiguity 0.83x); 1 lost almost everywhere (the loop's own
 # turnaround exceeds a pass); 8, or runs growing from 2 to 8 while nothing is found, found copies too late.
 AHEAD_WITH_DRAFTER = 4
+# "Only while it pays" with chains (the n-gram drafter's rounds made by the device) off: a copy at hand probes a chain
+# once this many plain rounds have run since the last chain. On the H200 through the product's loop, probing at once
+# (no gap) switched chains on and off where 2-token repeats are common but seldom continue (ambiguity 0.84-0.88x,
+# strict JSON 0.82-0.91x against 0.90-1.05x forced; bench/h200/results/2026-12-04f, call 21).
+CHAIN_PROBE_GAP = 4
 
 
 class BackendError(RuntimeError):
@@ -269,6 +274,7 @@ async def generate_async(
     hints = cfg.drafter in ("none", "ngram")
     hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
     chain_hint = None                    # (rounds, k) of the chain the last chain hinted: the next round takes it
+    since_chain = CHAIN_PROBE_GAP        # plain rounds since the last chain (a copy at hand probes one after a gap)
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
     deferred = 0                         # k of proposals set aside for a hinted run: the next round looks up with it
 
@@ -362,7 +368,8 @@ async def generate_async(
             # chains off ("only while it pays"): a copy at hand (the host's lookup would find proposals) probes a
             # chain, now or, while the device runs a hinted run, right after it (hinting nothing more): a single chain
             # at the answer's start, where nothing repeats yet, must not keep them off through the copies that follow
-            copy_probe = chain_max and cfg.adaptive and k == 0 and k_cap > 0 and drafter.has_match(seq)
+            copy_probe = chain_max and cfg.adaptive and k == 0 and k_cap > 0 and since_chain >= CHAIN_PROBE_GAP \
+                and drafter.has_match(seq)
             if copy_probe and hinted:
                 deferred = k_cap
             elif copy_probe:
@@ -440,6 +447,7 @@ async def generate_async(
                         break
                 n.wasted_passes += n_chain - len(observed)
                 chain_hint = (then, k) if then else None
+                since_chain = 0
                 t_mark = clock()
                 sched.observe_chain((t_mark - t_a) / len(emitted))
             elif not on_device and not proposals and batched and champion.ahead_max >= 2:
@@ -479,6 +487,7 @@ async def generate_async(
                 ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
                 if used == n_ahead and emitted[-1] not in eos:
                     hinted = then                # the device runs it already: the next round takes it
+                since_chain += 1
                 t_mark = clock()
                 sched.observe(0, (t_mark - t_a) / used)
             else:
