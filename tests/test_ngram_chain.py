@@ -185,12 +185,14 @@ def test_scheduler_chain_choice():
     assert s.choose(4, chain=True) == 0                               # calibrate: plain first
     s.observe(0, 1.0)
     assert not s.will_run_plain(4, chain=True) and s.choose(4, chain=True) == 4   # then a chain
-    s.observe_chain(1.2)
+    s.observe_chain(4.8, 4)                                           # 1.2 a token
     assert s.will_run_plain(4, chain=True)
     got = [s.choose(4, chain=True) for _ in range(8)]
     assert got == [0, 0, 0, 4, 0, 0, 0, 4]                           # off, a chain probe every 4th round
-    s.observe_chain(0.1)                                              # the probe paid: chains from now on
-    assert s.choose(3, chain=True) == 3 and s.choose(4) in (0, 1, 2, 3, 4)
+    s.observe_chain(2.0, 16)                                          # the probe paid: 6.8 s / 20 tokens so far
+    assert s.t_chain == pytest.approx(0.34) and s.choose(3, chain=True) == 3
+    s.observe_chain(5.0, 4)                                           # a stretch that copies less: still on
+    assert s.choose(4, chain=True) == 4
     forced = SpecScheduler(4)
     assert forced.choose(4, chain=True) == 4 and not forced.will_run_plain(4, chain=True)
 

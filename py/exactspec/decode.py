@@ -449,7 +449,7 @@ async def generate_async(
                 chain_hint = (then, k) if then else None
                 since_chain = 0
                 t_mark = clock()
-                sched.observe_chain((t_mark - t_a) / len(emitted))
+                sched.observe_chain(t_mark - t_a, len(emitted))
             elif not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back

@@ -59,7 +59,7 @@ class SpecScheduler:
         self.k_cur = max(1, min(k_max, k_max if k_start is None else k_start))
         self.t_round: dict[int, Ewma] = {}   # k -> seconds per round with k proposals (k = 0: per plain token)
         self.accept = Ewma(0.2)              # per-proposal acceptance rate
-        self.t_chain = Ewma()                # chains (the n-gram drafter's rounds on the device): seconds per token
+        self.chain_s, self.chain_tokens = 0.0, 0   # chains (the n-gram drafter's rounds on the device) this answer
         self.rounds_off = 0
         self.disabled_rounds = 0
 
@@ -101,11 +101,21 @@ class SpecScheduler:
         t0, tk = self.t_round[0].value, self.t_round[kk].value
         return t0 + (tk - t0) * k / kk
 
-    def observe_chain(self, t_token: float) -> None:
-        """A chain's time per emitted token (decode.py: the n-gram drafter's rounds made by the device, several a
-        submission, each verifying what the device's lookup finds: their count and acceptance are the device's, so
-        chains are priced as a whole against plain decoding, not round by round)."""
-        self.t_chain.add(t_token)
+    def observe_chain(self, seconds: float, tokens: int) -> None:
+        """A chain's time and the tokens it emitted (decode.py: the n-gram drafter's rounds made by the device,
+        several a submission, each verifying what the device's lookup finds: their count and acceptance are the
+        device's, so chains are priced as a whole against plain decoding, not round by round). Priced by their time
+        per token over the answer so far, not a moving average: on the H200 an average over the last few chains
+        turned them off at every stretch of a long repetitive answer that copied less (160 tokens: 1.93x against
+        2.86x forced, bench/h200/results/2026-12-04f call 25), while copies pay 2-3x and chains where nothing repeats
+        cost 5-15% more than plain decoding."""
+        self.chain_s += seconds
+        self.chain_tokens += tokens
+
+    @property
+    def t_chain(self) -> float | None:
+        """Seconds per token of this answer's chains so far (None: none yet)."""
+        return self.chain_s / self.chain_tokens if self.chain_tokens else None
 
     def _formula(self, k_cap: int, chain: bool = False) -> tuple[int, bool]:
         """(the k to run, whether the break-even formula chose it): the choice before any probe, changing nothing.
@@ -116,9 +126,9 @@ class SpecScheduler:
         if 0 not in self.t_round:
             return 0, False   # calibrate: plain decoding first
         if chain:
-            if self.t_chain.value is None:
+            if self.t_chain is None:
                 return k_cap, False   # then a chain
-            return (k_cap if self.t_chain.value < self.t_round[0].value else 0), True
+            return (k_cap if self.t_chain < self.t_round[0].value else 0), True
         a = self.accept.value
         if a is None:
             return k_cap, False   # then one speculative round
