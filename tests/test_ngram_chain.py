@@ -158,10 +158,10 @@ class ClockedChains(RunsAhead):
 
 
 def test_only_while_it_pays_prices_chains_per_token():
-    """'Only while it pays' with chains: a chain is priced by its time per emitted token against plain decoding's.
-    Where the answer repeats nothing, chains cost more per token (1.1 a round, one token each): after one chain the
-    scheduler runs plain decoding, probing a chain now and then. Where it copies, a chain's rounds emit several tokens
-    each: chains all along. Either way the answer is the champion's."""
+    """'Only while it pays' with chains: a chain is priced by its time per emitted token against plain decoding's,
+    and starts where a copy is at hand. Where the answer repeats nothing, plain decoding (a chain costs 1.1 a round,
+    one token each). Where it copies, a chain's rounds emit several tokens each: chains all along. Either way the
+    answer is the champion's."""
     from toy import CycleLM, ToyLM
     from exactspec.decode import generate_async
 
@@ -169,7 +169,7 @@ def test_only_while_it_pays_prices_chains_per_token():
     cfg = GenerateConfig(max_new_tokens=120, k=4, drafter="ngram", adaptive=True)
     r = asyncio.run(generate_async(dev, [1, 2, 3], cfg, clock=dev.clock))
     assert r.token_ids == generate(ToyLM(1000, seed=3), [1, 2, 3], GenerateConfig(max_new_tokens=120)).token_ids
-    assert 1 <= len(dev.chain_calls) <= 4 and r.stats["spec_disabled_rounds"] >= 16
+    assert len(dev.chain_calls) <= 2 and r.stats["spec_disabled_rounds"] >= 16   # (2-token repeats: rare)
     assert sum(c[2] for c in dev.calls) >= 100                       # plain decoding, run ahead
     dev = ClockedChains(CycleLM(100))
     prompt = [0, 1, 2, 3, 4, 5, 6, 0]
@@ -184,12 +184,12 @@ def test_scheduler_chain_choice():
     s = SpecScheduler(4, adaptive=True, probe_every=4)
     assert s.choose(4, chain=True) == 0                               # calibrate: plain first
     s.observe(0, 1.0)
-    assert not s.will_run_plain(4, chain=True) and s.choose(4, chain=True) == 4   # then a chain
-    s.observe_chain(4.8, 4)                                           # 1.2 a token
+    assert s.will_run_plain(4, chain=True) and s.choose(4, chain=True) == 0   # no chain yet: plain (the decode loop
+    s.observe_chain(4.8, 4)                                           # probes one at a copy): 1.2 a token
     assert s.will_run_plain(4, chain=True)
     got = [s.choose(4, chain=True) for _ in range(8)]
-    assert got == [0, 0, 0, 4, 0, 0, 0, 4]                           # off, a chain probe every 4th round
-    s.observe_chain(2.0, 16)                                          # the probe paid: 6.8 s / 20 tokens so far
+    assert got == [0] * 8 and s.disabled_rounds == 9                  # off, no probes of its own
+    s.observe_chain(2.0, 16)                                          # a copy probe paid: 6.8 s / 20 tokens so far
     assert s.t_chain == pytest.approx(0.34) and s.choose(3, chain=True) == 3
     s.observe_chain(5.0, 4)                                           # a stretch that copies less: still on
     assert s.choose(4, chain=True) == 4
@@ -236,3 +236,15 @@ def test_copy_probes_wait_for_a_gap():
     assert r.token_ids == generate(ToyLM(5, seed=2), [1, 2, 3], GenerateConfig(max_new_tokens=150)).token_ids
     plain_runs = len(dev.calls)
     assert plain_runs >= 20 and 2 <= len(dev.chain_calls) <= plain_runs // CHAIN_PROBE_GAP + 2
+
+
+def test_has_match_index_follows_a_growing_sequence():
+    rng = np.random.default_rng(4)
+    for lo, hi in ((2, 3), (1, 2)):
+        d = NgramDrafter(hi, lo)
+        seq = rng.integers(0, 9, size=3).tolist()
+        for _ in range(120):
+            assert d.has_match(seq) == bool(d.lookup(seq, 1)), (seq, lo)
+            seq += rng.integers(0, 9, size=int(rng.integers(1, 4))).tolist()
+        seq = seq[:20]                                    # shorter (a stop string's cut): rebuilt
+        assert d.has_match(seq) == bool(d.lookup(seq, 1))

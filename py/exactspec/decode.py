@@ -365,9 +365,11 @@ async def generate_async(
             if chain_hint:               # the device runs the chain the last one hinted already: take it as hinted,
                 k = chain_hint[1]        # whatever the scheduler says now (dropped, its work is lost and the next
                                          # call waits for it: switching chains off and on cost 30 ms an answer)
-            # chains off ("only while it pays"): a copy at hand (the host's lookup would find proposals) probes a
-            # chain, now or, while the device runs a hinted run, right after it (hinting nothing more): a single chain
-            # at the answer's start, where nothing repeats yet, must not keep them off through the copies that follow
+            # chains off ("only while it pays": none yet in this answer, or they did not pay): a copy at hand (the
+            # host's lookup would find proposals) probes a chain, now or, while the device runs a hinted run, right
+            # after it (hinting nothing more); nowhere else: each switch between chains and plain runs costs the
+            # device's overlap (H200: a chain at each answer's start and one every 16 plain rounds cost 10-13% on
+            # chat strata, bench/h200/results/2026-12-04f call 29)
             copy_probe = chain_max and cfg.adaptive and k == 0 and k_cap > 0 and since_chain >= CHAIN_PROBE_GAP \
                 and drafter.has_match(seq)
             if copy_probe and hinted:

@@ -125,10 +125,9 @@ class SpecScheduler:
             return max(0, k_cap), False
         if 0 not in self.t_round:
             return 0, False   # calibrate: plain decoding first
-        if chain:
-            if self.t_chain is None:
-                return k_cap, False   # then a chain
-            return (k_cap if self.t_chain < self.t_round[0].value else 0), True
+        if chain:     # on while this answer's chains pay; the decode loop starts them where a copy is at hand
+            t = self.t_chain
+            return (k_cap if t is not None and t < self.t_round[0].value else 0), True
         a = self.accept.value
         if a is None:
             return k_cap, False   # then one speculative round
@@ -147,20 +146,19 @@ class SpecScheduler:
         before letting a round with no proposals hint the device's next run (a drafter with passes of its own, or
         chains, on a device that runs ahead)."""
         k, by_formula = self._formula(k_cap, chain)
-        return k == 0 and not (by_formula and (self.rounds_off + 1) % self.probe_every == 0)
+        return k == 0 and not (by_formula and not chain and (self.rounds_off + 1) % self.probe_every == 0)
 
     def choose(self, k_cap: int, chain: bool = False) -> int:
-        """chain: choosing between a chain of k_cap (the device looks the proposals up) and plain decoding."""
+        """chain: choosing between a chain of k_cap (the device looks the proposals up) and plain decoding; no
+        probes of its own (the decode loop probes a chain where the host's lookup finds a copy at hand)."""
         best_k, by_formula = self._formula(k_cap, chain)
         if not by_formula:
             return best_k
         if best_k == 0:
             self.rounds_off += 1
             self.disabled_rounds += 1
-            if self.rounds_off % self.probe_every == 0:
-                # re-probe so the acceptance estimate (a chain's time per token) stays current (one proposal: the
-                # cheapest round; a chain: its cost is the device's lookups)
-                return min(k_cap, self.k_max) if chain else 1
+            if not chain and self.rounds_off % self.probe_every == 0:
+                return 1      # re-probe so the acceptance estimate stays current (one proposal: the cheapest)
         else:
             self.rounds_off = 0
         return best_k
