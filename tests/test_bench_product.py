@@ -2,7 +2,7 @@
 plain decoding."""
 import pytest
 
-from bench.product import predicted_speedup
+from bench.product import predicted_chain_speedup, predicted_speedup
 
 T = {"single_ms": {"median": 1.0}, "forward_ms": {"median": 1.5},
      "verify_ms": {"1": {"median": 1.6}, "2": {"median": 1.7}, "3": {"median": 1.8}, "4": {"median": 1.9}},
@@ -31,3 +31,15 @@ def test_the_answers_own_costs_are_not_shrunk_by_speculation():
     slow = predicted_speedup(T, "ngram", 4, 4.0, 4.0, 2.0)[0]
     assert fast == pytest.approx(1.0 / (1.9 / 4.0)) and 1.0 < slow < fast
     assert slow == pytest.approx(3.0 / (2.0 + 1.9 / 4.0))
+
+
+def test_chains_are_priced_as_passes_plus_their_rows():
+    """Chains (the device's n-gram rounds, back to back): a round costs T_single plus its proposals' rows
+    (T_verify(g) - T_verify(0)); runs ahead T_single a token; O per token."""
+    # 30 tokens: 10 from runs ahead, 20 from 8 chain rounds of 2.5 proposals on average
+    pred, parts = predicted_chain_speedup(T, 30, 10, 8, 2.5, 0.2)
+    rows = 1.7 + (1.8 - 1.7) * 0.5 - 1.5
+    assert parts["t_chain_round_ms"] == pytest.approx(1.0 + rows)
+    assert pred == pytest.approx(1.2 / (0.2 + (10 * 1.0 + 8 * (1.0 + rows)) / 30))
+    # rounds that find nothing cost a pass: one token a round is plain decoding
+    assert predicted_chain_speedup(T, 30, 0, 30, 0.0, 0.2)[0] == pytest.approx(1.0)

@@ -27,7 +27,9 @@ T_verify(k), and the on-device round where offered. Predicted speedup (forced sp
     tau * (T_single + O) / (k * T_draft + T_verify(k) + O)      [or (T_round(k) + O) for an on-device round]
 
 with O the decode loop's own time per round (measured: the alone answers' time per token minus T_single), i.e.
-exactspec.schedule's formula with T_overhead = O, both sides paying it once per round.
+exactspec.schedule's formula with T_overhead = O, both sides paying it once per round (since 2026-12-04d: once per
+answer, predicted_speedup). Answers made by the device's n-gram chains: a chain round costs T_single plus its
+proposals' rows (predicted_chain_speedup).
 Prints, per stratum, drafter, k, mode and adaptive setting: median [min-max] over runs of tok/s alone and with
 speculation (stratum totals: tokens / seconds), the measured speedup next to the predicted one, tau, submissions
 per round, readback bytes per token and "identical". Exit status 1 if any answer differed. Progress on stderr.
@@ -407,6 +409,25 @@ def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms:
     return (single + o_ms) / per_token, parts
 
 
+def predicted_chain_speedup(t: dict, tokens: float, ahead: float, rounds: float, g: float, o_ms: float):
+    """The same prediction for answers made by chains (the n-gram drafter's rounds made by the device, several a
+    submission: py/exactspec/decode.py), which the device runs back to back with the host's turnaround hidden by
+    continuations: a round costs a pass running ahead (T_single) plus the rows of its g proposals (g the mean per
+    chain round), T_verify(g) - T_verify(0) (both timed with their readback, so the difference is the rows'; T_verify
+    interpolated as in predicted_speedup); tokens of runs ahead T_single each; O per token of the answer. tokens:
+    the answer's tokens; ahead: those from runs ahead; rounds: chain rounds. Returns (speedup, its parts)."""
+    single = t["single_ms"]["median"]
+    ve = {0: t["forward_ms"]["median"], **{int(j): v["median"] for j, v in (t.get("verify_ms") or {}).items()}}
+    lo, hi = int(g), min(int(g) + 1, max(ve))
+    if lo not in ve or hi not in ve or tokens <= 0:
+        return None, {}
+    rows = ve[lo] + (ve[hi] - ve[lo]) * (g - lo) - ve[0]
+    per_token = o_ms + (ahead * single + rounds * (single + rows)) / tokens
+    parts = {"t_single_ms": single, "t_chain_round_ms": single + rows, "t_overhead_ms": o_ms,
+             "proposals_per_round": g, "ahead_share": ahead / tokens, "chain_rounds": rounds}
+    return (single + o_ms) / per_token, parts
+
+
 def summarise(res: dict, a) -> list[dict]:
     recs = res["records"]
     timings = {(t["run"], t["stratum"], t["mode"], t["seed"]): t for t in res["timings"]}
@@ -435,8 +456,13 @@ def summarise(res: dict, a) -> list[dict]:
                     rounds = sum(r["rounds"] or 0 for r in spec)
                     # tokens of runs ahead (rounds that verified nothing) and the verify rounds that made the rest
                     ahead = sum((r.get("ahead_passes") or 0) - (r.get("wasted_passes") or 0) for r in spec)
+                    cr = sum(r.get("chain_rounds") or 0 for r in spec)      # rounds made by the device's chains
                     vr = rounds - ahead
-                    if t and ra and tau and rounds and not c["adaptive"]:
+                    if t and ra and tau and rounds and not c["adaptive"] and cr and cr >= vr:
+                        o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
+                        pred, parts = predicted_chain_speedup(t, emitted, ahead, cr,
+                                                              sum(r.get("chain_proposed") or 0 for r in spec) / cr, o_ms)
+                    elif t and ra and tau and rounds and not c["adaptive"]:
                         if vr <= 0:
                             pred, parts = 1.0, {"ahead_share": 1.0}     # nothing verified: plain decoding all along
                         elif emitted > ahead:

@@ -124,6 +124,8 @@ class _Counters:
     ahead_passes: int = 0       # champion passes run ahead by decode_ahead (confirmed or not)
     wasted_passes: int = 0      # of those, passes whose rows were not used (past a mismatch, EOS, stop)
     forced_proposed: int = 0    # JSON mode: proposals the grammar forced (no draft pass)
+    chain_rounds: int = 0       # rounds made by the device's chains (backend.ngram_chain), used
+    chain_proposed: int = 0     # the proposals those rounds verified
     forced_accepted: int = 0
 
 
@@ -443,6 +445,8 @@ async def generate_async(
                     n.accepted += min(n_cnt, g)
                     n.target_passes += 1
                     n.rounds += 1
+                    n.chain_rounds += 1
+                    n.chain_proposed += g
                     observed.append((g, n_cnt))
                     emitted += got
                     if any(t in eos for t in got) or len(emitted) >= remaining:
@@ -663,6 +667,8 @@ async def generate_async(
         "wasted_passes": n.wasted_passes,
         "forced_proposed": n.forced_proposed,
         "forced_accepted": n.forced_accepted,
+        "chain_rounds": n.chain_rounds,
+        "chain_proposed": n.chain_proposed,
         "mask_ms": (gram.seconds - mask_s0) * 1000.0 if gram is not None else 0.0,
         "proposed_at": list(n.proposed_at),        # counts behind acceptance_by_position (merging answers' stats)
         "accepted_at": list(n.accepted_at),
