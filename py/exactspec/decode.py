@@ -420,8 +420,11 @@ async def generate_async(
             if n_chain:
                 # the next chain may start on the device before this one is confirmed (not after the answer's first
                 # submission: its tokens should reach the user first)
+                # (a chain while none has been priced yet in this answer, a copy probe, hints the next too: were
+                # it to wait for its price, the first two chains would both start without the device's overlap)
                 then = min(chain_max, remaining - n_chain) if n.rounds and remaining > n_chain \
-                    and not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True) else 0
+                    and (sched.t_chain is None
+                         or not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True)) else 0
                 hit("verify")
                 try:
                     res = await champion.ngram_chain(seq, t0 - 1, n_chain, k, pick, drafter.min_ngram,
