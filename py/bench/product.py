@@ -456,7 +456,8 @@ def summarise(res: dict, a) -> list[dict]:
                     t = timings.get((run, stratum, mode, spec[0]["seed"]))
                     rounds = sum(r["rounds"] or 0 for r in spec)
                     # tokens of runs ahead (rounds that verified nothing) and the verify rounds that made the rest
-                    ahead = sum((r.get("ahead_passes") or 0) - (r.get("wasted_passes") or 0) for r in spec)
+                    # (max 0: until e8c5f0c a chain's unused rounds were counted as wasted passes too)
+                    ahead = sum(max(0, (r.get("ahead_passes") or 0) - (r.get("wasted_passes") or 0)) for r in spec)
                     cr = sum(r.get("chain_rounds") or 0 for r in spec)      # rounds made by the device's chains
                     vr = rounds - ahead
                     if t and ra and tau and rounds and not c["adaptive"] and cr and cr >= vr:

@@ -454,7 +454,6 @@ async def generate_async(
                     emitted += got
                     if any(t in eos for t in got) or len(emitted) >= remaining:
                         break
-                n.wasted_passes += n_chain - len(observed)
                 chain_hint = (then, k) if then else None
                 since_chain = 0
                 t_mark = clock()
