@@ -11,6 +11,7 @@ import pytest
 from exactspec.backend import Ahead, Pick, Round, RunsAhead, pick_row
 from exactspec.decode import AHEAD_WITH_DRAFTER, GenerateConfig, generate
 from exactspec.micro import micro_model, tiny_config
+from toy import OnAClock
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAMPION = ROOT / "static" / "models" / "smollm2-135m-instruct-q4_1.gguf"
@@ -261,20 +262,13 @@ def test_verify_by_forwards_picks_every_row(micro):
         champ.truncate(0)
 
 
-class QueuedDevice(Ahead8):
+class QueuedDevice(OnAClock, Ahead8):
     """A device on a clock: a pass costs 1 unit; a hinted run (decode_ahead's `then`) runs while the loop streams the
     round before it (on_tokens), so taking it costs nothing more inside the call."""
 
     def __init__(self, inner):
         super().__init__(inner)
         self.t, self.queued = 0.0, 0
-
-    def clock(self):
-        return self.t
-
-    def forward(self, tokens, *a, **k):
-        self.t += 1.0
-        return self.inner.forward(tokens, *a, **k)
 
     def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
         if self.queued != n:

@@ -12,6 +12,7 @@ from exactspec.backend import Chain, Pick, RunsAhead, accepted_by_picks, chain_f
 from exactspec.decode import GenerateConfig, generate
 from exactspec.drafters.ngram import NgramDrafter
 from exactspec.micro import micro_model, tiny_config
+from toy import OnAClock
 
 
 @pytest.fixture(scope="module")
@@ -133,20 +134,13 @@ def test_chain_refuses_what_does_not_fit(micro):
         asyncio.run(ngram_chain_by_forwards(champ, [1, 2, 3, 4], 3, cfg.seq_len, 3, Pick(), 2, 3))
 
 
-class ClockedChains(RunsAhead):
+class ClockedChains(OnAClock, RunsAhead):
     """A device on a clock: a pass of plain decoding costs 1 unit, a chain's round 1.1 (its lookup and the rows of
     what it finds)."""
 
     def __init__(self, inner, round_cost=1.1):
         super().__init__(inner, ahead_max=4, chain_rounds=4)
         self.t, self.round_cost = 0.0, round_cost
-
-    def clock(self):
-        return self.t
-
-    def forward(self, tokens, *a, **k):
-        self.t += 1.0
-        return self.inner.forward(tokens, *a, **k)
 
     def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
         self.t += n

@@ -71,3 +71,17 @@ class CycleLM(ToyLM):
         z = np.zeros(self.config.vocab_size, np.float32)   # (vocab,)
         z[(prefix[-1] + 1) % 7] = 5.0
         return z
+
+
+class OnAClock:
+    """Mixin for a backend wrapper with decode_ahead (exactspec.backend.RunsAhead) on a virtual clock, for tests of
+    "only while it pays": `clock()` is the decode loop's clock; a forward costs 1 unit (subclasses price the rest)."""
+
+    t = 0.0
+
+    def clock(self):
+        return self.t
+
+    def forward(self, tokens, *a, **k):
+        self.t += 1.0
+        return self.inner.forward(tokens, *a, **k)

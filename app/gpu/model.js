@@ -427,13 +427,7 @@ export class EngineModel {
     };
     const wantNext = (last) => JSON.stringify([last, startPos + n, next, p, !!rows]);
     if (next > 0 && continued) follow(null);          // (its first token is known once this run is read back)
-    let out;
-    try {
-      out = await run;
-    } catch (e) {
-      await this.settleAhead();
-      throw e;
-    }
+    const out = await this.ran(run);
     this.stats = { ...out.stats, continued };         // continued: submitted by the call before
     this.length = startPos + n;
     const ids = new Int32Array(out.bytes, 0, n);
@@ -461,6 +455,17 @@ export class EngineModel {
     sub.read(this.bufs.tokens, 4, 4 * n);                                        // ids (n,): tokens[1..n]
     if (rows) sub.read(this.bufs.logits, 0, n * this.config.vocab_size * 4);   // rows (n, vocab)
     return sub;
+  }
+
+  /** A launched run's result; if it failed, the continuation submitted after it is waited for (its readback buffer
+   * must be free before anything else runs) before the error is thrown. */
+  async ran(run) {
+    try {
+      return await run;
+    } catch (e) {
+      await this.settleAhead();
+      throw e;
+    }
   }
 
   /** Wait for a dropped (or unread) continuation: its readback buffer must be free before anything else runs. */
@@ -541,13 +546,7 @@ export class EngineModel {
       this.ahead = { run: cont, stale: false, staging: other, want, chain: true };
     };
     if (next > 0 && continued) follow(null);
-    let out;
-    try {
-      out = await run;
-    } catch (e) {
-      await this.settleAhead();
-      throw e;
-    }
+    const out = await this.ran(run);
     this.stats = { ...out.stats, continued };
     const res = parseChain(out.bytes, rounds, k);
     this.length = startPos + res.advance;

@@ -293,23 +293,29 @@ def offers(backend, method: str) -> bool:
     return callable(getattr(backend, method, None))
 
 
+def offered_count(obj, attr: str, offered: bool) -> int:
+    """A device's count `attr` of `obj` (ahead_max, chain_rounds, ...; 0 where it names none), or 0 where the method it
+    belongs to is not offered."""
+    return int(getattr(obj, attr, 0) or 0) if offered else 0
+
+
 class PassThrough:
     """What a backend wrapper (kv.TrackedCache, session.YieldingBackend) passes through from the backend it wraps,
     `self.wrapped`: the batched step's ahead_max and k_limit (0 where that backend names none) and offers()."""
 
     @property
     def ahead_max(self) -> int:
-        return int(getattr(self.wrapped, "ahead_max", 0) or 0)
+        return offered_count(self.wrapped, "ahead_max", True)
 
     @property
     def chain_rounds(self) -> int:
         """Rounds one ngram_chain should make on this device (0: it offers none)."""
-        return int(getattr(self.wrapped, "chain_rounds", 0) or 0) if self.offers("ngram_chain") else 0
+        return offered_count(self.wrapped, "chain_rounds", self.offers("ngram_chain"))
 
     @property
     def chain_k_max(self) -> int:
         """The most proposals a round of ngram_chain may verify on this device."""
-        return int(getattr(self.wrapped, "chain_k_max", 0) or 0) if self.offers("ngram_chain") else 0
+        return offered_count(self.wrapped, "chain_k_max", self.offers("ngram_chain"))
 
     @property
     def k_limit(self) -> int:

@@ -28,7 +28,7 @@ import inspect
 
 import numpy as np
 
-from .backend import ModelConfig
+from .backend import ModelConfig, offered_count
 
 _CONFIG_FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "seq_len",
                   "rope_theta", "rope_dim", "norm_eps", "tied_embeddings", "arch")
@@ -103,7 +103,7 @@ class _JsBatched:
 
     @property
     def ahead_max(self) -> int:
-        return int(getattr(self._js, "aheadMax", 0) or 0) if self.offers("decode_ahead") else 0
+        return offered_count(self._js, "aheadMax", self.offers("decode_ahead"))
 
     def offers(self, method: str) -> bool:
         name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify",
@@ -112,11 +112,11 @@ class _JsBatched:
 
     @property
     def chain_rounds(self) -> int:
-        return int(getattr(self._js, "chainRounds", 0) or 0) if self.offers("ngram_chain") else 0
+        return offered_count(self._js, "chainRounds", self.offers("ngram_chain"))
 
     @property
     def chain_k_max(self) -> int:
-        return int(getattr(self._js, "chainMaxK", 0) or 0) if self.offers("ngram_chain") else 0
+        return offered_count(self._js, "chainMaxK", self.offers("ngram_chain"))
 
     def _check_start(self, what: str, start_pos: int) -> None:
         if start_pos != self.length:
