@@ -242,3 +242,19 @@ def test_has_match_index_follows_a_growing_sequence():
             seq += rng.integers(0, 9, size=int(rng.integers(1, 4))).tolist()
         seq = seq[:20]                                    # shorter (a stop string's cut): rebuilt
         assert d.has_match(seq) == bool(d.lookup(seq, 1))
+
+
+def test_chains_up_to_the_context_end(micro):
+    """Near the end of the context a chain (and the chain it hints) has room for fewer rounds: the answer runs to the
+    context's end as the champion alone's does, no call exceeding it."""
+    cfg, champ = micro
+    base = repetitive(cfg, 3)
+    prompt = (base * 40)[:cfg.seq_len - 30]
+    want = gen(champ, prompt, max_new_tokens=60, k=0, drafter="none")
+    for k in (2, 4):
+        dev = RunsAhead(champ, ahead_max=4, chain_rounds=4)
+        got = gen(dev, prompt, max_new_tokens=60, k=k, drafter="ngram")
+        assert got.finish_reason == want.finish_reason == "length" and got.error is None
+        assert got.token_ids == want.token_ids and dev.chain_calls
+        for pos, r, kk, then in dev.chain_calls:
+            assert pos + (r + then) * (kk + 1) <= cfg.seq_len

@@ -422,8 +422,11 @@ async def generate_async(
                 # submission: its tokens should reach the user first)
                 # (a chain while none has been priced yet in this answer, a copy probe, hints the next too: were
                 # it to wait for its price, the first two chains would both start without the device's overlap)
-                then = min(chain_max, remaining - n_chain) if n.rounds and remaining > n_chain \
-                    and (sched.t_chain is None
+                # (the next chain starts at most n_chain (k + 1) positions on: room for its rounds from there, the
+                # engine's own bound for a continuation)
+                room = (C.seq_len - (t0 - 1) - n_chain * (k + 1)) // (k + 1)
+                then = max(0, min(chain_max, remaining - n_chain, room)) \
+                    if n.rounds and remaining > n_chain and (sched.t_chain is None
                          or not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True)) else 0
                 hit("verify")
                 try:
@@ -468,9 +471,10 @@ async def generate_async(
                 # verified after the hinted run); not after the answer's first run (a device launches the
                 # continuation before it returns the run, and the first tokens should reach the user first)
                 t_next = t0 + n_ahead
+                plain_next = k == 0 and sched.will_run_plain(k_cap_at(remaining - n_ahead, t_next),
+                                                             chain=bool(chain_max))
                 then = ahead_n(min(2 * ahead, champion.ahead_max), k, remaining - n_ahead, t_next) \
-                    if (hints and not chain_max or k == 0 and sched.will_run_plain(k_cap_at(remaining - n_ahead, t_next),
-                                                                                     chain=bool(chain_max))) \
+                    if (hints and not chain_max or plain_next) \
                     and not found and not copy_probe and n.ahead_passes and remaining > n_ahead \
                     and t_next < C.seq_len else 0
                 hit("verify")

@@ -173,3 +173,17 @@ def test_chain_refusals(engine):
         run(c.ngramChain([1, 2, 3, 4], 3, 2, 2, GREEDY, [3, 2]))
     ch = run(champ.ngram_chain([1, 2, 3, 4], 3, 2, 2, Pick(), 2, 3))     # still usable
     assert champ.length == 3 + len(ch.appended())
+
+
+def test_decode_loop_chains_to_the_context_end(engine):
+    """An answer that runs into the end of the context (seq_len 128 here) with chains: the champion's own tokens up to
+    it, no call past it (a hinted chain has room for its rounds)."""
+    from exactspec.decode import GenerateConfig, generate
+
+    champ, c = engine
+    prompt = (prompt_of(7, champ.config.vocab_size) * 12)[:100]
+    kw = dict(temperature=0.0, adaptive=False, max_new_tokens=60)
+    alone = generate(champ, prompt, GenerateConfig(k=0, drafter="none", **kw), eos_ids=[])
+    got = generate(champ, prompt, GenerateConfig(k=min(4, c.chainMaxK), drafter="ngram", **kw), eos_ids=[])
+    assert got.error is None and got.finish_reason == alone.finish_reason == "length"
+    assert got.token_ids == alone.token_ids and len(got.token_ids) == 128 - 100
