@@ -431,11 +431,7 @@ export class EngineModel {
     this.stats = { ...out.stats, continued };         // continued: submitted by the call before
     this.length = startPos + n;
     const ids = new Int32Array(out.bytes, 0, n);
-    const stopped = !!(stop && ids.some((t) => stop.includes(t)));
-    if (this.ahead && this.ahead.want === null) {
-      if (stopped) this.ahead.stale = true;           // the answer ends in this run: the next call drops it
-      else this.ahead.want = wantNext(ids[n - 1]);
-    } else if (next > 0 && !continued && !stopped) follow(wantNext(ids[n - 1]));
+    this.afterRun(ids, stop, wantNext(ids[n - 1]), next, continued, follow);
     return { ids, rows: rows ? new Float32Array(out.bytes, 4 * n, n * this.config.vocab_size) : null };
   }
 
@@ -455,6 +451,17 @@ export class EngineModel {
     sub.read(this.bufs.tokens, 4, 4 * n);                                        // ids (n,): tokens[1..n]
     if (rows) sub.read(this.bufs.logits, 0, n * this.config.vocab_size * 4);   // rows (n, vocab)
     return sub;
+  }
+
+  /** After a run read back (decodeAhead, ngramChain): the continuation submitted before its ids were known is
+   * named by `want` (the next call that takes it), or dropped if the run picked a `stop` id (the answer ends there); a
+   * fresh run with a continuation to make (`next` > 0) submits it now through `follow(want)`, unless it stopped. */
+  afterRun(picked, stop, want, next, continued, follow) {
+    const stopped = !!(stop && picked.some((t) => stop.includes(t)));
+    if (this.ahead && this.ahead.want === null) {
+      if (stopped) this.ahead.stale = true;           // the answer ends in this run: the next call drops it
+      else this.ahead.want = want;
+    } else if (next > 0 && !continued && !stopped) follow(want);
   }
 
   /** A launched run's result; if it failed, the continuation submitted after it is waited for (its readback buffer
@@ -550,12 +557,8 @@ export class EngineModel {
     this.stats = { ...out.stats, continued };
     const res = parseChain(out.bytes, rounds, k);
     this.length = startPos + res.advance;
-    const stopped = !!(stop && res.appended.some((t) => stop.includes(t)));
-    const last = res.appended[res.appended.length - 1];
-    if (this.ahead && this.ahead.want === null) {
-      if (stopped) this.ahead.stale = true;
-      else this.ahead.want = key(last, this.length, next);
-    } else if (next > 0 && !continued && !stopped) follow(key(last, this.length, next));
+    this.afterRun(res.appended, stop, key(res.appended[res.appended.length - 1], this.length, next), next, continued,
+      follow);
     return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
       proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()) };
   }

@@ -145,8 +145,9 @@ class Chain:
 
 def accepted_by_picks(proposals, ids) -> int:
     """a: how many of the proposals the picks on the rows before them accept, in order (ids[i] is the pick on the row
-    fed the token before proposals[i])."""
-    return next((i for i, p in enumerate(proposals) if int(ids[i]) != int(p)), len(proposals))
+    fed the token before proposals[i]): verify.accept_while_equal's rule."""
+    from .verify import accept_while_equal
+    return len(accept_while_equal([int(p) for p in proposals], lambda i: ids[i])) - 1
 
 
 def chain_from_flat(counts, accepted, proposals, ids, k: int) -> Chain:

@@ -160,7 +160,6 @@ class _JsBatched:
         return self._ahead(self._js.verify(_to_js_int32(tokens), int(start_pos), _pick_to_js(pick), bool(rows)),
                            len(tokens), rows)
 
-
     def ngram_chain(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()):
         from .backend import chain_from_flat
         self._check_start("ngram_chain", start_pos)

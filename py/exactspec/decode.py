@@ -280,6 +280,21 @@ async def generate_async(
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
     deferred = 0                         # k of proposals set aside for a hinted run: the next round looks up with it
 
+    def tally(got, free) -> int:
+        """Count a verify round's proposals (the drafter's own: indices `free` of them) and those accepted; `got` is
+        what the round emits (the accepted proposals and the champion's token). The counters stop at an accepted EOS:
+        proposals after it lie past the answer's end (the champion's rows there still agree with them at times), as
+        exactspec_train.accept.simulate_runs counts them. Returns n_cnt, the proposals accepted before that end."""
+        n_acc = len(got) - 1
+        n_cnt = next((i + 1 for i in range(n_acc) if got[i] in eos), n_acc)
+        for j, i in enumerate(free):
+            n.proposed_at[j] += 1
+            if i < n_cnt:
+                n.accepted_at[j] += 1
+        n.proposed += len(free)
+        n.accepted += sum(1 for i in free if i < n_cnt)
+        return n_cnt
+
     def confirm(row, t: int, device_id: int) -> int:
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
         if row is None:
@@ -436,24 +451,17 @@ async def generate_async(
                     raise BackendError(f"champion n-gram rounds failed: {e}") from e
                 n.submissions += 1
                 n.readback_bytes += 4 * n_chain * (2 * k + 3)
-                emitted, observed = [], []
+                emitted = []
                 for r in range(n_chain):
                     props, picks = res.proposals[r], res.ids[r]
                     got = verify.accept_while_equal(props, lambda i: picks[i])   # (greedy: the device's argmax)
                     if len(got) != res.accepted[r] + 1:
                         raise BackendError(f"the device's n-gram round {r} disagrees with its own picks")
-                    g = len(props)
-                    n_cnt = next((i + 1 for i in range(len(got) - 1) if got[i] in eos), len(got) - 1)
-                    for j in range(g):
-                        n.proposed_at[j] += 1
-                        n.accepted_at[j] += j < n_cnt
-                    n.proposed += g
-                    n.accepted += min(n_cnt, g)
+                    tally(got, range(len(props)))
                     n.target_passes += 1
                     n.rounds += 1
                     n.chain_rounds += 1
-                    n.chain_proposed += g
-                    observed.append((g, n_cnt))
+                    n.chain_proposed += len(props)
                     emitted += got
                     if any(t in eos for t in got) or len(emitted) >= remaining:
                         break
@@ -559,16 +567,8 @@ async def generate_async(
                             q_rows[np.arange(g), proposals] = 1.0
                         emitted = verify.rejection(p, q_rows[:g], proposals, rng, t0)
                 n_acc = len(emitted) - 1
-                # the counters stop at an accepted EOS: proposals after it lie past the answer's end (the champion's
-                # rows there still agree with them at times), as exactspec_train.accept.simulate_runs counts them
-                n_cnt = next((i + 1 for i in range(n_acc) if emitted[i] in eos), n_acc)
                 free = [i for i in range(g) if gram is None or not drafter.forced_flags[i]]  # the drafter's
-                for j, i in enumerate(free):
-                    n.proposed_at[j] += 1
-                    if i < n_cnt:
-                        n.accepted_at[j] += 1
-                n.proposed += len(free)
-                n.accepted += sum(1 for i in free if i < n_cnt)
+                n_cnt = tally(emitted, free)
                 t_mark = clock()
                 if len(free) < g:
                     n.forced_proposed += g - len(free)
