@@ -456,19 +456,18 @@ def summarise(res: dict, a) -> list[dict]:
                     t = timings.get((run, stratum, mode, spec[0]["seed"]))
                     rounds = sum(r["rounds"] or 0 for r in spec)
                     # tokens of runs ahead (rounds that verified nothing) and the verify rounds that made the rest
-                    # (max 0: until e8c5f0c a chain's unused rounds were counted as wasted passes too)
+                    # (max 0: records made before 638d8b7 counted a chain's unused rounds as wasted passes too)
                     ahead = sum(max(0, (r.get("ahead_passes") or 0) - (r.get("wasted_passes") or 0)) for r in spec)
                     cr = sum(r.get("chain_rounds") or 0 for r in spec)      # rounds made by the device's chains
                     vr = rounds - ahead
-                    if t and ra and tau and rounds and not c["adaptive"] and cr and cr >= vr:
+                    if t and ra and tau and rounds and not c["adaptive"]:
                         o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
-                        pred, parts = predicted_chain_speedup(t, emitted, ahead, cr,
-                                                              sum(r.get("chain_proposed") or 0 for r in spec) / cr, o_ms)
-                    elif t and ra and tau and rounds and not c["adaptive"]:
-                        if vr <= 0:
+                        if cr and cr >= vr:             # every verify round a chain's
+                            pred, parts = predicted_chain_speedup(
+                                t, emitted, ahead, cr, sum(r.get("chain_proposed") or 0 for r in spec) / cr, o_ms)
+                        elif vr <= 0:
                             pred, parts = 1.0, {"ahead_share": 1.0}     # nothing verified: plain decoding all along
                         elif emitted > ahead:
-                            o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
                             g = sum(r["proposed"] or 0 for r in spec) / vr
                             pred, parts = predicted_speedup(t, c["drafter"], c["k"], g, (emitted - ahead) / vr,
                                                             o_ms, ahead / emitted)
