@@ -63,7 +63,7 @@ def naive_forward(cfg, w, tokens):
     return rms(h, w["output_norm.weight"]) @ out.T
 
 
-KERNEL_NAMES = [k for k in KERNELS if k != "auto"]
+KERNEL_NAMES = [k for k in KERNELS if k not in ("auto", "simd")]   # "simd": Pyodide only (tests/test_simd.py)
 
 
 @pytest.mark.parametrize("kernel", KERNEL_NAMES)
@@ -324,24 +324,37 @@ from exactspec.reference import ReferenceModel, numpy_has_blas
 %(checker)s
 cfg = micro_config(**%(odd)s)
 toks = np.random.default_rng(6).integers(0, cfg.vocab_size, %(n_toks)d).tolist()
-res = {"platform": sys.platform, "numpy": np.__version__, "blas": numpy_has_blas(), "micro": {}}
-for kernel, rows in (("auto", None), ("dot", 1), ("dot", 3), ("gemv", 3)):
-    m = ReferenceModel.from_weights(cfg, micro_weights(cfg, 5), kernel=kernel,
-                                    block_bytes=None if rows is None else rows * 4 * cfg.dim)
-    res["micro"][f"{kernel}/{rows}"] = [m.kernel, invariance_failures(m, toks, %(starts)s, %(counts)s)]
+res = {"platform": sys.platform, "numpy": np.__version__, "blas": numpy_has_blas(), "micro": {}, "close": {}}
+odd_vocab = micro_config(**dict(%(odd)s, vocab_size=251))            # a last unpaired row in the simd head
+for c, kernel, rows in ((cfg, "auto", None), (cfg, "simd", None), (odd_vocab, "simd", None), (cfg, "dot", 1),
+                        (cfg, "dot", 3), (cfg, "gemv", 3)):
+    m = ReferenceModel.from_weights(c, micro_weights(c, 5), kernel=kernel,
+                                    block_bytes=None if rows is None else rows * 4 * c.dim)
+    key = f"{kernel}/{rows}/{c.vocab_size}"
+    res["micro"][key] = [m.kernel, invariance_failures(m, toks, %(starts)s, %(counts)s)]
+    m.truncate(0)
+    res["close"][key] = m.forward(toks, 0)[list(CLOSE_ROWS)].tolist()
 if %(champion)s:
     m = ReferenceModel.from_file(%(champion)s, max_len=256)
     ctoks = np.random.default_rng(8).integers(0, m.config.vocab_size, 72).tolist()
     res["smollm2"] = [m.kernel, invariance_failures(m, ctoks, (60,), tuple(range(1, 10)), chunks=(13, 40, 9))]
-print("RESULT " + json.dumps(res))
+    m.truncate(0)
+    rows = m.forward(ctoks[:24], 0)                                     # (24, vocab)
+    res["smollm2_rows"] = [rows.argmax(1).tolist(), rows[-1, ::64].tolist()]        # (a stdout line has a limit)
+open(%(out)s, "w").write(json.dumps(res))                  # (a file: stdout splits long lines)
+print("RESULT written")
 """
 
 
+CLOSE_ROWS = (0, 63, 64, 100, 2 * ATT_BUCKET + 39)     # positions whose logits Pyodide reports for comparison
+
+
 @pytest.mark.slow
-def test_invariance_in_pyodide():
+def test_invariance_in_pyodide(tmp_path):
     """The same checks in Pyodide 0.27.7 (numpy 2.0.2 without a BLAS), where the product's CPU fallback runs: "auto"
-    is "dot" there; every kernel and cut is batch-invariant on a micro-model, and "dot" on SmolLM2 after a
-    ~64-token prefix."""
+    is "simd" there; every kernel and cut is batch-invariant on a micro-model (simd also with an odd vocabulary), and
+    "simd" on SmolLM2 after a ~64-token prefix; every kernel's logits are CPython's within float32 rounding, and
+    SmolLM2's next tokens on 24 positions are CPython's."""
     import inspect
     import json
     from dataclasses import asdict
@@ -351,16 +364,31 @@ def test_invariance_in_pyodide():
     if unavailable():
         pytest.skip(unavailable())
     odd = {k: v for k, v in asdict(ODD).items() if k not in ("arch",)}
-    src = _PYODIDE_CHECK % {"checker": inspect.getsource(invariance_failures), "odd": repr(odd),
+    src = _PYODIDE_CHECK % {"checker": inspect.getsource(invariance_failures) + f"CLOSE_ROWS = {CLOSE_ROWS}", "odd": repr(odd),
                             "n_toks": 2 * ATT_BUCKET + 40, "starts": ROWS_STARTS, "counts": ROWS_COUNTS,
-                            "champion": repr(host_path(CHAMPION)) if CHAMPION.exists() else "None"}
+                            "champion": repr(host_path(CHAMPION)) if CHAMPION.exists() else "None",
+                            "out": repr(host_path(tmp_path / "result.json"))}
     proc = run_python(src, timeout=1200)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
-    res = json.loads(line[len("RESULT "):])
+    assert "RESULT written" in proc.stdout, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    res = json.loads((tmp_path / "result.json").read_text())
     assert res["platform"] == "emscripten" and res["numpy"].startswith("2.") and res["blas"] is False
     for name, (kernel, bad) in res["micro"].items():
-        assert kernel == ("dot" if name.startswith("auto") else name.split("/")[0])
+        assert kernel == ("simd" if name.startswith("auto") else name.split("/")[0])
         assert bad == [], name
+    # every kernel's logits agree with CPython's to float32 rounding (the same model, other orders of the same sums)
+    toks = np.random.default_rng(6).integers(0, ODD.vocab_size, 2 * ATT_BUCKET + 40).tolist()
+    for name, rows in res["close"].items():
+        c = micro_config(**dict(odd, vocab_size=int(name.split("/")[-1])))
+        ref = ReferenceModel.from_weights(c, micro_weights(c, 5)).forward(toks, 0)[list(CLOSE_ROWS)]
+        rows = np.array(rows, np.float32)
+        assert np.abs(rows - ref).max() < 1e-4 * max(1.0, np.abs(ref).max()), name
     if CHAMPION.exists():
-        assert res["smollm2"] == ["dot", []]
+        assert res["smollm2"] == ["simd", []]
+        # the CPU fallback's kernel against CPython's: the same next tokens, logits within float32 rounding
+        from exactspec.formats import load_model_file
+        config, weights = load_model_file(CHAMPION)
+        ctoks = np.random.default_rng(8).integers(0, config.vocab_size, 72).tolist()
+        ours = ReferenceModel.from_weights(config, weights, max_len=256).forward(ctoks[:24], 0)   # (24, vocab)
+        argmax, last = res["smollm2_rows"]
+        assert argmax == ours.argmax(1).tolist()
+        assert np.abs(np.array(last, np.float32) - ours[-1, ::64]).max() < 1e-3 * max(1.0, np.abs(ours[-1]).max())

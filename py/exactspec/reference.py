@@ -22,8 +22,13 @@ product here ever multiplies a varying number of rows at once:
       "dot" (numpy without a BLAS, i.e. Pyodide): np.einsum's per-output dot product (one call of numpy's
         sum_of_products_contig_contig_outstride0 per output element, over the whole input row in a fixed order),
         ~2x faster in WebAssembly than numpy's BLAS-less matmul;
-    "auto" picks "gemv" when numpy has a BLAS, else "dot". Different kernels give different bits (and CPython and
-    Pyodide differ from each other): a model's kernel is fixed at construction.
+      "simd" (Pyodide only): WebAssembly SIMD (exactspec.simd, py/exactspec/matvec.wat): each matrix packed once at
+        load into tiles of 2 output rows, streamed once per forward, every weight vector it loads multiplied into up
+        to 4 input rows; each output (row, column) is one accumulator over the columns in ascending order whatever
+        the tile or chunk (the argument in matvec.wat's header);
+    "auto" picks "gemv" when numpy has a BLAS, else "simd" when it loads (Pyodide) and every matrix's width is a
+    multiple of 4, else "dot". Different kernels give different bits (and CPython and Pyodide differ from each
+    other): a model's kernel is fixed at construction.
   - attention: a query at position p attends over _bucket_end(p) keys (its prefix rounded up to whole buckets of
     ATT_BUCKET), the keys past p masked to -inf; all rows of a forward that share a bucket go through numpy at once,
     but every reduction is per output over exactly that fixed width (see _attend), so a row's bits depend on p and
@@ -65,7 +70,7 @@ def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
 
 
-KERNELS = ("auto", "gemv", "dot")
+KERNELS = ("auto", "gemv", "dot", "simd")
 # bytes of weights per row block: "gemv" wants a block that stays in the L2 cache while every row is multiplied by it;
 # "dot" is compute-bound in WebAssembly, so bigger blocks only save Python calls (measured: 4 MiB best in Pyodide)
 BLOCK_BYTES = {"gemv": 512 << 10, "dot": 4 << 20}
@@ -77,6 +82,32 @@ def numpy_has_blas() -> bool:
         return bool(np.__config__.CONFIG["Build Dependencies"]["blas"].get("found", False))
     except Exception:            # an older or unusual numpy without the config dict: take the path that needs no BLAS
         return False
+
+
+class _Packed:
+    """A weight matrix (rows, d) in the "simd" kernel's layout (exactspec.simd.pack): `w` the packed floats (the
+    only copy kept), `rows`, `d`."""
+
+    __slots__ = ("w", "rows", "d")
+
+    def __init__(self, w: np.ndarray):
+        from . import simd
+        self.rows, self.d = w.shape
+        self.w = simd.pack(w)                                                       # (rows * d,)
+
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """Rows ids (n,) of the matrix, (n, d) float32 (an embedding lookup in a tied head)."""
+        from .simd import TILE
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        d, full = self.d, self.rows - self.rows % TILE
+        out = np.empty((ids.shape[0], d), np.float32)                               # (n, d)
+        tiles = self.w[: full * d].reshape(full // TILE, d // 4, TILE, 4)
+        inside = ids < full
+        out[inside] = tiles[ids[inside] // TILE, :, ids[inside] % TILE, :].reshape(-1, d)
+        for j in np.nonzero(~inside)[0]:
+            r = int(ids[j]) - full
+            out[j] = self.w[full * d + r * d: full * d + (r + 1) * d]
+        return out
 
 
 class _RowBlocks:
@@ -93,6 +124,12 @@ class _RowBlocks:
             step -= step % 4        # whole groups of 4 rows (OpenBLAS's sgemv works on 4 output rows at a time)
         self.w = w                                                                  # (rows, d)
         self.blocks = [(r0, min(rows, r0 + step), w[r0: r0 + step]) for r0 in range(0, rows, step)]
+
+
+def _simd_fits(c: ModelConfig) -> bool:
+    """Whether every matrix of a model with config c has a width the "simd" kernel takes (a multiple of 4)."""
+    from .simd import packable
+    return all(packable(1, w) for w in (c.dim, c.hidden_dim, c.n_heads * c.head_dim))
 
 
 ATT_BUCKET = 64   # keys per attention bucket: a query at position p attends over _bucket_end(p) keys, masked
@@ -115,16 +152,42 @@ class ReferenceModel:
     """Backend protocol implementation (see exactspec.backend) on numpy float32."""
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None,
-                 keep_features: bool = False, window: int = 0, kernel: str = "auto", block_bytes: int | None = None):
+                 keep_features: bool = False, window: int = 0, kernel: str = "auto", block_bytes: int | None = None,
+                 shared_head=None):
         """keep_features: also keep the final hidden state of every row computed, by absolute position (see
         `feature_rows`; a draft head reads them). window > 0: each position attends to its last `window` positions
-        only (itself included); 0: to its whole prefix. kernel, block_bytes: the matrix products (see KERNELS)."""
+        only (itself included); 0: to its whole prefix. kernel, block_bytes: the matrix products (see KERNELS).
+        shared_head: another model's `head_blocks` (same kernel, its LM head is these weights' output matrix) used
+        instead of cutting or packing a second copy (a draft head shares the champion's tied LM head)."""
         c = config
         self.config = c
         if kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-        self.kernel = ("gemv" if numpy_has_blas() else "dot") if kernel == "auto" else kernel
-        if block_bytes is None:
+        auto = kernel == "auto"
+        self._simd = None
+        qd, kd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        if kernel == "auto":
+            kernel = "gemv" if numpy_has_blas() else ("simd" if _simd_fits(c) else "dot")
+        if kernel == "simd":
+            from . import simd
+            if not _simd_fits(c):
+                raise ValueError(f"kernel 'simd' needs every matrix width a multiple of 4 (dim {c.dim}, hidden_dim "
+                                 f"{c.hidden_dim}, n_heads * head_dim {qd})")
+            try:
+                self._simd = simd.load()
+            except OSError as e:
+                if not auto:
+                    raise ValueError(f"kernel 'simd' could not be loaded here: {e}") from e
+            if self._simd is None:
+                if not auto:
+                    raise ValueError("kernel 'simd' runs only where Python runs on WebAssembly (Pyodide)")
+                kernel = "dot"
+        self.kernel = kernel
+        if self.kernel == "simd":                 # no row blocks: the kernel tiles the packed matrix itself
+            if block_bytes not in (None, 0):
+                raise ValueError(f"block_bytes is not used by kernel 'simd', got {block_bytes!r}")
+            block_bytes = 0
+        elif block_bytes is None:
             block_bytes = BLOCK_BYTES[self.kernel]
         elif not isinstance(block_bytes, int) or block_bytes <= 0:
             raise ValueError(f"block_bytes must be a positive integer, got {block_bytes!r}")
@@ -134,7 +197,6 @@ class ReferenceModel:
         if rope_dim % 2 or rope_dim > c.head_dim:
             raise ValueError(f"rope_dim {rope_dim} must be even and <= head_dim {c.head_dim}")
         self.rope_dim = rope_dim
-        qd, kd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
 
         from .formats.quant import FormatError     # (a ValueError) the weights a file gave cannot be used
 
@@ -148,9 +210,18 @@ class ReferenceModel:
                 raise FormatError(f"weight {name} has non-finite values (NaN or Inf)")
             return np.ascontiguousarray(w, dtype=np.float32)
 
-        self.embed = get("token_embd.weight", (c.vocab_size, c.dim))                  # (vocab, dim)
+        if shared_head is not None and "token_embd.weight" not in weights:
+            if not c.tied_embeddings:
+                raise ValueError("a model without its token embedding must have a tied, shared head")
+            self.embed = None                                                         # read from the shared head
+        else:
+            self.embed = get("token_embd.weight", (c.vocab_size, c.dim))              # (vocab, dim)
         self.out_norm = get("output_norm.weight", (c.dim,))                           # (dim,)
-        if c.tied_embeddings:
+        if shared_head is not None:
+            if (shared_head.w.size != c.vocab_size * c.dim) or (self.kernel == "simd") != isinstance(shared_head, _Packed):
+                raise ValueError(f"shared_head does not fit: vocab {c.vocab_size} x dim {c.dim}, kernel {self.kernel}")
+            self.out = None
+        elif c.tied_embeddings:
             self.out = self.embed                                                     # (vocab, dim)
         else:
             self.out = get("output.weight", (c.vocab_size, c.dim))                    # (vocab, dim)
@@ -171,10 +242,16 @@ class ReferenceModel:
             })
         # every matrix cut once into its fixed row blocks
         self.block_bytes = block_bytes
-        self._head = _RowBlocks(self.out, block_bytes)
+        self._head = shared_head if shared_head is not None else self.blocked(self.out)
         for L in self.layers:
             for k in ("wqkv", "wo", "w13", "w2"):
-                L[k] = _RowBlocks(L[k], block_bytes)
+                L[k] = self.blocked(L[k])
+        if self.kernel == "simd":
+            self.out = None                       # packed in _head: the only copy kept (see embed_rows)
+            if c.tied_embeddings:
+                self.embed = None
+        elif shared_head is not None and self.embed is None:
+            self.embed = shared_head.w            # tied: the shared (vocab, dim) matrix is the embedding
         self.max_len = c.seq_len if max_len is None else min(int(max_len), c.seq_len)
         if self.max_len <= 0:
             raise ValueError("max_len must be positive")
@@ -243,13 +320,30 @@ class ReferenceModel:
         self._cap = cap
 
     # -- forward --------------------------------------------------------------------------------------------------
-    def blocked(self, w: np.ndarray) -> _RowBlocks:
-        """w (rows, d) float32 cut into this model's fixed row blocks: what _matvec multiplies (a draft head's own
-        matrices go through its layer's _matvec this way)."""
-        return _RowBlocks(np.ascontiguousarray(w, dtype=np.float32), self.block_bytes)
+    def blocked(self, w: np.ndarray) -> _RowBlocks | _Packed:
+        """w (rows, d) float32 cut into this model's fixed row blocks, or packed for "simd": what _matvec multiplies
+        (a draft head's own matrices go through its layer's _matvec this way)."""
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        return _Packed(w) if self.kernel == "simd" else _RowBlocks(w, self.block_bytes)
 
-    def _matvec(self, m: _RowBlocks, x: np.ndarray, out: np.ndarray) -> None:
-        """out (n, rows) = x (n, d) @ m.w (rows, d).T, C-contiguous float32, each row by itself (BATCH INVARIANCE)."""
+    @property
+    def head_blocks(self) -> _RowBlocks | _Packed:
+        """The LM head as _matvec multiplies it (see shared_head)."""
+        return self._head
+
+    def embed_rows(self, ids) -> np.ndarray:
+        """The token embeddings of ids (n,): (n, dim) float32 (with "simd" and a tied head, read from the packed
+        head: the embedding matrix is not kept twice)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if self.embed is None:
+            return self._head.take(ids)
+        return self.embed[ids].astype(np.float32)
+
+    def _matvec(self, m: _RowBlocks | _Packed, x: np.ndarray, out: np.ndarray) -> None:
+        """out (n, rows) = x (n, d) @ W (rows, d).T, C-contiguous float32, each row by itself (BATCH INVARIANCE)."""
+        if self._simd is not None:
+            self._simd(m.w, m.rows, m.d, x, out)
+            return
         if self.kernel == "dot":
             for r0, r1, wb in m.blocks:                                         # wb (r1 - r0, d)
                 np.einsum("nj,ij->ni", x, wb, out=out[:, r0:r1])
@@ -318,7 +412,7 @@ class ReferenceModel:
         width_max = groups[-1][2]
 
         if embeds is None:
-            x = self.embed[toks].astype(np.float32)                             # (n, dim)
+            x = self.embed_rows(toks)                                           # (n, dim)
         else:
             x = np.array(embeds, dtype=np.float32).reshape(n, c.dim)            # (n, dim)
         qkv = np.empty((n, qd + 2 * kd), np.float32)                            # (n, qd + 2 kd)
@@ -362,11 +456,11 @@ class ReferenceModel:
         multiplied; a tied head and shared arrays counted once), the KV cache as allocated (it grows in whole
         attention buckets and never shrinks, so this is also its peak), the kept features, scratch (rope tables)."""
         seen, weights = set(), 0
-        arrays = [self.embed, self.out_norm, self.out]
+        arrays = [self.embed, self.out_norm, self._head.w]
         for L in self.layers:
-            arrays += [v.w if isinstance(v, _RowBlocks) else v for v in L.values()]
+            arrays += [v.w if isinstance(v, (_RowBlocks, _Packed)) else v for v in L.values()]
         for a in arrays:
-            if id(a) not in seen:
+            if a is not None and id(a) not in seen:
                 seen.add(id(a))
                 weights += a.nbytes
         kv = sum(a.nbytes for a in self._k) + sum(a.nbytes for a in self._vt)

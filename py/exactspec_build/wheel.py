@@ -1,4 +1,5 @@
-"""The exactspec wheel for the browser: the runtime package py/exactspec as is, content-addressed."""
+"""The exactspec wheel for the browser: the runtime package py/exactspec as is (its Python, the CPU fallback's
+WebAssembly kernel matvec.wasm), content-addressed."""
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,7 @@ from .common import ROOT, WHEELS, log
 def _wheel_files() -> list[tuple[str, bytes]]:
     pkg = ROOT / "py" / "exactspec"
     out = []
-    for p in sorted(pkg.rglob("*.py")):
+    for p in sorted([*pkg.rglob("*.py"), *pkg.rglob("*.wasm")]):
         if "__pycache__" in p.parts:
             continue
         out.append((p.relative_to(ROOT / "py").as_posix(), p.read_bytes()))

@@ -248,15 +248,19 @@ class HeadModel:
         self.source = None
         ids = None if vocab_ids is None else _check_ids(np.asarray(vocab_ids), cfg.vocab_size)
         self.vocab_ids = ids                                                   # (n_subset,) or None
-        emb = champion.embed                                                   # (vocab, dim) shared
-        lw = {"token_embd.weight": emb if ids is None else emb[ids],           # LM head rows (tied)
-              "output_norm.weight": champion.out_norm}
+        # the LM head: the champion's tied one as it multiplies it (shared, not copied), or the subset's rows
+        share = ids is None and champion.config.tied_embeddings
+        lw = {"output_norm.weight": champion.out_norm}
+        if not share:
+            lw["token_embd.weight"] = (champion.embed_rows(np.arange(cfg.vocab_size)) if ids is None
+                                       else champion.embed_rows(ids))                  # (rows, dim)
         lw.update({f"blk.0.{t}.weight": weights[f"blk.0.{t}.weight"] for t in LAYER_TENSORS})
         self.layer = ReferenceModel(cfg.layer_config(cfg.vocab_size if ids is None else len(ids)), lw,
                                     max_len=champion.max_len if max_len is None else max_len, keep_features=True,
-                                    window=cfg.window, kernel=champion.kernel, block_bytes=champion.block_bytes)
+                                    window=cfg.window, kernel=champion.kernel, block_bytes=champion.block_bytes,
+                                    shared_head=champion.head_blocks if share else None)
         self.config = replace(self.layer.config, vocab_size=cfg.vocab_size)   # what a drafter sees
-        self.embed = emb
+        self.embed_rows = champion.embed_rows                                  # ids (n,) -> (n, dim), shared
         f32 = lambda n: np.ascontiguousarray(weights[n], dtype=np.float32)  # noqa: E731
         self.feat_norm, self.emb_norm = f32("head.feat_norm.weight"), f32("head.emb_norm.weight")   # (dim,)
         self.fc_feat = self.layer.blocked(weights["head.fc_feat.weight"])                          # (dim, dim)
@@ -328,7 +332,7 @@ class HeadModel:
         n = toks.shape[0]
         L = self.layer
         f = L._rmsnorm(self._features_in(start_pos, n), self.feat_norm)      # (n, dim)
-        e = L._rmsnorm(self.embed[toks], self.emb_norm)                      # (n, dim)
+        e = L._rmsnorm(self.embed_rows(toks), self.emb_norm)                 # (n, dim)
         a = np.empty((n, self.config.dim), np.float32)                         # (n, dim)
         b = np.empty((n, self.config.dim), np.float32)                         # (n, dim)
         L._matvec(self.fc_feat, np.ascontiguousarray(f), a)

@@ -1,0 +1,84 @@
+"""The CPU fallback's matrix kernel in Pyodide: WebAssembly SIMD (matvec.wasm, generated from
+py/exactspec_build/matvec_wasm.py; its text with the work split and the batch-invariance argument: matvec.wat).
+
+Pyodide's numpy has neither a BLAS nor SIMD: there one row of a matrix product is compute-bound and k + 1 rows
+cost ~k + 1 passes. This kernel multiplies 4 floats per instruction, streams each weight matrix once per forward
+in memory order (weights packed in tiles of TILE output rows, `pack`) and multiplies every weight it loads into up
+to ROWS_MAX input rows. It runs only where WebAssembly is the machine (sys.platform 'emscripten'), loaded as an
+Emscripten side module into Pyodide's own memory, so numpy arrays are passed by address, without copies.
+Plain numpy (no js / pyodide imports): the loader uses ctypes, which Pyodide provides.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+TILE = 2        # output rows per packed tile (the kernel's weight vectors per column group)
+ROWS_MAX = 4    # input rows multiplied per load of a tile's weights (TILE * ROWS_MAX accumulators in registers)
+WASM = Path(__file__).with_name("matvec.wasm")
+
+
+def packable(rows: int, d: int) -> bool:
+    """Whether the kernel takes a (rows, d) matrix: d a positive multiple of 4 (its 4-float column groups)."""
+    return rows > 0 and d > 0 and d % 4 == 0
+
+
+def pack(w: np.ndarray) -> np.ndarray:
+    """w (rows, d) -> the kernel's layout, flat float32 (rows * d,): the first rows - rows % TILE rows as tiles
+    (rows // TILE, d / 4, TILE, 4), then the last rows % TILE rows as they are."""
+    rows, d = w.shape
+    if not packable(rows, d):
+        raise ValueError(f"cannot pack a ({rows}, {d}) matrix: d must be a positive multiple of 4")
+    w = np.asarray(w, dtype=np.float32)
+    full = rows - rows % TILE
+    out = np.empty(rows * d, np.float32)                                            # (rows * d,)
+    out[: full * d].reshape(full // TILE, d // 4, TILE, 4)[...] = \
+        w[:full].reshape(full // TILE, TILE, d // 4, 4).transpose(0, 2, 1, 3)
+    out[full * d:] = w[full:].reshape(-1)
+    return out
+
+
+def unpack(p: np.ndarray, rows: int, d: int) -> np.ndarray:
+    """The inverse of `pack`: (rows, d) float32."""
+    full = rows - rows % TILE
+    w = np.empty((rows, d), np.float32)                                             # (rows, d)
+    w[:full] = p[: full * d].reshape(full // TILE, d // 4, TILE, 4).transpose(0, 2, 1, 3).reshape(full, d)
+    w[full:] = p[full * d:].reshape(rows - full, d)
+    return w
+
+
+def address(a: np.ndarray) -> int:
+    """The address of an array's first byte (in Pyodide: its offset in the WebAssembly memory)."""
+    return a.__array_interface__["data"][0]
+
+
+class Matvec:
+    """The loaded kernel: `m(packed, rows, d, x, out)` sets out (n, rows) = x (n, d) @ W.T for W packed by `pack`."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def __call__(self, packed: np.ndarray, rows: int, d: int, x: np.ndarray, out: np.ndarray) -> None:
+        n = x.shape[0]
+        if not (x.dtype == np.float32 and out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous
+                and x.shape == (n, d) and out.shape == (n, rows) and packed.size == rows * d):
+            raise ValueError(f"matvec wants float32 C-contiguous x ({n}, {d}) and out ({n}, {rows}), got "
+                             f"{x.dtype} {x.shape} and {out.dtype} {out.shape}")
+        self._fn(address(packed), rows, d, address(x), n, address(out))
+
+
+def load(path: str | Path | None = None) -> Matvec | None:
+    """The kernel where this Python runs on WebAssembly (Pyodide), else None (CPython has BLAS: reference.py's
+    "gemv"). Raises OSError with the loader's reason when the module is there but cannot be loaded (a runtime
+    without WebAssembly SIMD)."""
+    if sys.platform != "emscripten":
+        return None
+    import ctypes
+    lib = ctypes.CDLL(str(WASM if path is None else path))
+    fn = lib.exactspec_matvec
+    u32, i32 = ctypes.c_uint32, ctypes.c_int32      # addresses: wasm32 offsets up to 4 GiB
+    fn.argtypes = [u32, i32, i32, u32, i32, u32]
+    fn.restype = None
+    return Matvec(fn)

@@ -1,0 +1,116 @@
+"""The CPU fallback's WebAssembly SIMD matrix kernel (py/exactspec/matvec.wat, exactspec.simd): generated files
+current, the packed layout, and in Pyodide (where it runs) its results bit for bit those of a numpy emulation of
+its one order of operations, whatever the number of rows."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from exactspec import simd
+from exactspec.reference import ReferenceModel, _Packed
+from exactspec.micro import micro_config, micro_weights
+
+from conftest import ROOT
+
+
+def emulate(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The kernel's arithmetic in numpy, bit for bit (float32 multiplies and adds are IEEE-rounded in both): for each
+    output (r, i) a 4-lane accumulator a = a + x[r, j:j+4] * w[i, j:j+4] over column groups j in ascending order,
+    then (a0 + a1) + (a2 + a3). w (rows, d), x (n, d) float32 -> (n, rows)."""
+    n, d = x.shape
+    acc = np.zeros((n, w.shape[0], 4), np.float32)                                  # (n, rows, 4)
+    for j in range(0, d, 4):
+        acc = acc + x[:, None, j: j + 4] * w[None, :, j: j + 4]
+    return (acc[..., 0] + acc[..., 1]) + (acc[..., 2] + acc[..., 3])
+
+
+def test_generated_files_are_current():
+    """matvec.wat and matvec.wasm are what py/exactspec_build/matvec_wasm.py generates (wabt from package-lock)."""
+    if shutil.which("node") is None or not (ROOT / "node_modules" / "wabt").exists():
+        pytest.skip("node or node_modules/wabt missing (python build.py setup)")
+    from exactspec_build import matvec_wasm
+    assert matvec_wasm.WAT.read_text() == matvec_wasm.wat()
+    assert matvec_wasm.WASM.read_bytes() == matvec_wasm.assemble(matvec_wasm.wat())
+    assert matvec_wasm.WASM.read_bytes()[8:19] == b"\x00\x0f\x08dylink.0"     # a side module: dylink.0 first
+
+
+@pytest.mark.parametrize("rows,d", [(1, 4), (2, 4), (3, 8), (7, 12), (250, 96), (251, 160)])
+def test_pack_layout_roundtrip_and_rows(rows, d):
+    w = np.random.default_rng(rows).standard_normal((rows, d)).astype(np.float32)
+    p = simd.pack(w)
+    assert p.shape == (rows * d,) and p.dtype == np.float32
+    assert np.array_equal(simd.unpack(p, rows, d), w)
+    full = rows - rows % simd.TILE
+    if full:                                   # tile 0, column group 1: row 0's values 4..7, then row 1's
+        assert np.array_equal(p[8: 16], np.concatenate([w[0, 4:8], w[1, 4:8]])) if d >= 8 else True
+    ids = np.array([rows - 1, 0, rows // 2, rows - 1])
+    m = _Packed(w)
+    assert np.array_equal(m.take(ids), w[ids])
+
+
+def test_pack_refuses_widths_the_kernel_cannot_take():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        simd.pack(np.zeros((3, 6), np.float32))
+    cfg = micro_config()
+    with pytest.raises(ValueError, match="only where Python runs on WebAssembly"):
+        ReferenceModel.from_weights(cfg, micro_weights(cfg, 0), kernel="simd")      # CPython has no such kernel
+    assert simd.load() is None
+    odd = micro_config(dim=30, n_heads=3, n_kv_heads=1, head_dim=10, rope_dim=10, hidden_dim=50)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        ReferenceModel.from_weights(odd, micro_weights(odd, 0), kernel="simd")
+
+
+_KERNEL_CHECK = r"""
+import json
+import numpy as np
+from exactspec import simd
+%(emulate)s
+m = simd.load()
+res = {"loaded": m is not None, "bad": [], "cases": 0, "maxrel": 0.0}
+rng = np.random.default_rng(3)
+for rows, d in %(shapes)s:
+    w = rng.standard_normal((rows, d)).astype(np.float32)
+    p = simd.pack(w)
+    xs = rng.standard_normal((17, d)).astype(np.float32)
+    want = emulate(w, xs)
+    for n in list(range(1, 10)) + [17]:
+        for r0 in (0, 17 - n):
+            x = np.ascontiguousarray(xs[r0: r0 + n])
+            out = np.full((n, rows), np.nan, np.float32)
+            m(p, rows, d, x, out)
+            res["cases"] += 1
+            if not np.array_equal(out, want[r0: r0 + n]):
+                res["bad"].append([rows, d, n, r0])
+            exact = x.astype(np.float64) @ w.T.astype(np.float64)
+            res["maxrel"] = max(res["maxrel"], float(np.abs(out - exact).max() / max(1.0, np.abs(exact).max())))
+try:
+    m(p, rows, d, xs[:, :4], np.zeros((17, rows), np.float32))
+except ValueError as e:
+    res["refused"] = str(e)
+print("RESULT " + json.dumps(res))
+"""
+
+
+@pytest.mark.slow
+def test_kernel_in_pyodide_is_the_emulation_bit_for_bit():
+    """In Pyodide the kernel loads, and for widths 4..576, row counts odd and even (a last unpaired row), 1..9 and 17
+    input rows at two offsets, every output equals `emulate` bit for bit: so a row's bits never depend on how many
+    rows are multiplied with it (the chunks of 1..4 rows and both tile kinds all run), and are close to float64."""
+    import inspect
+
+    from bench._pyodide import run_python, unavailable
+
+    if unavailable():
+        pytest.skip(unavailable())
+    shapes = [(1, 4), (2, 8), (3, 12), (5, 4), (64, 96), (251, 160), (160, 576), (9, 1536)]
+    proc = run_python(_KERNEL_CHECK % {"emulate": inspect.getsource(emulate), "shapes": repr(shapes)}, timeout=600)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    res = json.loads(line[len("RESULT "):])
+    assert res["loaded"] and res["cases"] == len(shapes) * 20
+    assert res["bad"] == []
+    assert res["maxrel"] < 1e-5
+    assert "matvec wants float32 C-contiguous" in res["refused"]
