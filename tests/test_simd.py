@@ -86,6 +86,17 @@ for rows, d in %(shapes)s:
                 res["bad"].append([rows, d, n, r0])
             exact = x.astype(np.float64) @ w.T.astype(np.float64)
             res["maxrel"] = max(res["maxrel"], float(np.abs(out - exact).max() / max(1.0, np.abs(exact).max())))
+# several problems at once over stored rows of ld >= d floats (a packed KV cache: rows and columns past the ones
+# asked for are not read): each problem's outputs equal the emulation of its used block
+for H, rows_h, ld, rows, d, n in ((3, 128, 64, 64, 64, 5), (3, 32, 128, 32, 64, 3), (2, 6, 12, 4, 8, 2), (2, 5, 12, 5, 8, 3)):
+    ws = rng.standard_normal((H, rows_h, ld)).astype(np.float32)
+    packed = np.stack([simd.pack(w) for w in ws])                               # (H, rows_h * ld)
+    x = rng.standard_normal((H, n, d)).astype(np.float32)
+    out = np.full((H, n, rows), np.nan, np.float32)
+    m.heads(packed, rows, d, ld, x, out)
+    res["cases"] += 1
+    if not all(np.array_equal(out[h], emulate(np.ascontiguousarray(ws[h, :rows, :d]), x[h])) for h in range(H)):
+        res["bad"].append(["heads", H, rows_h, ld, rows, d, n])
 try:
     m(p, rows, d, xs[:, :4], np.zeros((17, rows), np.float32))
 except ValueError as e:
@@ -98,7 +109,8 @@ print("RESULT " + json.dumps(res))
 def test_kernel_in_pyodide_is_the_emulation_bit_for_bit():
     """In Pyodide the kernel loads, and for widths 4..576, row counts odd and even (a last unpaired row), 1..9 and 17
     input rows at two offsets, every output equals `emulate` bit for bit: so a row's bits never depend on how many
-    rows are multiplied with it (the chunks of 1..4 rows and both tile kinds all run), and are close to float64."""
+    rows are multiplied with it (the chunks of 1..4 rows and both tile kinds all run), and are close to float64; the
+    same for several problems at once over stored rows longer than the columns used (the attention's packed cache)."""
     import inspect
 
     from bench._pyodide import run_python, unavailable
@@ -110,7 +122,7 @@ def test_kernel_in_pyodide_is_the_emulation_bit_for_bit():
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     res = json.loads(line[len("RESULT "):])
-    assert res["loaded"] and res["cases"] == len(shapes) * 20
+    assert res["loaded"] and res["cases"] == len(shapes) * 20 + 4
     assert res["bad"] == []
     assert res["maxrel"] < 1e-5
     assert "matvec wants float32 C-contiguous" in res["refused"]

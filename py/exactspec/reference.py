@@ -32,7 +32,8 @@ product here ever multiplies a varying number of rows at once:
   - attention: a query at position p attends over _bucket_end(p) keys (its prefix rounded up to whole buckets of
     ATT_BUCKET), the keys past p masked to -inf; all rows of a forward that share a bucket go through numpy at once,
     but every reduction is per output over exactly that fixed width (see _attend), so a row's bits depend on p and
-    its prefix only;
+    its prefix only ("simd": the same with the kernel's dot products over a KV cache kept in its packed layout,
+    see _attend_simd);
   - element-wise work and row reductions (RMSNorm) run on the whole block; they are per-row by construction.
 tests/test_reference.py proves all of it bitwise for many chunkings, row counts 1..9, 17, 64, block cuts and bucket
 edges, for both kernels, in CPython and in Pyodide.
@@ -127,9 +128,24 @@ class _RowBlocks:
 
 
 def _simd_fits(c: ModelConfig) -> bool:
-    """Whether every matrix of a model with config c has a width the "simd" kernel takes (a multiple of 4)."""
+    """Whether every matrix of a model with config c has a width the "simd" kernel takes (a multiple of 4; the
+    attention's head_dim too: the KV cache is packed)."""
     from .simd import packable
-    return all(packable(1, w) for w in (c.dim, c.hidden_dim, c.n_heads * c.head_dim))
+    return all(packable(1, w) for w in (c.dim, c.hidden_dim, c.n_heads * c.head_dim, c.head_dim))
+
+
+def _zero_columns(v5: np.ndarray, a: int, b: int) -> None:
+    """Columns (positions) a..b-1 of a packed values^T cache v5 (n_kv, hd/2, cap/4, 2, 4) set to 0."""
+    p = a
+    while p < b and p % 4:
+        v5[:, :, p // 4, :, p % 4] = 0
+        p += 1
+    if p // 4 < b // 4:
+        v5[:, :, p // 4: b // 4] = 0
+        p = 4 * (b // 4)
+    while p < b:
+        v5[:, :, p // 4, :, p % 4] = 0
+        p += 1
 
 
 ATT_BUCKET = 64   # keys per attention bucket: a query at position p attends over _bucket_end(p) keys, masked
@@ -172,7 +188,7 @@ class ReferenceModel:
             from . import simd
             if not _simd_fits(c):
                 raise ValueError(f"kernel 'simd' needs every matrix width a multiple of 4 (dim {c.dim}, hidden_dim "
-                                 f"{c.hidden_dim}, n_heads * head_dim {qd})")
+                                 f"{c.hidden_dim}, n_heads * head_dim {qd}, head_dim {c.head_dim})")
             try:
                 self._simd = simd.load()
             except OSError as e:
@@ -302,9 +318,21 @@ class ReferenceModel:
         c = self.config
         cap = _bucket_end(min(self.max_len, max(need, 2 * self._cap)) - 1)      # whole attention buckets
         old = self._cap
+        nkv, hd = c.n_kv_heads, c.head_dim
         for i in range(c.n_layers):
-            k = np.zeros((c.n_kv_heads, cap, c.head_dim), np.float32)           # (n_kv_heads, cap, head_dim)
-            vt = np.zeros((c.n_kv_heads, c.head_dim, cap), np.float32)          # (n_kv_heads, head_dim, cap)
+            if self._simd is not None:        # the "simd" kernel's layout (see _attend_simd): tiles of 2 rows
+                k = np.zeros((nkv, cap // 2, hd // 4, 2, 4), np.float32)   # keys: rows = positions, columns = head_dim
+                vt = np.zeros((nkv, hd // 2, cap // 4, 2, 4), np.float32)  # values^T: rows = head_dim, columns = cap
+                if i < len(self._k):
+                    k[:, : old // 2] = self._k[i]
+                    vt[:, :, : old // 4] = self._vt[i]
+                    self._k[i], self._vt[i] = k, vt
+                else:
+                    self._k.append(k)
+                    self._vt.append(vt)
+                continue
+            k = np.zeros((nkv, cap, hd), np.float32)                            # (n_kv_heads, cap, head_dim)
+            vt = np.zeros((nkv, hd, cap), np.float32)                           # (n_kv_heads, head_dim, cap)
             if i < len(self._k):
                 k[:, :old] = self._k[i][:, :old]
                 vt[:, :, :old] = self._vt[i][:, :, :old]
@@ -424,14 +452,26 @@ class ReferenceModel:
             self._matvec(L["wqkv"], xn, qkv)
             qk = qkv[:, : qd + kd].reshape(n, nh + nkv, hd)                     # (n, n_heads + n_kv_heads, head_dim)
             self._rope(qk, cos, sin)                                            # q and k heads at once, in place
-            kc, vt = self._k[li], self._vt[li]                  # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
-            kc[:, start_pos: end] = qk[:, nh:].transpose(1, 0, 2)
-            vt[:, :, start_pos: end] = qkv[:, qd + kd:].reshape(n, nkv, hd).transpose(1, 2, 0)
-            vt[:, :, end: width_max] = 0                        # stale values past the end: exact zeros (see _attend)
             qg = (qk[:, :nh] * scale).reshape(n, nkv, rep, hd)                  # (n, n_kv, rep, head_dim)
-            for i0, i1, width, mask in groups:
-                self._attend(qg[i0:i1], kc[:, :width], vt[:, :, :width], mask,
-                             att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
+            if self._simd is not None:
+                k5, v5 = self._k[li], self._vt[li]      # (n_kv, cap/2, hd/4, 2, 4), (n_kv, hd/2, cap/4, 2, 4)
+                kn = qk[:, nh:].reshape(n, nkv, hd // 4, 4)                     # (n, n_kv, hd/4, 4)
+                vn = qkv[:, qd + kd:].reshape(n, nkv, hd // 2, 2)               # (n, n_kv, hd/2, 2)
+                for t in range(n):
+                    p = start_pos + t
+                    k5[:, p // 2, :, p % 2, :] = kn[t]
+                    v5[:, :, p // 4, :, p % 4] = vn[t]
+                _zero_columns(v5, end, width_max)       # stale values past the end: exact zeros (see _attend)
+                for i0, i1, width, mask in groups:
+                    self._attend_simd(qg[i0:i1], k5, v5, width, mask, att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
+            else:
+                kc, vt = self._k[li], self._vt[li]              # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
+                kc[:, start_pos: end] = qk[:, nh:].transpose(1, 0, 2)
+                vt[:, :, start_pos: end] = qkv[:, qd + kd:].reshape(n, nkv, hd).transpose(1, 2, 0)
+                vt[:, :, end: width_max] = 0                    # stale values past the end: exact zeros (see _attend)
+                for i0, i1, width, mask in groups:
+                    self._attend(qg[i0:i1], kc[:, :width], vt[:, :, :width], mask,
+                                 att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
             self._matvec(L["wo"], att, proj)
             x = x + proj
             xn = self._rmsnorm(x, L["ffn_norm"])                                # (n, dim)
@@ -495,6 +535,27 @@ class ReferenceModel:
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
         np.einsum("gkrt,kdt->gkrd", s, vt, out=out)
+
+    def _attend_simd(self, q: np.ndarray, k5: np.ndarray, v5: np.ndarray, width: int, mask: np.ndarray,
+                     out: np.ndarray) -> None:
+        """_attend's math with the "simd" kernel's products, over the packed cache (k5 keys, v5 values^T: tiles of 2
+        rows, see _grow). q (g, n_kv, rep, head_dim), mask (g, 1, 1, width), out (g, n_kv, rep, head_dim).
+        Scores: per KV head, (g * rep) query rows times the first `width` keys; probabilities: per row over exactly
+        `width` values; outputs: per KV head, the probability rows times the values' first `width` columns. Each is
+        the kernel's fixed-order dot product or a per-row reduction, so a row's bits depend on its position and
+        prefix only (masked keys: as in _attend)."""
+        g, nkv, rep, hd = q.shape
+        cap = 4 * v5.shape[2]
+        x = np.ascontiguousarray(q.transpose(1, 0, 2, 3)).reshape(nkv, g * rep, hd)   # (n_kv, g rep, head_dim)
+        s = np.empty((nkv, g * rep, width), np.float32)                               # (n_kv, g rep, width)
+        self._simd.heads(k5, width, hd, hd, x, s)
+        s.reshape(nkv, g, rep, width)[...] += mask.reshape(1, g, 1, width)
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+        o = np.empty((nkv, g * rep, hd), np.float32)                                  # (n_kv, g rep, head_dim)
+        self._simd.heads(v5, hd, width, cap, s, o)
+        out[...] = o.reshape(nkv, g, rep, hd).transpose(1, 0, 2, 3)
 
     # -- the batched step (exactspec.backend): the same passes one after another, with the same meaning ----------
     ahead_max = 0   # decode_ahead gains nothing on a CPU (no round trips to save): the decode loop leaves it unused

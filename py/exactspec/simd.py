@@ -55,18 +55,39 @@ def address(a: np.ndarray) -> int:
 
 
 class Matvec:
-    """The loaded kernel: `m(packed, rows, d, x, out)` sets out (n, rows) = x (n, d) @ W.T for W packed by `pack`."""
+    """The loaded kernel. `m(packed, rows, d, x, out)` sets out (n, rows) = x (n, d) @ W.T for W packed by `pack`;
+    `m.heads(...)` does it for several problems at once (the attention's KV heads)."""
 
     def __init__(self, fn):
         self._fn = fn
 
+    @staticmethod
+    def _check(x: np.ndarray, out: np.ndarray, xs: tuple, outs: tuple) -> None:
+        if not (x.dtype == np.float32 and out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous
+                and x.shape == xs and out.shape == outs):
+            raise ValueError(f"matvec wants float32 C-contiguous x {xs} and out {outs}, got "
+                             f"{x.dtype} {x.shape} and {out.dtype} {out.shape}")
+
     def __call__(self, packed: np.ndarray, rows: int, d: int, x: np.ndarray, out: np.ndarray) -> None:
         n = x.shape[0]
-        if not (x.dtype == np.float32 and out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous
-                and x.shape == (n, d) and out.shape == (n, rows) and packed.size == rows * d):
-            raise ValueError(f"matvec wants float32 C-contiguous x ({n}, {d}) and out ({n}, {rows}), got "
-                             f"{x.dtype} {x.shape} and {out.dtype} {out.shape}")
-        self._fn(address(packed), rows, d, address(x), n, address(out))
+        self._check(x, out, (n, d), (n, rows))
+        if packed.size != rows * d:
+            raise ValueError(f"packed weights hold {packed.size} floats, not {rows} x {d}")
+        self._fn(address(packed), rows, d, d, address(x), n, address(out), 1, 0, 0, 0)
+
+    def heads(self, packed: np.ndarray, rows: int, d: int, ld: int, x: np.ndarray, out: np.ndarray) -> None:
+        """For each h: out[h] (n, rows) = x[h] (n, d) @ W_h[:, :d].T, where W_h (rows_h >= rows, ld) is packed[h] in
+        `pack`'s layout with rows of ld floats (a KV cache: rows or columns beyond `rows` and `d` are not read; fewer
+        rows than stored must be whole tiles).
+        packed (H, ...) C-contiguous, x (H, n, d), out (H, n, rows)."""
+        H, n = x.shape[0], x.shape[1]
+        self._check(x, out, (H, n, d), (H, n, rows))
+        per = packed.size // H
+        if not (packed.flags.c_contiguous and packed.dtype == np.float32 and packed.shape[0] == H
+                and d <= ld and rows * ld <= per and d % 4 == 0 and ld % 4 == 0
+                and (rows % TILE == 0 or rows * ld == per)):     # fewer rows than stored: whole tiles only
+            raise ValueError(f"packed weights {packed.shape} do not hold {H} problems of {rows} x {d} (rows of {ld})")
+        self._fn(address(packed), rows, d, ld, address(x), n, address(out), H, 4 * per, 4 * n * d, 4 * n * rows)
 
 
 def load(path: str | Path | None = None) -> Matvec | None:
@@ -79,6 +100,6 @@ def load(path: str | Path | None = None) -> Matvec | None:
     lib = ctypes.CDLL(str(WASM if path is None else path))
     fn = lib.exactspec_matvec
     u32, i32 = ctypes.c_uint32, ctypes.c_int32      # addresses: wasm32 offsets up to 4 GiB
-    fn.argtypes = [u32, i32, i32, u32, i32, u32]
+    fn.argtypes = [u32, i32, i32, i32, u32, i32, u32, i32, u32, u32, u32]   # w rows d ld x n out heads w_hs x_hs out_hs
     fn.restype = None
     return Matvec(fn)
