@@ -89,12 +89,13 @@ class _Packed:
     """A weight matrix (rows, d) in the "simd" kernel's layout (exactspec.simd.pack): `w` the packed floats (the
     only copy kept), `rows`, `d`."""
 
-    __slots__ = ("w", "rows", "d")
+    __slots__ = ("w", "rows", "d", "address")
 
     def __init__(self, w: np.ndarray):
         from . import simd
         self.rows, self.d = w.shape
         self.w = simd.pack(w)                                                       # (rows * d,)
+        self.address = simd.address(self.w)                                         # (numpy never moves it)
 
     def take(self, ids: np.ndarray) -> np.ndarray:
         """Rows ids (n,) of the matrix, (n, d) float32 (an embedding lookup in a tied head)."""
@@ -370,7 +371,7 @@ class ReferenceModel:
     def _matvec(self, m: _RowBlocks | _Packed, x: np.ndarray, out: np.ndarray) -> None:
         """out (n, rows) = x (n, d) @ W (rows, d).T, C-contiguous float32, each row by itself (BATCH INVARIANCE)."""
         if self._simd is not None:
-            self._simd(m.w, m.rows, m.d, x, out)
+            self._simd(m.w, m.rows, m.d, x, out, m.address)
             return
         if self.kernel == "dot":
             for r0, r1, wb in m.blocks:                                         # wb (r1 - r0, d)

@@ -439,7 +439,7 @@ class Session:
     def memory_json(self) -> str:
         """Per role, the bytes its model holds where Python can see them (exactspec.memory(); the bench matrix):
         {role: {"name", "backend", "weights", "kv", "features", "scratch", "total"}}. The numpy reference reports its
-        arrays; a draft head its device-style figure (weights as stored + KV + scratch); a model on the WebGPU
+        arrays and its matrix kernel ("kernel"); a draft head its device-style figure (weights as stored + KV + scratch); a model on the WebGPU
         engine only its backend here (app/core.js adds the engine's buffers)."""
         out = {}
         for role, name in (("champion", self.champion), ("draft", self.draft)):
@@ -448,6 +448,8 @@ class Session:
                 continue
             be = m.backend
             rep = {"backend": m.backend_name}
+            if isinstance(getattr(be, "kernel", None), str):     # the numpy reference's matrix kernel ("simd" in Pyodide)
+                rep["kernel"] = be.kernel
             if hasattr(be, "memory"):
                 rep.update(be.memory())
             elif hasattr(be, "memory_bytes"):

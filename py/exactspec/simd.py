@@ -68,12 +68,15 @@ class Matvec:
             raise ValueError(f"matvec wants float32 C-contiguous x {xs} and out {outs}, got "
                              f"{x.dtype} {x.shape} and {out.dtype} {out.shape}")
 
-    def __call__(self, packed: np.ndarray, rows: int, d: int, x: np.ndarray, out: np.ndarray) -> None:
+    def __call__(self, packed: np.ndarray, rows: int, d: int, x: np.ndarray, out: np.ndarray,
+                 packed_address: int | None = None) -> None:
+        """packed_address: address(packed) when the caller keeps it (a call in Pyodide costs microseconds)."""
         n = x.shape[0]
         self._check(x, out, (n, d), (n, rows))
         if packed.size != rows * d:
             raise ValueError(f"packed weights hold {packed.size} floats, not {rows} x {d}")
-        self._fn(address(packed), rows, d, d, address(x), n, address(out), 1, 0, 0, 0)
+        self._fn(address(packed) if packed_address is None else packed_address, rows, d, d, address(x), n,
+                 address(out), 1, 0, 0, 0)
 
     def heads(self, packed: np.ndarray, rows: int, d: int, ld: int, x: np.ndarray, out: np.ndarray) -> None:
         """For each h: out[h] (n, rows) = x[h] (n, d) @ W_h[:, :d].T, where W_h (rows_h >= rows, ld) is packed[h] in

@@ -86,6 +86,8 @@ def test_greedy_matches_cli(session, server, models_dir, cli, query):
     assert got["token_ids"] == want["token_ids"]
     assert got["text"] == want["text"]
     assert got["stats"]["backend"] == r["backend"]
+    if r["backend"] == "cpu":                       # the CPU fallback multiplies with the WebAssembly SIMD kernel
+        assert session.js("exactspec.memory()")["models"]["champion"]["kernel"] == "simd"
     for key in ("target_passes", "draft_passes", "tau", "acceptance_by_position", "ttft_ms", "tokens_per_s"):
         assert key in got["stats"], key
     # raw prompt (no chat template) too
