@@ -54,14 +54,42 @@ def test_pack_layout_roundtrip_and_rows(rows, d):
 def test_pack_refuses_widths_the_kernel_cannot_take():
     with pytest.raises(ValueError, match="multiple of 4"):
         simd.pack(np.zeros((3, 6), np.float32))
-    cfg = micro_config()
-    with pytest.raises(ValueError, match="only where Python runs on WebAssembly"):
-        ReferenceModel.from_weights(cfg, micro_weights(cfg, 0), kernel="simd")      # CPython has no such kernel
-    assert simd.load() is None
     odd = micro_config(dim=30, n_heads=3, n_kv_heads=1, head_dim=10, rope_dim=10, hidden_dim=50)
     with pytest.raises(ValueError, match="multiple of 4"):
         ReferenceModel.from_weights(odd, micro_weights(odd, 0), kernel="simd")
+    assert ReferenceModel.from_weights(odd, micro_weights(odd, 0)).kernel == "gemv"      # "auto": CPython's BLAS
+    if simd.load() is not None:
+        with pytest.raises(ValueError, match="block_bytes is not used"):
+            ReferenceModel.from_weights(micro_config(), micro_weights(micro_config(), 0), kernel="simd", block_bytes=64)
 
+
+def test_native_kernel_is_the_emulation_bit_for_bit(tmp_path):
+    """In CPython on x86-64 (matvec.c, compiled on first use) the kernel runs the same checks as in Pyodide below:
+    every output equal to `emulate` bit for bit, so the same bits as Pyodide's WebAssembly kernel. Where it cannot be
+    built here (no C compiler, no AVX), "auto" is "gemv" and this says why."""
+    import inspect
+    import platform
+    m = simd.load()
+    if m is None:
+        pytest.skip(f"no native kernel here ({platform.machine()}, or no C compiler / AVX): CPython uses gemv")
+    src = _KERNEL_CHECK % {"emulate": inspect.getsource(emulate), "shapes": repr(SHAPES)}
+    src = src.replace('"/tmp/garbage.wasm"', repr(str(tmp_path / "garbage.so")))
+    src = src.replace('open("/tmp/garbage.wasm", "wb")', f'open({str(tmp_path / "garbage.so")!r}, "wb")')
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(src, "kernel_check", "exec"), {"__name__": "kernel_check"})
+    res = json.loads(buf.getvalue().split("RESULT ", 1)[1])
+    assert res["loaded"] and res["cases"] == len(SHAPES) * 20 + 4
+    assert res["bad"] == []
+    assert res["maxrel"] < 1e-5
+    assert "matvec wants float32 C-contiguous" in res["refused"]
+    assert (res["auto"], res["auto_odd"], res["auto_unloadable"]) == ("simd", "gemv", ["gemv", "gemv"])
+    assert len(res["simd_unloadable"]) == 2
+
+
+SHAPES = [(1, 4), (2, 8), (3, 12), (5, 4), (64, 96), (251, 160), (160, 576), (9, 1536)]
 
 _KERNEL_CHECK = r"""
 import json
@@ -101,6 +129,29 @@ try:
     m(p, rows, d, xs[:, :4], np.zeros((17, rows), np.float32))
 except ValueError as e:
     res["refused"] = str(e)
+# the model's choice: "auto" is "simd" where every width fits, else "dot"; a kernel that cannot load falls back too
+from exactspec.micro import micro_config, micro_weights
+from exactspec.reference import ReferenceModel
+cfg = micro_config()
+res["auto"] = ReferenceModel.from_weights(cfg, micro_weights(cfg, 0)).kernel
+odd = micro_config(dim=30, n_heads=3, n_kv_heads=1, head_dim=10, rope_dim=10, hidden_dim=50)
+res["auto_odd"] = ReferenceModel.from_weights(odd, micro_weights(odd, 0)).kernel
+real_load = simd.load
+try:
+    for bad in ("/nonexistent/matvec.wasm", "/tmp/garbage.wasm"):       # no file; a file that is not a module
+        open("/tmp/garbage.wasm", "wb").write(b"\0asm not a module")
+        simd.load = lambda path=None: real_load(bad)
+        res.setdefault("auto_unloadable", []).append(ReferenceModel.from_weights(cfg, micro_weights(cfg, 0)).kernel)
+        try:
+            ReferenceModel.from_weights(cfg, micro_weights(cfg, 0), kernel="simd")
+        except ValueError as e:
+            res.setdefault("simd_unloadable", []).append(str(e))
+finally:
+    simd.load = real_load
+# the tied head is kept once, packed: the weights' bytes are the parameters' (float32), the embedding not twice
+mm = ReferenceModel.from_weights(cfg, micro_weights(cfg, 0))
+n_params = sum(int(np.prod(a.shape)) for a in micro_weights(cfg, 0).values())
+res["weights_bytes"] = [mm.memory()["weights"], 4 * n_params]
 print("RESULT " + json.dumps(res))
 """
 
@@ -110,14 +161,16 @@ def test_kernel_in_pyodide_is_the_emulation_bit_for_bit():
     """In Pyodide the kernel loads, and for widths 4..576, row counts odd and even (a last unpaired row), 1..9 and 17
     input rows at two offsets, every output equals `emulate` bit for bit: so a row's bits never depend on how many
     rows are multiplied with it (the chunks of 1..4 rows and both tile kinds all run), and are close to float64; the
-    same for several problems at once over stored rows longer than the columns used (the attention's packed cache)."""
+    same for several problems at once over stored rows longer than the columns used (the attention's packed cache).
+    The model takes it where it can ("auto"), falls back to "dot" where a width does not fit or the module does not
+    load, and keeps a tied head once."""
     import inspect
 
     from bench._pyodide import run_python, unavailable
 
     if unavailable():
         pytest.skip(unavailable())
-    shapes = [(1, 4), (2, 8), (3, 12), (5, 4), (64, 96), (251, 160), (160, 576), (9, 1536)]
+    shapes = SHAPES
     proc = run_python(_KERNEL_CHECK % {"emulate": inspect.getsource(emulate), "shapes": repr(shapes)}, timeout=600)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
@@ -126,3 +179,6 @@ def test_kernel_in_pyodide_is_the_emulation_bit_for_bit():
     assert res["bad"] == []
     assert res["maxrel"] < 1e-5
     assert "matvec wants float32 C-contiguous" in res["refused"]
+    assert (res["auto"], res["auto_odd"], res["auto_unloadable"]) == ("simd", "dot", ["dot", "dot"])
+    assert len(res["simd_unloadable"]) == 2 and all("could not be loaded here" in e for e in res["simd_unloadable"])
+    assert res["weights_bytes"][0] == res["weights_bytes"][1]

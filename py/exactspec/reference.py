@@ -22,13 +22,15 @@ product here ever multiplies a varying number of rows at once:
       "dot" (numpy without a BLAS, i.e. Pyodide): np.einsum's per-output dot product (one call of numpy's
         sum_of_products_contig_contig_outstride0 per output element, over the whole input row in a fixed order),
         ~2x faster in WebAssembly than numpy's BLAS-less matmul;
-      "simd" (Pyodide only): WebAssembly SIMD (exactspec.simd, py/exactspec/matvec.wat): each matrix packed once at
+      "simd" (Pyodide; CPython on x86-64): WebAssembly SIMD (exactspec.simd, py/exactspec/matvec.wat): each matrix packed once at
         load into tiles of 2 output rows, streamed once per forward, every weight vector it loads multiplied into up
         to 4 input rows; each output (row, column) is one accumulator over the columns in ascending order whatever
         the tile or chunk (the argument in matvec.wat's header);
-    "auto" picks "gemv" when numpy has a BLAS, else "simd" when it loads (Pyodide) and every matrix's width is a
-    multiple of 4, else "dot". Different kernels give different bits (and CPython and Pyodide differ from each
-    other): a model's kernel is fixed at construction.
+        In CPython on x86-64 the same arithmetic runs in C (matvec.c, compiled on first use): its products have
+        the same bits in CPython and in Pyodide (whole forwards do not: numpy's exp and sums differ between the two
+        builds in the last bit);
+    "auto" picks "simd" when it loads and every matrix's width is a multiple of 4, else "gemv" when numpy has a BLAS,
+    else "dot". Different kernels give different bits: a model's kernel is fixed at construction.
   - attention: a query at position p attends over _bucket_end(p) keys (its prefix rounded up to whole buckets of
     ATT_BUCKET), the keys past p masked to -inf; all rows of a forward that share a bucket go through numpy at once,
     but every reduction is per output over exactly that fixed width (see _attend), so a row's bits depend on p and
@@ -183,8 +185,9 @@ class ReferenceModel:
         auto = kernel == "auto"
         self._simd = None
         qd, kd = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        fallback = "gemv" if numpy_has_blas() else "dot"
         if kernel == "auto":
-            kernel = "gemv" if numpy_has_blas() else ("simd" if _simd_fits(c) else "dot")
+            kernel = "simd" if _simd_fits(c) else fallback
         if kernel == "simd":
             from . import simd
             if not _simd_fits(c):
@@ -197,8 +200,9 @@ class ReferenceModel:
                     raise ValueError(f"kernel 'simd' could not be loaded here: {e}") from e
             if self._simd is None:
                 if not auto:
-                    raise ValueError("kernel 'simd' runs only where Python runs on WebAssembly (Pyodide)")
-                kernel = "dot"
+                    raise ValueError("kernel 'simd' runs in Pyodide, or in CPython on x86-64 with AVX and a C "
+                                     "compiler (none here)")
+                kernel = fallback
         self.kernel = kernel
         if self.kernel == "simd":                 # no row blocks: the kernel tiles the packed matrix itself
             if block_bytes not in (None, 0):

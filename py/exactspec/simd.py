@@ -1,12 +1,14 @@
-"""The CPU fallback's matrix kernel in Pyodide: WebAssembly SIMD (matvec.wasm, generated from
-py/exactspec_build/matvec_wasm.py; its text with the work split and the batch-invariance argument: matvec.wat).
+"""The CPU's matrix kernel "simd": WebAssembly SIMD in Pyodide (matvec.wasm, generated from
+py/exactspec_build/matvec_wasm.py; its text with the work split and the batch-invariance argument: matvec.wat), and
+the same arithmetic in C for CPython on x86-64 (matvec.c, compiled on first use): the same products, bit for bit,
+in both (tests/test_simd.py).
 
 Pyodide's numpy has neither a BLAS nor SIMD: there one row of a matrix product is compute-bound and k + 1 rows
 cost ~k + 1 passes. This kernel multiplies 4 floats per instruction, streams each weight matrix once per forward
 in memory order (weights packed in tiles of TILE output rows, `pack`) and multiplies every weight it loads into up
-to ROWS_MAX input rows. It runs only where WebAssembly is the machine (sys.platform 'emscripten'), loaded as an
-Emscripten side module into Pyodide's own memory, so numpy arrays are passed by address, without copies.
-Plain numpy (no js / pyodide imports): the loader uses ctypes, which Pyodide provides.
+to ROWS_MAX input rows. In Pyodide it is loaded as an Emscripten side module into Pyodide's own memory, so numpy
+arrays are passed by address, without copies; in CPython as a shared library. Plain numpy (no js / pyodide
+imports): the loader uses ctypes, which Pyodide provides too.
 """
 from __future__ import annotations
 
@@ -94,15 +96,68 @@ class Matvec:
 
 
 def load(path: str | Path | None = None) -> Matvec | None:
-    """The kernel where this Python runs on WebAssembly (Pyodide), else None (CPython has BLAS: reference.py's
-    "gemv"). Raises OSError with the loader's reason when the module is there but cannot be loaded (a runtime
-    without WebAssembly SIMD)."""
-    if sys.platform != "emscripten":
-        return None
+    """The kernel for this Python, or None where there is none (then reference.py uses "gemv" or "dot"):
+    in Pyodide (WebAssembly) matvec.wasm; in CPython on x86-64 with AVX, matvec.c compiled once (`native`).
+    Raises OSError with the loader's reason when Pyodide's module is there but cannot be loaded (a runtime without
+    WebAssembly SIMD)."""
     import ctypes
+    if sys.platform != "emscripten":
+        return native(path)
     lib = ctypes.CDLL(str(WASM if path is None else path))
-    fn = lib.exactspec_matvec
+    try:
+        fn = lib.exactspec_matvec
+    except AttributeError as e:                 # (Emscripten's dlopen may hand back a library without it)
+        raise OSError(f"{path or WASM}: no exactspec_matvec in it ({e})") from e
     u32, i32 = ctypes.c_uint32, ctypes.c_int32      # addresses: wasm32 offsets up to 4 GiB
     fn.argtypes = [u32, i32, i32, i32, u32, i32, u32, i32, u32, u32, u32]   # w rows d ld x n out heads w_hs x_hs out_hs
+    fn.restype = None
+    return Matvec(fn)
+
+
+def native(path: str | Path | None = None) -> Matvec | None:
+    """CPython on x86-64: matvec.c (the same arithmetic as matvec.wasm, so the same bits) compiled with the system C
+    compiler on first use into ~/.cache/exactspec (or the temp folder) under its source's sha256; None where there is
+    no compiler, no x86-64 or no AVX. path: an already built library."""
+    import ctypes
+    import hashlib
+    import os
+    import platform
+    import shutil
+    import subprocess
+    import tempfile
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    if path is None:
+        src = Path(__file__).with_name("matvec.c")
+        tag = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+        path = None
+        for base in (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"), Path(tempfile.gettempdir())):
+            out = base / "exactspec" / f"matvec-{tag}.so"
+            if out.exists():
+                path = out
+                break
+            cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc") or shutil.which("clang")
+            if cc is None:
+                return None
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+                r = subprocess.run([cc, "-O3", "-mavx", "-ffp-contract=off", "-fPIC", "-shared", "-o", str(tmp),
+                                    str(src)], capture_output=True, timeout=120)
+                if r.returncode != 0:
+                    return None
+                os.replace(tmp, out)                        # atomic: parallel test workers may build it together
+                path = out
+                break
+            except (OSError, subprocess.SubprocessError):
+                continue
+        if path is None:
+            return None
+    lib = ctypes.CDLL(str(path))
+    if not lib.exactspec_matvec_ok():
+        return None
+    fn = lib.exactspec_matvec
+    p, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+    fn.argtypes = [p, i32, i32, i32, p, i32, p, i32, i64, i64, i64]       # w rows d ld x n out heads w_hs x_hs out_hs
     fn.restype = None
     return Matvec(fn)
