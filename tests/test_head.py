@@ -151,7 +151,8 @@ def test_rows_past_the_champion_read_the_heads_own_features(micro):
     h = head
     f3 = h.predicted_features(3, 4)
     L = h.layer
-    x = L._rmsnorm(f3, h.feat_norm) @ h.fc_feat.w.T + L._rmsnorm(h.embed_rows([seq[4]]), h.emb_norm) @ h.fc_emb.w.T
+    x = (L._rmsnorm(f3, h.feat_norm) @ h.fc_feat.matrix().T
+         + L._rmsnorm(h.embed_rows([seq[4]]), h.emb_norm) @ h.fc_emb.matrix().T)
     h.truncate(4)
     want = L.forward([0], 4, 1, embeds=x)
     h.truncate(4)

@@ -62,31 +62,22 @@ static inline __attribute__((always_inline)) void last1(const float *p, int d, c
     }
 }
 
-static void tile2_c(const float *p, int d, const float *x, int c, float *o, int rows) {
-    switch (c) {
-    case 1: tile2(p, d, x, 1, o, rows); break;
-    case 2: tile2(p, d, x, 2, o, rows); break;
-    case 3: tile2(p, d, x, 3, o, rows); break;
-    case 4: tile2(p, d, x, 4, o, rows); break;
-    case 5: tile2(p, d, x, 5, o, rows); break;
-    case 6: tile2(p, d, x, 6, o, rows); break;
-    case 7: tile2(p, d, x, 7, o, rows); break;
-    default: tile2(p, d, x, 8, o, rows); break;
+/* f with a constant c (1..ROWS_MAX): one copy each, its accumulators in registers */
+#define WITH_CONSTANT_C(f) \
+    switch (c) { \
+    case 1: f(p, d, x, 1, o, rows); break; \
+    case 2: f(p, d, x, 2, o, rows); break; \
+    case 3: f(p, d, x, 3, o, rows); break; \
+    case 4: f(p, d, x, 4, o, rows); break; \
+    case 5: f(p, d, x, 5, o, rows); break; \
+    case 6: f(p, d, x, 6, o, rows); break; \
+    case 7: f(p, d, x, 7, o, rows); break; \
+    default: f(p, d, x, 8, o, rows); break; \
     }
-}
 
-static void last1_c(const float *p, int d, const float *x, int c, float *o, int rows) {
-    switch (c) {
-    case 1: last1(p, d, x, 1, o, rows); break;
-    case 2: last1(p, d, x, 2, o, rows); break;
-    case 3: last1(p, d, x, 3, o, rows); break;
-    case 4: last1(p, d, x, 4, o, rows); break;
-    case 5: last1(p, d, x, 5, o, rows); break;
-    case 6: last1(p, d, x, 6, o, rows); break;
-    case 7: last1(p, d, x, 7, o, rows); break;
-    default: last1(p, d, x, 8, o, rows); break;
-    }
-}
+static void tile2_c(const float *p, int d, const float *x, int c, float *o, int rows) { WITH_CONSTANT_C(tile2) }
+
+static void last1_c(const float *p, int d, const float *x, int c, float *o, int rows) { WITH_CONSTANT_C(last1) }
 
 int exactspec_matvec_ok(void) {
     __builtin_cpu_init();

@@ -22,13 +22,12 @@ product here ever multiplies a varying number of rows at once:
       "dot" (numpy without a BLAS, i.e. Pyodide): np.einsum's per-output dot product (one call of numpy's
         sum_of_products_contig_contig_outstride0 per output element, over the whole input row in a fixed order),
         ~2x faster in WebAssembly than numpy's BLAS-less matmul;
-      "simd" (Pyodide; CPython on x86-64): WebAssembly SIMD (exactspec.simd, py/exactspec/matvec.wat): each matrix packed once at
-        load into tiles of 2 output rows, streamed once per forward, every weight vector it loads multiplied into up
-        to 4 input rows; each output (row, column) is one accumulator over the columns in ascending order whatever
-        the tile or chunk (the argument in matvec.wat's header);
-        In CPython on x86-64 the same arithmetic runs in C (matvec.c, compiled on first use): its products have
-        the same bits in CPython and in Pyodide (whole forwards do not: numpy's exp and sums differ between the two
-        builds in the last bit);
+      "simd" (exactspec.simd): WebAssembly SIMD in Pyodide (py/exactspec/matvec.wat), the same arithmetic in C in
+        CPython on x86-64 (matvec.c, compiled on first use). Each matrix packed once at load into tiles of 2 output
+        rows, streamed once per forward, every weight vector it loads multiplied into several input rows; each
+        output (row, column) is one accumulator over the columns in ascending order whatever the tile or chunk (the
+        argument in matvec.wat's header). Its products have the same bits in CPython and in Pyodide, and so have
+        whole forwards (exp: see _exp32);
     "auto" picks "simd" when it loads and every matrix's width is a multiple of 4, else "gemv" when numpy has a BLAS,
     else "dot". Different kernels give different bits: a model's kernel is fixed at construction.
   - attention: a query at position p attends over _bucket_end(p) keys (its prefix rounded up to whole buckets of
@@ -38,7 +37,8 @@ product here ever multiplies a varying number of rows at once:
     see _attend_simd);
   - element-wise work and row reductions (RMSNorm) run on the whole block; they are per-row by construction.
 tests/test_reference.py proves all of it bitwise for many chunkings, row counts 1..9, 17, 64, block cuts and bucket
-edges, for both kernels, in CPython and in Pyodide.
+edges, for every kernel, in CPython and in Pyodide; tests/test_simd.py checks "simd" against a numpy emulation of its
+order, bit for bit, in both.
 Cost (py/bench/verify_cpu.py, SmolLM2-135M after 96 tokens, 2-core machine): a verify block still costs more than
 one row, because each extra row is a real pass over cached weights: in CPython an L2-resident sgemv (~80 GB/s)
 against the single row's DRAM stream (~20 GB/s), in Pyodide's scalar WebAssembly numpy (no SIMD, no BLAS) every
@@ -99,6 +99,11 @@ class _Packed:
         self.w = simd.pack(w)                                                       # (rows * d,)
         self.address = simd.address(self.w)                                         # (numpy never moves it)
 
+    def matrix(self) -> np.ndarray:
+        """The matrix (rows, d), unpacked (a copy)."""
+        from .simd import unpack
+        return unpack(self.w, self.rows, self.d)
+
     def take(self, ids: np.ndarray) -> np.ndarray:
         """Rows ids (n,) of the matrix, (n, d) float32 (an embedding lookup in a tied head)."""
         from .simd import TILE
@@ -129,12 +134,25 @@ class _RowBlocks:
         self.w = w                                                                  # (rows, d)
         self.blocks = [(r0, min(rows, r0 + step), w[r0: r0 + step]) for r0 in range(0, rows, step)]
 
+    def matrix(self) -> np.ndarray:
+        """The matrix (rows, d)."""
+        return self.w
+
 
 def _simd_fits(c: ModelConfig) -> bool:
     """Whether every matrix of a model with config c has a width the "simd" kernel takes (a multiple of 4; the
     attention's head_dim too: the KV cache is packed)."""
     from .simd import packable
     return all(packable(1, w) for w in (c.dim, c.hidden_dim, c.n_heads * c.head_dim, c.head_dim))
+
+
+def _exp32(x: np.ndarray) -> np.ndarray:
+    """exp of float32 x, float32: computed in float64 and rounded once, so the same bits in every numpy build (its
+    float32 exp differs between CPython's and Pyodide's in the last bit for ~40% of inputs; float64 exps differ in
+    their last bit, which one rounding to float32 hides: measured equal on 10^6 inputs). Every other operation of a
+    forward is correctly rounded or a sum in numpy's fixed pairwise order, so with "simd" a forward gives the same
+    bits in CPython and in Pyodide."""
+    return np.exp(x, dtype=np.float64).astype(np.float32)
 
 
 def _zero_columns(v5: np.ndarray, a: int, b: int) -> None:
@@ -483,7 +501,7 @@ class ReferenceModel:
             self._matvec(L["w13"], xn, ffh)
             g = ffh[:, : c.hidden_dim]                                          # (n, hidden)
             u = ffh[:, c.hidden_dim:]                                           # (n, hidden)
-            hact = np.ascontiguousarray((g / (np.float32(1.0) + np.exp(-g))) * u)   # (n, hidden)
+            hact = np.ascontiguousarray((g / (np.float32(1.0) + _exp32(-g))) * u)   # (n, hidden)
             self._matvec(L["w2"], hact, proj)
             x = x + proj
         self._length = end
@@ -537,7 +555,7 @@ class ReferenceModel:
         s = np.einsum("gkrd,ktd->gkrt", q, k)                                  # (g, n_kv, rep, width)
         s += mask
         s -= s.max(axis=-1, keepdims=True)
-        np.exp(s, out=s)
+        s[...] = _exp32(s)
         s /= s.sum(axis=-1, keepdims=True)
         np.einsum("gkrt,kdt->gkrd", s, vt, out=out)
 
@@ -556,7 +574,7 @@ class ReferenceModel:
         self._simd.heads(k5, width, hd, hd, x, s)
         s.reshape(nkv, g, rep, width)[...] += mask.reshape(1, g, 1, width)
         s -= s.max(axis=-1, keepdims=True)
-        np.exp(s, out=s)
+        s[...] = _exp32(s)
         s /= s.sum(axis=-1, keepdims=True)
         o = np.empty((nkv, g * rep, hd), np.float32)                                  # (n_kv, g rep, head_dim)
         self._simd.heads(v5, hd, width, cap, s, o)
