@@ -18,6 +18,7 @@
 ;; ascending order: a = a + x[r, j:j+4] * w[i, j:j+4] (f32x4.mul, then f32x4.add: WebAssembly rounds each, never
 ;; fuses); then out = (a0 + a1) + (a2 + a3). Every tile size and chunk size runs exactly these operations in this
 ;; order for every (r, i), so a row's bits never depend on n, on the other rows, or on which chunk it falls in.
+;; py/exactspec/matvec.c runs the same operations in the same order for CPython (the same bits).
 
 (module
   (import "env" "memory" (memory 1))

@@ -8,6 +8,8 @@ file generates, and the kernel's results in Pyodide (bitwise batch invariance, c
 Why a kernel of our own: Pyodide's numpy has no BLAS and no SIMD, so each row of a verify block cost ~0.9 of a whole
 pass there (issue 10). The text is generated because its tiles are the same code for 1..ROWS_MAX input rows;
 the arithmetic of one output is written once (`_mac`, `_hsum`). The layout and constants live in exactspec.simd.
+py/exactspec/matvec.c runs the same arithmetic for CPython (same bits): a change to the order of operations here must
+be made there too; tests/test_simd.py checks both against one numpy emulation.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ HEADER = f""";; matvec.wat: out (n, rows) = x (n, d) @ W (rows, d).T in float32,
 ;; ascending order: a = a + x[r, j:j+4] * w[i, j:j+4] (f32x4.mul, then f32x4.add: WebAssembly rounds each, never
 ;; fuses); then out = (a0 + a1) + (a2 + a3). Every tile size and chunk size runs exactly these operations in this
 ;; order for every (r, i), so a row's bits never depend on n, on the other rows, or on which chunk it falls in.
+;; py/exactspec/matvec.c runs the same operations in the same order for CPython (the same bits).
 """
 
 
