@@ -264,33 +264,31 @@ class ReferenceModel:
             self.out = self.embed                                                     # (vocab, dim)
         else:
             self.out = get("output.weight", (c.vocab_size, c.dim))                    # (vocab, dim)
-        self.layers = []
-        for i in range(c.n_layers):
-            p = f"blk.{i}."
-            self.layers.append({
-                "attn_norm": get(p + "attn_norm.weight", (c.dim,)),                  # (dim,)
-                "wqkv": np.ascontiguousarray(np.concatenate([                         # (qd + 2 kd, dim)
-                    get(p + "attn_q.weight", (qd, c.dim)), get(p + "attn_k.weight", (kd, c.dim)),
-                    get(p + "attn_v.weight", (kd, c.dim))], axis=0)),
-                "wo": get(p + "attn_output.weight", (c.dim, qd)),                     # (dim, qd)
-                "ffn_norm": get(p + "ffn_norm.weight", (c.dim,)),                     # (dim,)
-                "w13": np.ascontiguousarray(np.concatenate([                          # (2 hidden, dim)
-                    get(p + "ffn_gate.weight", (c.hidden_dim, c.dim)),
-                    get(p + "ffn_up.weight", (c.hidden_dim, c.dim))], axis=0)),
-                "w2": get(p + "ffn_down.weight", (c.dim, c.hidden_dim)),              # (dim, hidden)
-            })
-        # every matrix cut once into its fixed row blocks
+        # every matrix cut once into its fixed row blocks, or packed ("simd": as soon as it is read, so the unpacked
+        # copies do not all live at once: in Pyodide the heap never shrinks)
         self.block_bytes = block_bytes
         self._head = shared_head if shared_head is not None else self.blocked(self.out)
-        for L in self.layers:
-            for k in ("wqkv", "wo", "w13", "w2"):
-                L[k] = self.blocked(L[k])
         if self.kernel == "simd":
             self.out = None                       # packed in _head: the only copy kept (see embed_rows)
             if c.tied_embeddings:
                 self.embed = None
         elif shared_head is not None and self.embed is None:
             self.embed = shared_head.w            # tied: the shared (vocab, dim) matrix is the embedding
+        self.layers = []
+        for i in range(c.n_layers):
+            p = f"blk.{i}."
+            self.layers.append({
+                "attn_norm": get(p + "attn_norm.weight", (c.dim,)),                  # (dim,)
+                "wqkv": self.blocked(np.concatenate([                                 # (qd + 2 kd, dim)
+                    get(p + "attn_q.weight", (qd, c.dim)), get(p + "attn_k.weight", (kd, c.dim)),
+                    get(p + "attn_v.weight", (kd, c.dim))], axis=0)),
+                "wo": self.blocked(get(p + "attn_output.weight", (c.dim, qd))),       # (dim, qd)
+                "ffn_norm": get(p + "ffn_norm.weight", (c.dim,)),                     # (dim,)
+                "w13": self.blocked(np.concatenate([                                  # (2 hidden, dim)
+                    get(p + "ffn_gate.weight", (c.hidden_dim, c.dim)),
+                    get(p + "ffn_up.weight", (c.hidden_dim, c.dim))], axis=0)),
+                "w2": self.blocked(get(p + "ffn_down.weight", (c.dim, c.hidden_dim))),   # (dim, hidden)
+            })
         self.max_len = c.seq_len if max_len is None else min(int(max_len), c.seq_len)
         if self.max_len <= 0:
             raise ValueError("max_len must be positive")
