@@ -301,6 +301,7 @@ class ReferenceModel:
             raise ValueError(f"window must be >= 0, got {window}")
         self.window = int(window)
         self._length = 0
+        self._written = 0      # ("simd") values^T past this position are exact zeros: never written, or zeroed since
         self._grow(min(self.max_len, 256))
 
     # -- construction ---------------------------------------------------------------------------------------------
@@ -468,6 +469,8 @@ class ReferenceModel:
         att = np.empty((n, qd), np.float32)                                     # (n, qd)
         proj = np.empty((n, c.dim), np.float32)                                 # (n, dim)
         ffh = np.empty((n, 2 * c.hidden_dim), np.float32)                       # (n, 2 hidden)
+        stale = self._written                   # ("simd") until every layer is done: what may hold values
+        self._written = max(stale, end)
         for li, L in enumerate(self.layers):
             xn = self._rmsnorm(x, L["attn_norm"])                               # (n, dim)
             self._matvec(L["wqkv"], xn, qkv)
@@ -482,7 +485,8 @@ class ReferenceModel:
                     p = start_pos + t
                     k5[:, p // 2, :, p % 2, :] = kn[t]
                     v5[:, :, p // 4, :, p % 4] = vn[t]
-                _zero_columns(v5, end, width_max)       # stale values past the end: exact zeros (see _attend)
+                if stale > end:                         # stale values past the end (a rollback): exact zeros
+                    _zero_columns(v5, end, min(width_max, stale))           # (see _attend)
                 for i0, i1, width, mask in groups:
                     self._attend_simd(qg[i0:i1], k5, v5, width, mask, att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
             else:
@@ -503,6 +507,8 @@ class ReferenceModel:
             self._matvec(L["w2"], hact, proj)
             x = x + proj
         self._length = end
+        if self._simd is not None:              # every layer wrote start..end and zeroed end..width_max
+            self._written = end if stale <= width_max else stale
         if self._feat is not None:
             self._feat[start_pos: end] = x
         xn = self._rmsnorm(x[n - n_out:], self.out_norm)                        # (n_out, dim)
