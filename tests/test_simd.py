@@ -72,9 +72,8 @@ def test_native_kernel_is_the_emulation_bit_for_bit(tmp_path):
     m = simd.load()
     if m is None:
         pytest.skip(f"no native kernel here ({platform.machine()}, or no C compiler / AVX): CPython uses gemv")
-    src = _KERNEL_CHECK % {"emulate": inspect.getsource(emulate), "shapes": repr(SHAPES)}
-    src = src.replace('"/tmp/garbage.wasm"', repr(str(tmp_path / "garbage.so")))
-    src = src.replace('open("/tmp/garbage.wasm", "wb")', f'open({str(tmp_path / "garbage.so")!r}, "wb")')
+    src = _KERNEL_CHECK % {"emulate": inspect.getsource(emulate), "shapes": repr(SHAPES),
+                           "garbage": str(tmp_path / "garbage.so")}
     import contextlib
     import io
     buf = io.StringIO()
@@ -138,8 +137,8 @@ odd = micro_config(dim=30, n_heads=3, n_kv_heads=1, head_dim=10, rope_dim=10, hi
 res["auto_odd"] = ReferenceModel.from_weights(odd, micro_weights(odd, 0)).kernel
 real_load = simd.load
 try:
-    for bad in ("/nonexistent/matvec.wasm", "/tmp/garbage.wasm"):       # no file; a file that is not a module
-        open("/tmp/garbage.wasm", "wb").write(b"\0asm not a module")
+    for bad in ("/nonexistent/matvec.wasm", %(garbage)r):       # no file; a file that is not a module
+        open(%(garbage)r, "wb").write(b"\0asm not a module")
         simd.load = lambda path=None: real_load(bad)
         res.setdefault("auto_unloadable", []).append(ReferenceModel.from_weights(cfg, micro_weights(cfg, 0)).kernel)
         try:
@@ -171,7 +170,8 @@ def test_kernel_in_pyodide_is_the_emulation_bit_for_bit():
     if unavailable():
         pytest.skip(unavailable())
     shapes = SHAPES
-    proc = run_python(_KERNEL_CHECK % {"emulate": inspect.getsource(emulate), "shapes": repr(shapes)}, timeout=600)
+    proc = run_python(_KERNEL_CHECK % {"emulate": inspect.getsource(emulate), "shapes": repr(shapes),
+                                       "garbage": "/tmp/garbage.wasm"}, timeout=600)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     res = json.loads(line[len("RESULT "):])

@@ -301,7 +301,7 @@ class ReferenceModel:
             raise ValueError(f"window must be >= 0, got {window}")
         self.window = int(window)
         self._length = 0
-        self._written = 0      # ("simd") values^T past this position are exact zeros: never written, or zeroed since
+        self._written = 0      # cached values past this position are exact zeros: never written, or zeroed since
         self._grow(min(self.max_len, 256))
 
     # -- construction ---------------------------------------------------------------------------------------------
@@ -341,23 +341,18 @@ class ReferenceModel:
         cap = _bucket_end(min(self.max_len, max(need, 2 * self._cap)) - 1)      # whole attention buckets
         old = self._cap
         nkv, hd = c.n_kv_heads, c.head_dim
+        if self._simd is not None:            # the "simd" kernel's layout (see _attend_simd): tiles of 2 rows
+            k_shape = (nkv, cap // 2, hd // 4, 2, 4)      # keys: rows = positions, columns = head_dim
+            v_shape = (nkv, hd // 2, cap // 4, 2, 4)      # values^T: rows = head_dim, columns = positions
+            k_old, v_old = np.s_[:, : old // 2], np.s_[:, :, : old // 4]
+        else:
+            k_shape, v_shape = (nkv, cap, hd), (nkv, hd, cap)   # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
+            k_old, v_old = np.s_[:, :old], np.s_[:, :, :old]
         for i in range(c.n_layers):
-            if self._simd is not None:        # the "simd" kernel's layout (see _attend_simd): tiles of 2 rows
-                k = np.zeros((nkv, cap // 2, hd // 4, 2, 4), np.float32)   # keys: rows = positions, columns = head_dim
-                vt = np.zeros((nkv, hd // 2, cap // 4, 2, 4), np.float32)  # values^T: rows = head_dim, columns = cap
-                if i < len(self._k):
-                    k[:, : old // 2] = self._k[i]
-                    vt[:, :, : old // 4] = self._vt[i]
-                    self._k[i], self._vt[i] = k, vt
-                else:
-                    self._k.append(k)
-                    self._vt.append(vt)
-                continue
-            k = np.zeros((nkv, cap, hd), np.float32)                            # (n_kv_heads, cap, head_dim)
-            vt = np.zeros((nkv, hd, cap), np.float32)                           # (n_kv_heads, head_dim, cap)
+            k, vt = np.zeros(k_shape, np.float32), np.zeros(v_shape, np.float32)
             if i < len(self._k):
-                k[:, :old] = self._k[i][:, :old]
-                vt[:, :, :old] = self._vt[i][:, :, :old]
+                k[k_old] = self._k[i][k_old]
+                vt[v_old] = self._vt[i][v_old]
                 self._k[i], self._vt[i] = k, vt
             else:
                 self._k.append(k)
@@ -469,7 +464,7 @@ class ReferenceModel:
         att = np.empty((n, qd), np.float32)                                     # (n, qd)
         proj = np.empty((n, c.dim), np.float32)                                 # (n, dim)
         ffh = np.empty((n, 2 * c.hidden_dim), np.float32)                       # (n, 2 hidden)
-        stale = self._written                   # ("simd") until every layer is done: what may hold values
+        stale = self._written                   # until every layer is done: what may hold values
         self._written = max(stale, end)
         for li, L in enumerate(self.layers):
             xn = self._rmsnorm(x, L["attn_norm"])                               # (n, dim)
@@ -493,7 +488,8 @@ class ReferenceModel:
                 kc, vt = self._k[li], self._vt[li]              # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
                 kc[:, start_pos: end] = qk[:, nh:].transpose(1, 0, 2)
                 vt[:, :, start_pos: end] = qkv[:, qd + kd:].reshape(n, nkv, hd).transpose(1, 2, 0)
-                vt[:, :, end: width_max] = 0                    # stale values past the end: exact zeros (see _attend)
+                if stale > end:                                 # stale values past the end (a rollback): exact zeros
+                    vt[:, :, end: min(width_max, stale)] = 0    # (see _attend)
                 for i0, i1, width, mask in groups:
                     self._attend(qg[i0:i1], kc[:, :width], vt[:, :, :width], mask,
                                  att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
@@ -507,8 +503,7 @@ class ReferenceModel:
             self._matvec(L["w2"], hact, proj)
             x = x + proj
         self._length = end
-        if self._simd is not None:              # every layer wrote start..end and zeroed end..width_max
-            self._written = end if stale <= width_max else stale
+        self._written = end if stale <= width_max else stale    # every layer wrote start..end, zeroed end..width_max
         if self._feat is not None:
             self._feat[start_pos: end] = x
         xn = self._rmsnorm(x[n - n_out:], self.out_norm)                        # (n_out, dim)

@@ -439,8 +439,8 @@ class Session:
     def memory_json(self) -> str:
         """Per role, the bytes its model holds where Python can see them (exactspec.memory(); the bench matrix):
         {role: {"name", "backend", "weights", "kv", "features", "scratch", "total"}}. The numpy reference reports its
-        arrays and its matrix kernel ("kernel"); a draft head its device-style figure (weights as stored + KV + scratch); a model on the WebGPU
-        engine only its backend here (app/core.js adds the engine's buffers)."""
+        arrays and its matrix kernel ("kernel"); a draft head its device-style figure (weights as stored + KV +
+        scratch); a model on the WebGPU engine only its backend here (app/core.js adds the engine's buffers)."""
         out = {}
         for role, name in (("champion", self.champion), ("draft", self.draft)):
             m = self.models.get(name or "")

@@ -131,12 +131,12 @@ def native(path: str | Path | None = None) -> Matvec | None:
         src = Path(__file__).with_name("matvec.c")
         tag = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
         path = None
+        cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc") or shutil.which("clang")
         for base in (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"), Path(tempfile.gettempdir())):
             out = base / "exactspec" / f"matvec-{tag}.so"
             if out.exists():
                 path = out
                 break
-            cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc") or shutil.which("clang")
             if cc is None:
                 return None
             try:

@@ -252,8 +252,7 @@ class HeadModel:
         share = ids is None and champion.config.tied_embeddings
         lw = {"output_norm.weight": champion.out_norm}
         if not share:
-            lw["token_embd.weight"] = (champion.embed_rows(np.arange(cfg.vocab_size)) if ids is None
-                                       else champion.embed_rows(ids))                  # (rows, dim)
+            lw["token_embd.weight"] = champion.embed if ids is None else champion.embed_rows(ids)   # (rows, dim)
         lw.update({f"blk.0.{t}.weight": weights[f"blk.0.{t}.weight"] for t in LAYER_TENSORS})
         self.layer = ReferenceModel(cfg.layer_config(cfg.vocab_size if ids is None else len(ids)), lw,
                                     max_len=champion.max_len if max_len is None else max_len, keep_features=True,
