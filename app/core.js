@@ -142,6 +142,22 @@ export class Core {
     this.state.session = this.state.sessionMod.Session(this.state.backend);
   }
 
+  // The CPU kernel's threads (app/cpu_pool.js) for CPU models loaded from now on, when the backend is the CPU:
+  // threads undefined = the machine's cores (at most 4), 1 = none. -> {threads, why?} (the 'cpu' stage's detail)
+  async initCpuPool(threads) {
+    const state = this.state;
+    if (threads !== undefined) state.cpuThreads = threads;
+    if (state.backend !== 'cpu' || !state.session) return { threads: 0, why: 'not on the CPU' };
+    if (!state.cpuPool) {
+      const { CpuPool } = await import('./cpu_pool.js');
+      state.cpuPool = await CpuPool.create({ threads: state.cpuThreads, heap: () => state.py._module.HEAPU8 });
+      state.cpuPoolWhy = CpuPool.why;
+      if (!state.cpuPool) this.log('info', `the CPU kernel runs on one thread: ${CpuPool.why}`);
+    }
+    const n = state.session.set_cpu_pool(state.cpuPool || null);
+    return state.cpuPool ? { threads: n } : { threads: 1, why: state.cpuPoolWhy };
+  }
+
   // The GPU failed for good (device lost): reload the active models on the CPU; the answer so far stays committed.
   async fallbackToCpu(reason) {
     const state = this.state;
@@ -150,6 +166,7 @@ export class Core {
     state.gpuReason = `WebGPU failed: ${reason}`;
     state.gpu = null;
     state.gpuModels = {};
+    try { await this.initCpuPool(); } catch (e) { this.log('warn', `no CPU threads: ${errorText(e)}`); }
     for (const slot of SLOTS) {
       const name = state.active[slot];
       if (!name) continue;
@@ -340,7 +357,7 @@ export class Core {
     }
     const mod = state.py && state.py._module;
     const out = { models, gpu_buffers: gpu, wasm_heap: mod && mod.HEAP8 ? mod.HEAP8.buffer.byteLength : null,
-      js_heap_used: null, js_heap_total: null };
+      cpu_pool: state.cpuPool ? state.cpuPool.bytes : null, js_heap_used: null, js_heap_total: null };
     const pm = globalThis.performance && globalThis.performance.memory;
     if (pm) Object.assign(out, { js_heap_used: pm.usedJSHeapSize, js_heap_total: pm.totalJSHeapSize });
     else if (typeof process !== 'undefined' && process.memoryUsage) {

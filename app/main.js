@@ -156,6 +156,9 @@ function renderStages(events) {
     if (e && e.state === 'error') text += ` ✗ ${e.detail && e.detail.error}`;
     if (e && e.state === 'start') text += ' …';
     if (name === 'gpu' && e && e.detail && e.detail.backend === 'cpu') text += ' (CPU fallback)';
+    if (name === 'cpu' && e && e.state === 'done' && e.detail && e.detail.threads) {
+      text += ` (${e.detail.threads} thread${e.detail.threads > 1 ? 's' : ''}${e.detail.why ? ': ' + e.detail.why : ''})`;
+    }
     li.textContent = text;
     return li;
   }));
@@ -488,6 +491,7 @@ async function main() {
     if (champ) bootParams.champion = champ;
     if (params.get('draft')) bootParams.draft = params.get('draft');
     if (params.get('cpu') === '1') bootParams.force_cpu = true;
+    if (params.get('threads')) bootParams.threads = Number(params.get('threads'));   // the CPU kernel's (1: one)
     const faultError = await armFromUrl(location.search);     // ?faults=kind@phase:round,... (before boot)
     if (faultError) showError(faultError);
     const r = await exactspec.boot(bootParams);

@@ -41,7 +41,7 @@ export const EVT = Object.freeze({
                                 //  a damaged stored file and its re-import offer, a refused import)
 });
 
-export const STAGES = Object.freeze(['runtime', 'packages', 'gpu', 'weights', 'ready']);
+export const STAGES = Object.freeze(['runtime', 'packages', 'gpu', 'cpu', 'weights', 'ready']);
 
 // Settings: names, defaults and limits come from the Python core (py/exactspec/settings.py), written by the build
 // to /static/rules.js; nothing here spells them again.

@@ -53,6 +53,7 @@ async function boot(params = {}) {
   await core.stage('gpu', async () => core.initGpu(self.navigator.gpu, params,
     { shaderBase: new URL('/shaders/', self.location.origin) }));
   core.startSession();
+  await core.stage('cpu', async () => core.initCpuPool(params.threads));
 
   await core.stage('weights', async () => {
     state.store = await WeightStore.open();

@@ -35,6 +35,10 @@ def test_generated_files_are_current():
     assert matvec_wasm.WAT.read_text() == matvec_wasm.wat()
     assert matvec_wasm.WASM.read_bytes() == matvec_wasm.assemble(matvec_wasm.wat())
     assert matvec_wasm.WASM.read_bytes()[8:19] == b"\x00\x0f\x08dylink.0"     # a side module: dylink.0 first
+    # app/cpu_pool.js's module: the same text over a shared memory, a plain module
+    shared = matvec_wasm.wat(shared=True)
+    assert shared.replace(matvec_wasm.SHARED_MEMORY, matvec_wasm.MEMORY) == matvec_wasm.wat()
+    assert matvec_wasm.SHARED_WASM.read_bytes() == matvec_wasm.assemble(shared, side_module=False)
 
 
 @pytest.mark.parametrize("rows,d", [(1, 4), (2, 4), (3, 8), (7, 12), (250, 96), (251, 160)])

@@ -97,6 +97,7 @@ async function boot(params) {
   await core.stage('gpu', async () => core.initGpu(backend === 'cpu' ? null : await dawnGpu(backend),
     { force_cpu: backend === 'cpu' }, engineOptions));
   core.startSession();
+  await core.stage('cpu', async () => core.initCpuPool(params.threads));
   await core.stage('weights', async () => {
     const loaded = [];
     for (const [role, p, slot] of [['champion', params.champion, 'champion'], ['draft', params.draft, 'draft'],

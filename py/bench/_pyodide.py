@@ -25,6 +25,13 @@ await py.loadPackage([%(numpy)s], { messageCallback: () => {} });
 py.FS.mkdir('/host');
 py.FS.mount(py.FS.filesystems.NODEFS, { root: '/' }, '/host');
 py.runPython("import sys; sys.path.insert(0, '/host' + " + JSON.stringify(%(py)s) + ")");
+// threads > 1: app/cpu_pool.js, importable from Python as `exactspec_host.pool` (None when it could not start)
+if (%(threads)s > 1) {
+  const { CpuPool } = await import(%(pool)s);
+  const pool = await CpuPool.create({ threads: %(threads)s, heap: () => py._module.HEAPU8 });
+  if (!pool) { console.error('PYODIDE ERROR no CPU pool: ' + CpuPool.why); process.exit(1); }
+  py.registerJsModule('exactspec_host', { pool });
+}
 try {
   await py.runPythonAsync(fs.readFileSync(%(src)s, 'utf8'));
 } catch (e) {
@@ -51,9 +58,10 @@ def host_path(path: str | os.PathLike) -> str:
     return "/host" + str(Path(path).resolve())
 
 
-def run_python(source: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_python(source: str, timeout: float = 600, threads: int = 1) -> subprocess.CompletedProcess:
     """Run `source` in a fresh Pyodide; returns the finished process (stdout: what the source printed; on a Python
-    error, stderr's last line starting 'PYODIDE ERROR' carries its traceback)."""
+    error, stderr's last line starting 'PYODIDE ERROR' carries its traceback). threads > 1: the CPU kernel's thread
+    pool (app/cpu_pool.js) is started and importable as `exactspec_host.pool` (exactspec.simd.Pool(it))."""
     why = unavailable()
     if why:
         raise RuntimeError(f"cannot run Pyodide: {why}")
@@ -64,6 +72,7 @@ def run_python(source: str, timeout: float = 600) -> subprocess.CompletedProcess
         src.write_text(source, encoding="utf-8")
         runner = Path(tmp) / "run.mjs"
         runner.write_text(_RUNNER % {"core": json.dumps(CORE.as_uri()), "numpy": json.dumps(str(numpy_wheel)),
-                                     "py": json.dumps(str(ROOT / "py")), "src": json.dumps(str(src))},
+                                     "py": json.dumps(str(ROOT / "py")), "src": json.dumps(str(src)),
+                                     "threads": int(threads), "pool": json.dumps((ROOT / "app" / "cpu_pool.js").as_uri())},
                           encoding="utf-8")
         return subprocess.run(["node", str(runner)], capture_output=True, text=True, timeout=timeout, cwd=tmp)

@@ -4,7 +4,8 @@
 ;; Export exactspec_matvec(w, rows, d, ld, x, n, out, heads, w_hs, x_hs, out_hs): for each of `heads` problems h (w, x and
 ;; out advanced by h * w_hs, x_hs, out_hs bytes: the attention's KV heads), out (n, rows) = x (n, d) @ W (rows, d).T.
 ;; Byte addresses in the linear memory it imports (Pyodide's own: the module is an Emscripten side module, loaded
-;; with ctypes.CDLL, see exactspec.simd), all float32, d and ld multiples of 4.
+;; with ctypes.CDLL, see exactspec.simd), all float32, d and ld multiples of 4. app/cpu_pool.wasm is this module
+;; importing a shared memory instead (the import's only change), which app/cpu_pool.js's threads run together.
 ;;   w    W packed by exactspec.simd.pack with rows of ld >= d floats (only the first d columns are read): the first
 ;;        rows - rows % 2 rows in tiles of 2 output rows, a tile stored as (ld / 4, 2, 4) (for each group
 ;;        of 4 columns, its 2 rows' 4 values in turn), then the rows % 2 last rows as they are (ld values

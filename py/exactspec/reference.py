@@ -88,21 +88,39 @@ def numpy_has_blas() -> bool:
 
 
 class _Packed:
-    """A weight matrix (rows, d) in the "simd" kernel's layout (exactspec.simd.pack): `w` the packed floats (the
-    only copy kept), `rows`, `d`."""
+    """A weight matrix (rows, d) in the "simd" kernel's layout (exactspec.simd.pack), the only copy kept: `w` the
+    packed floats in this heap, or with a `pool` (exactspec.simd.Pool) `handle`, where the pool's shared memory
+    holds them (`w` None); `rows`, `d`."""
 
-    __slots__ = ("w", "rows", "d", "address")
+    __slots__ = ("w", "rows", "d", "address", "pool", "handle", "__weakref__")
 
-    def __init__(self, w: np.ndarray):
+    def __init__(self, w: np.ndarray, pool=None):
         from . import simd
         self.rows, self.d = w.shape
+        self.pool, self.handle, self.address = pool, None, None
         self.w = simd.pack(w)                                                       # (rows * d,)
-        self.address = simd.address(self.w)                                         # (numpy never moves it)
+        if pool is not None:
+            import weakref
+            self.handle = pool.store(self.w)
+            self.w = None                       # (the pool's copy is the only one)
+            weakref.finalize(self, pool.release, self.handle)
+        else:
+            self.address = simd.address(self.w)                                     # (numpy never moves it)
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.rows * self.d
+
+    def floats(self, start: int, stop: int) -> np.ndarray:
+        """The packed floats start .. stop (a view in this heap, or a copy read from the pool)."""
+        if self.w is not None:
+            return self.w[start:stop]
+        return self.pool.read(self.handle, start, np.empty(stop - start, np.float32))
 
     def matrix(self) -> np.ndarray:
         """The matrix (rows, d), unpacked (a copy)."""
         from .simd import unpack
-        return unpack(self.w, self.rows, self.d)
+        return unpack(self.floats(0, self.rows * self.d), self.rows, self.d)
 
     def take(self, ids: np.ndarray) -> np.ndarray:
         """Rows ids (n,) of the matrix, (n, d) float32 (an embedding lookup in a tied head)."""
@@ -110,12 +128,12 @@ class _Packed:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         d, full = self.d, self.rows - self.rows % TILE
         out = np.empty((ids.shape[0], d), np.float32)                               # (n, d)
-        tiles = self.w[: full * d].reshape(full // TILE, d // 4, TILE, 4)
-        inside = ids < full
-        out[inside] = tiles[ids[inside] // TILE, :, ids[inside] % TILE, :].reshape(-1, d)
-        for j in np.nonzero(~inside)[0]:
-            r = int(ids[j]) - full
-            out[j] = self.w[full * d + r * d: full * d + (r + 1) * d]
+        for j, i in enumerate(ids.tolist()):
+            if i < full:                        # its tile (d / 4, TILE, 4): the row's 4 floats of each column group
+                t0 = (i // TILE) * TILE * d
+                out[j] = self.floats(t0, t0 + TILE * d).reshape(d // 4, TILE, 4)[:, i % TILE, :].reshape(d)
+            else:
+                out[j] = self.floats(full * d + (i - full) * d, full * d + (i - full + 1) * d)
         return out
 
 
@@ -190,12 +208,14 @@ class ReferenceModel:
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None,
                  keep_features: bool = False, window: int = 0, kernel: str = "auto", block_bytes: int | None = None,
-                 shared_head=None):
+                 shared_head=None, pool=None):
         """keep_features: also keep the final hidden state of every row computed, by absolute position (see
         `feature_rows`; a draft head reads them). window > 0: each position attends to its last `window` positions
         only (itself included); 0: to its whole prefix. kernel, block_bytes: the matrix products (see KERNELS).
         shared_head: another model's `head_blocks` (same kernel, its LM head is these weights' output matrix) used
-        instead of cutting or packing a second copy (a draft head shares the champion's tied LM head)."""
+        instead of cutting or packing a second copy (a draft head shares the champion's tied LM head).
+        pool: an exactspec.simd.Pool (the browser's threads, app/cpu_pool.js) that holds the packed matrices and
+        multiplies them, with "simd" (used only when "simd" is the kernel; the same bits either way)."""
         c = config
         self.config = c
         if kernel not in KERNELS:
@@ -222,6 +242,7 @@ class ReferenceModel:
                                      "compiler (none here)")
                 kernel = fallback
         self.kernel = kernel
+        self.pool = pool if kernel == "simd" else None
         if self.kernel == "simd":                 # no row blocks: the kernel tiles the packed matrix itself
             if block_bytes not in (None, 0):
                 raise ValueError(f"block_bytes is not used by kernel 'simd', got {block_bytes!r}")
@@ -257,7 +278,8 @@ class ReferenceModel:
             self.embed = get("token_embd.weight", (c.vocab_size, c.dim))              # (vocab, dim)
         self.out_norm = get("output_norm.weight", (c.dim,))                           # (dim,)
         if shared_head is not None:
-            if (shared_head.w.size != c.vocab_size * c.dim) or (self.kernel == "simd") != isinstance(shared_head, _Packed):
+            size = shared_head.rows * shared_head.d if isinstance(shared_head, _Packed) else shared_head.w.size
+            if size != c.vocab_size * c.dim or (self.kernel == "simd") != isinstance(shared_head, _Packed):
                 raise ValueError(f"shared_head does not fit: vocab {c.vocab_size} x dim {c.dim}, kernel {self.kernel}")
             self.out = None
         elif c.tied_embeddings:
@@ -369,7 +391,7 @@ class ReferenceModel:
         """w (rows, d) float32 cut into this model's fixed row blocks, or packed for "simd": what _matvec multiplies
         (a draft head's own matrices go through its layer's _matvec this way)."""
         w = np.ascontiguousarray(w, dtype=np.float32)
-        return _Packed(w) if self.kernel == "simd" else _RowBlocks(w, self.block_bytes)
+        return _Packed(w, self.pool) if self.kernel == "simd" else _RowBlocks(w, self.block_bytes)
 
     @property
     def head_blocks(self) -> _RowBlocks | _Packed:
@@ -387,7 +409,10 @@ class ReferenceModel:
     def _matvec(self, m: _RowBlocks | _Packed, x: np.ndarray, out: np.ndarray) -> None:
         """out (n, rows) = x (n, d) @ W (rows, d).T, C-contiguous float32, each row by itself (BATCH INVARIANCE)."""
         if self._simd is not None:
-            self._simd(m.w, m.rows, m.d, x, out, m.address)
+            if m.handle is not None:
+                m.pool(m.handle, m.rows, m.d, x, out)
+            else:
+                self._simd(m.w, m.rows, m.d, x, out, m.address)
             return
         if self.kernel == "dot":
             for r0, r1, wb in m.blocks:                                         # wb (r1 - r0, d)
@@ -518,10 +543,11 @@ class ReferenceModel:
         multiplied; a tied head and shared arrays counted once), the KV cache as allocated (it grows in whole
         attention buckets and never shrinks, so this is also its peak), the kept features, scratch (rope tables)."""
         seen, weights = set(), 0
-        arrays = [self.embed, self.out_norm, self._head.w]
+        arrays = [self.embed, self.out_norm, self._head]
         for L in self.layers:
-            arrays += [v.w if isinstance(v, (_RowBlocks, _Packed)) else v for v in L.values()]
+            arrays += list(L.values())
         for a in arrays:
+            a = a.w if isinstance(a, _RowBlocks) else a                      # (_Packed: in this heap or the pool's)
             if a is not None and id(a) not in seen:
                 seen.add(id(a))
                 weights += a.nbytes

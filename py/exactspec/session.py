@@ -176,10 +176,11 @@ class _Count:
         self.vocab_size = n
 
 
-def load_model_files(path: str, backend=None, keep_features: bool = False, gguf=None):
+def load_model_files(path: str, backend=None, keep_features: bool = False, gguf=None, pool=None):
     """(backend, tokenizer, chat_template, config, summary) for a GGUF file or a Hugging Face folder; backend
     defaults to the numpy ReferenceModel (the CPU fallback; keep_features: it keeps the features a draft head
-    reads). A GGUF file is parsed once (or not at all: `gguf`, formats.GGUFFile of it)."""
+    reads; pool: its kernel's threads, exactspec.simd.Pool). A GGUF file is parsed once (or not at all: `gguf`,
+    formats.GGUFFile of it)."""
     from .tokenizer import Tokenizer
     if os.path.isdir(path):
         summary = _inspect_hf(path)
@@ -187,7 +188,7 @@ def load_model_files(path: str, backend=None, keep_features: bool = False, gguf=
         template = getattr(tok, "chat_template", None)
         if backend is None:
             from .reference import ReferenceModel
-            backend = ReferenceModel.from_file(path, keep_features=keep_features)
+            backend = ReferenceModel.from_file(path, keep_features=keep_features, pool=pool)
     else:
         from .formats.gguf import GGUFFile
         g = gguf if gguf is not None else GGUFFile(path)
@@ -196,7 +197,7 @@ def load_model_files(path: str, backend=None, keep_features: bool = False, gguf=
         tok = Tokenizer.from_gguf_metadata(g.metadata) if summary["has_tokenizer"] else None
         if backend is None:
             from .reference import ReferenceModel
-            backend = ReferenceModel(g.config(), g.lazy_weights(), keep_features=keep_features)
+            backend = ReferenceModel(g.config(), g.lazy_weights(), keep_features=keep_features, pool=pool)
     tok = fit_tokenizer(tok, backend.config, summary["format"])
     return backend, tok, template if isinstance(template, str) else None, backend.config, summary
 
@@ -213,6 +214,7 @@ class Session:
         self._cancel = False
         self._busy = False
         self._clock = clock
+        self._pool = None                   # exactspec.simd.Pool: the CPU kernel's threads (set_cpu_pool)
         self._cont: dict | None = None      # state for `continue`: ids so far and the live stream decoder
         self._parsed: dict = {}             # path -> ((size, mtime_ns), formats.GGUFFile): one parse per file
         self._recovering = False            # a device recovery reloads the models while an answer is running
@@ -307,7 +309,7 @@ class Session:
         else:
             # a CPU champion keeps its features: a draft head may read them
             be, tok, template, cfg, summary = load_model_files(path, backend, keep_features=role == "champion",
-                                                               gguf=parsed)
+                                                               gguf=parsed, pool=self._pool)
         if role == "champion" and tok is None:
             raise SessionError(f"{name}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json): "
                                "it can only be a draft")
@@ -450,6 +452,8 @@ class Session:
             rep = {"backend": m.backend_name}
             if isinstance(getattr(be, "kernel", None), str):     # the numpy reference's matrix kernel ("simd" in Pyodide)
                 rep["kernel"] = be.kernel
+                pool = getattr(be, "pool", None)
+                rep["threads"] = pool.threads if pool is not None else 1
             if hasattr(be, "memory"):
                 rep.update(be.memory())
             elif hasattr(be, "memory_bytes"):
@@ -461,6 +465,13 @@ class Session:
     def loaded(self) -> str:
         return json.dumps([{"name": m.name, "role": m.role, "config": m.config.to_json()}
                            for m in self.models.values()])
+
+    def set_cpu_pool(self, host) -> int:
+        """The browser's CPU kernel threads (app/cpu_pool.js; None: none) for the CPU models loaded from now on;
+        returns how many threads multiply their matrices."""
+        from .simd import Pool
+        self._pool = Pool(host) if host is not None else None
+        return self._pool.threads if self._pool is not None else 1
 
     # -- generation ---------------------------------------------------------------------------------------------
     def cancel(self) -> bool:

@@ -95,6 +95,52 @@ class Matvec:
         self._fn(address(packed), rows, d, ld, address(x), n, address(out), H, 4 * per, 4 * n * d, 4 * n * rows)
 
 
+def part(rows: int, t: int, threads: int) -> tuple[int, int]:
+    """The output rows [a, b) thread t of `threads` computes in a Pool: whole tiles, near-equal shares in order, the
+    last thread also the rows % TILE rows stored untiled (so every share starts on a tile: its packed floats are the
+    slice [a * d, b * d) and the kernel reads it as a matrix of b - a rows). app/cpu_pool.js splits the same way."""
+    tiles = rows // TILE
+    a = TILE * (tiles * t // threads)
+    b = rows if t == threads - 1 else TILE * (tiles * (t + 1) // threads)
+    return a, b
+
+
+class Pool:
+    """The kernel on several threads: the browser's CPU fallback when the page is cross-origin isolated
+    (app/cpu_pool.js). The packed weights live in a memory the threads share, outside Python's heap, and `host` (the
+    JS pool, passed in by the worker; plain Python never imports it) multiplies them:
+      host.store(address, nbytes) -> handle   copies packed floats from this heap into the shared memory
+      host.read(handle_byte, nbytes, address) copies them back (an embedding row, a test)
+      host.release(handle)                    frees them (a model unloaded)
+      host.matvec(handle, rows, d, x_address, n, out_address)
+                                              out (n, rows) = x (n, d) @ W.T, each thread the rows `part` gives it
+    Every output is computed by one thread with the kernel's one order of operations, so a row's bits are the
+    single-threaded kernel's (`emulate`d in tests/test_simd.py; the page's answers equal the CLI's)."""
+
+    def __init__(self, host):
+        self._host = host
+        self.threads = int(host.threads)
+
+    def store(self, packed: np.ndarray) -> int:
+        packed = np.ascontiguousarray(packed, dtype=np.float32)
+        return int(self._host.store(address(packed), packed.nbytes))
+
+    def read(self, handle: int, start: int, out: np.ndarray) -> np.ndarray:
+        """out (C-contiguous float32) = the stored floats start .. start + out.size of `handle`."""
+        if not (out.dtype == np.float32 and out.flags.c_contiguous):
+            raise ValueError("read wants a C-contiguous float32 array")
+        self._host.read(handle + 4 * start, out.nbytes, address(out))
+        return out
+
+    def release(self, handle: int) -> None:
+        self._host.release(handle)
+
+    def __call__(self, handle: int, rows: int, d: int, x: np.ndarray, out: np.ndarray) -> None:
+        n = x.shape[0]
+        Matvec._check(x, out, (n, d), (n, rows))
+        self._host.matvec(handle, rows, d, address(x), n, address(out))
+
+
 def load(path: str | Path | None = None) -> Matvec | None:
     """The kernel for this Python, or None where there is none (then reference.py uses "gemv" or "dot"):
     in Pyodide (WebAssembly) matvec.wasm; in CPython on x86-64 with AVX, matvec.c compiled once (`native`).

@@ -24,6 +24,9 @@ from exactspec.simd import ROWS_MAX, TILE  # noqa: E402  (the one definition of 
 
 WAT = ROOT / "py" / "exactspec" / "matvec.wat"
 WASM = ROOT / "py" / "exactspec" / "matvec.wasm"
+SHARED_WASM = ROOT / "app" / "cpu_pool.wasm"    # the same module over a shared memory: app/cpu_pool.js's threads
+MEMORY = '(import "env" "memory" (memory 1))'
+SHARED_MEMORY = '(import "env" "memory" (memory 1 65536 shared))'
 EXPORT = "exactspec_matvec"
 
 HEADER = f""";; matvec.wat: out (n, rows) = x (n, d) @ W (rows, d).T in float32, for the CPU fallback in Pyodide.
@@ -32,7 +35,8 @@ HEADER = f""";; matvec.wat: out (n, rows) = x (n, d) @ W (rows, d).T in float32,
 ;; Export {EXPORT}(w, rows, d, ld, x, n, out, heads, w_hs, x_hs, out_hs): for each of `heads` problems h (w, x and
 ;; out advanced by h * w_hs, x_hs, out_hs bytes: the attention's KV heads), out (n, rows) = x (n, d) @ W (rows, d).T.
 ;; Byte addresses in the linear memory it imports (Pyodide's own: the module is an Emscripten side module, loaded
-;; with ctypes.CDLL, see exactspec.simd), all float32, d and ld multiples of 4.
+;; with ctypes.CDLL, see exactspec.simd), all float32, d and ld multiples of 4. app/cpu_pool.wasm is this module
+;; importing a shared memory instead (the import's only change), which app/cpu_pool.js's threads run together.
 ;;   w    W packed by exactspec.simd.pack with rows of ld >= d floats (only the first d columns are read): the first
 ;;        rows - rows % {TILE} rows in tiles of {TILE} output rows, a tile stored as (ld / 4, {TILE}, 4) (for each group
 ;;        of 4 columns, its {TILE} rows' 4 values in turn), then the rows % {TILE} last rows as they are (ld values
@@ -113,9 +117,9 @@ def _rows_loop(tile_prefix: str, no: int) -> str:
       (local.set $i (i32.add (local.get $i) (i32.const {no})))"""
 
 
-def wat() -> str:
-    """The module's text."""
-    parts = [HEADER, "(module", '  (import "env" "memory" (memory 1))']
+def wat(shared: bool = False) -> str:
+    """The module's text (shared: importing a shared memory, for app/cpu_pool.js)."""
+    parts = [HEADER, "(module", "  " + (SHARED_MEMORY if shared else MEMORY)]
     parts += [_tile(f"$tile{c}", c, TILE) for c in range(1, ROWS_MAX + 1)]
     parts += [_tile(f"$last{c}", c, 1) for c in range(1, ROWS_MAX + 1)]
     parts.append(f"""  (func (export "{EXPORT}") (param $w0 i32) (param $rows i32) (param $d i32) (param $ld i32) (param $x0 i32)
@@ -156,9 +160,11 @@ import wabtInit from %(wabt)s;
 const wabt = await wabtInit();
 let src = '';
 for await (const chunk of process.stdin) src += chunk;
-const m = wabt.parseWat('matvec.wat', src, { simd: true });
-m.validate();
-process.stdout.write(Buffer.from(m.toBinary({ log: false, write_debug_names: false }).buffer));
+const m = wabt.parseWat('matvec.wat', src, { simd: true, threads: true });
+const bin = m.toBinary({ log: false, write_debug_names: false }).buffer;
+// V8 validates (wabt's validate refuses shared memories whatever its features say)
+if (!WebAssembly.validate(bin)) { console.error('the module does not validate'); process.exit(1); }
+process.stdout.write(Buffer.from(bin));
 """
 
 
@@ -171,9 +177,9 @@ def _dylink_section() -> bytes:
     return bytes([0, len(payload)]) + payload
 
 
-def assemble(text: str) -> bytes:
-    """The binary of `text` (wabt's wat2wasm, npm `wabt` as pinned in package-lock.json), as a side module: the
-    dylink.0 section first, as Emscripten's loader requires."""
+def assemble(text: str, side_module: bool = True) -> bytes:
+    """The binary of `text` (wabt's wat2wasm, npm `wabt` as pinned in package-lock.json); side_module: with the
+    dylink.0 section first, as Emscripten's loader requires (Pyodide's ctypes), else a plain module."""
     wabt = ROOT / "node_modules" / "wabt" / "index.js"
     if not wabt.exists():
         raise RuntimeError(f"{wabt} missing: run `npm ci` (or `python build.py setup`) first")
@@ -184,21 +190,25 @@ def assemble(text: str) -> bytes:
     b = r.stdout
     if b[:8] != b"\0asm\x01\0\0\0":
         raise RuntimeError("wat2wasm did not return a WebAssembly module")
-    return b[:8] + _dylink_section() + b[8:]
+    return b[:8] + _dylink_section() + b[8:] if side_module else b
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     text = wat()
     binary = assemble(text)
+    shared = assemble(wat(shared=True), side_module=False)
     if "--check" in argv:
-        same = WAT.exists() and WAT.read_text() == text and WASM.exists() and WASM.read_bytes() == binary
-        print("matvec.wat and matvec.wasm are up to date" if same
-              else "matvec.wat / matvec.wasm differ from py/exactspec_build/matvec_wasm.py: run it")
+        same = (WAT.exists() and WAT.read_text() == text and WASM.exists() and WASM.read_bytes() == binary
+                and SHARED_WASM.exists() and SHARED_WASM.read_bytes() == shared)
+        print("matvec.wat, matvec.wasm and cpu_pool.wasm are up to date" if same
+              else "matvec.wat / matvec.wasm / cpu_pool.wasm differ from py/exactspec_build/matvec_wasm.py: run it")
         return 0 if same else 1
     WAT.write_text(text)
     WASM.write_bytes(binary)
-    print(f"wrote {WAT.relative_to(ROOT)} and {WASM.relative_to(ROOT)} ({len(binary)} bytes)")
+    SHARED_WASM.write_bytes(shared)
+    print(f"wrote {WAT.relative_to(ROOT)}, {WASM.relative_to(ROOT)} ({len(binary)} bytes) and "
+          f"{SHARED_WASM.relative_to(ROOT)} ({len(shared)} bytes)")
     return 0
 
 

@@ -199,6 +199,9 @@ def make_server(port: int = 0, models: list[dict] | None = None, host: str = "12
             self.send_header("X-Content-Type-Options", "nosniff")
             self.send_header("Referrer-Policy", "no-referrer")
             self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+            # cross-origin isolated: SharedArrayBuffer, so the CPU fallback's kernel runs on threads (app/cpu_pool.js)
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
 
         def do_GET(self):
             self._send(False)

@@ -26,11 +26,16 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--backend", choices=["cpu", "default"], default="cpu")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="the CPU kernel's threads (the page's ?threads=; default: the page's own choice)")
     a = ap.parse_args()
     build.setup_pyodide()
     srv = build.make_server(0)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{srv.server_address[1]}/" + ("?cpu=1" if a.backend == "cpu" else "")
+    query = ["cpu=1"] if a.backend == "cpu" else []
+    if a.threads is not None:
+        query.append(f"threads={a.threads}")
+    url = f"http://127.0.0.1:{srv.server_address[1]}/" + ("?" + "&".join(query) if query else "")
     from playwright.sync_api import sync_playwright
     out = {}
     with tempfile.TemporaryDirectory() as prof, sync_playwright() as p:
@@ -47,6 +52,7 @@ def main() -> int:
             out[f"boot_{label}_s"] = round(time.time() - t0, 2)
             out[f"stages_{label}_ms"] = {s["stage"]: s["ms"] for s in r["stages"]}
             out["backend"] = r["backend"]
+            out["cpu_threads"] = next((s.get("threads") for s in r["stages"] if s["stage"] == "cpu"), None)
         # import time of the champion alone: download + streaming sha256 + OPFS write + GGUF validation
         champ = [m for m in r["models"] if m["role"] == "champion"][0]
         t0 = time.time()

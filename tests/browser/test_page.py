@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-STAGES = ["runtime", "packages", "gpu", "weights", "ready"]
+STAGES = ["runtime", "packages", "gpu", "cpu", "weights", "ready"]
 
 
 def wait_js(page, expr: str, timeout: float = 120.0):
@@ -87,7 +87,14 @@ def test_greedy_matches_cli(session, server, models_dir, cli, query):
     assert got["text"] == want["text"]
     assert got["stats"]["backend"] == r["backend"]
     if r["backend"] == "cpu":                       # the CPU fallback multiplies with the WebAssembly SIMD kernel
-        assert session.js("exactspec.memory()")["models"]["champion"]["kernel"] == "simd"
+        mem = session.js("exactspec.memory()")
+        assert mem["models"]["champion"]["kernel"] == "simd"
+        # on the cores of this machine (app/cpu_pool.js; the page is cross-origin isolated): the same bits as the CLI
+        cores = session.js("navigator.hardwareConcurrency")
+        assert session.js("crossOriginIsolated") is True
+        assert mem["models"]["champion"]["threads"] == max(1, min(cores, 4))
+        if cores > 1:
+            assert mem["cpu_pool"] >= mem["models"]["champion"]["weights"]     # the matrices live in the pool
     for key in ("target_passes", "draft_passes", "tau", "acceptance_by_position", "ttft_ms", "tokens_per_s"):
         assert key in got["stats"], key
     # raw prompt (no chat template) too

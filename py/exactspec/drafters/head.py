@@ -257,7 +257,8 @@ class HeadModel:
         self.layer = ReferenceModel(cfg.layer_config(cfg.vocab_size if ids is None else len(ids)), lw,
                                     max_len=champion.max_len if max_len is None else max_len, keep_features=True,
                                     window=cfg.window, kernel=champion.kernel, block_bytes=champion.block_bytes,
-                                    shared_head=champion.head_blocks if share else None)
+                                    shared_head=champion.head_blocks if share else None,
+                                    pool=getattr(champion, "pool", None))
         self.config = replace(self.layer.config, vocab_size=cfg.vocab_size)   # what a drafter sees
         self.embed_rows = champion.embed_rows                                  # ids (n,) -> (n, dim), shared
         f32 = lambda n: np.ascontiguousarray(weights[n], dtype=np.float32)  # noqa: E731

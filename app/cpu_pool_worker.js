@@ -1,0 +1,43 @@
+// cpu_pool_worker.js — one helper thread of app/cpu_pool.js (a browser Worker, or a Node worker thread).
+//
+// It gets the compiled kernel (app/cpu_pool.wasm), the shared memory and its thread number t, then loops: wait for
+// the control block's `gen` to move, compute its own output rows of the job written there (`part`, the pool's
+// split), count itself `done`. It spins for a moment before sleeping on `gen` (Atomics.wait), since a forward pass
+// asks for its products a few tens of microseconds apart.
+
+import { CTRL, part } from './cpu_pool.js';
+
+const SPIN_MS = 2;
+
+async function start({ module, memory, t }, reply) {
+  const { exports } = await WebAssembly.instantiate(module, { env: { memory } });
+  const fn = exports.exactspec_matvec;
+  const c = new Int32Array(memory.buffer, 0, 16);
+  reply({ ready: true });
+  let gen = Atomics.load(c, CTRL.gen);
+  for (;;) {
+    const t0 = performance.now();
+    let spins = 0;
+    while (Atomics.load(c, CTRL.gen) === gen) {
+      if ((++spins & 1023) === 0 && performance.now() - t0 > SPIN_MS) Atomics.wait(c, CTRL.gen, gen);
+    }
+    gen = Atomics.load(c, CTRL.gen);
+    if (Atomics.load(c, CTRL.quit)) return;
+    const rows = c[CTRL.rows], d = c[CTRL.d], m = c[CTRL.n], out = c[CTRL.out];
+    const [a, b] = part(rows, t, c[CTRL.threads]);
+    if (b > a) fn(c[CTRL.w] + 4 * a * d, b - a, d, d, c[CTRL.x], m, out + 4 * a * m, 1, 0, 0, 0);
+    Atomics.add(c, CTRL.done, 1);
+    Atomics.notify(c, CTRL.done);
+  }
+}
+
+function fail(reply, e) { reply({ error: String((e && e.message) || e) }); }
+
+if (typeof WorkerGlobalScope !== 'undefined') {
+  self.onmessage = (e) => { start(e.data, (m) => self.postMessage(m)).catch((err) => fail((m) => self.postMessage(m), err)); };
+} else {
+  const { parentPort } = await import('worker_threads');
+  parentPort.once('message', (msg) => {
+    start(msg, (m) => parentPort.postMessage(m)).catch((err) => fail((m) => parentPort.postMessage(m), err));
+  });
+}
