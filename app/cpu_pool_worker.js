@@ -1,13 +1,11 @@
 // cpu_pool_worker.js — one helper thread of app/cpu_pool.js (a browser Worker, or a Node worker thread).
 //
 // It gets the compiled kernel (app/cpu_pool.wasm), the shared memory and its thread number t, then loops: wait for
-// the control block's `gen` to move, compute its own output rows of the job written there (`part`, the pool's
-// split), count itself `done`. It spins for a moment before sleeping on `gen` (Atomics.wait), since a forward pass
+// the control block's `gen` to move, take chunks of the job written there (`next`; `part` gives a chunk's rows)
+// until none is left, counting each `done`. It spins for a moment before sleeping on `gen` (Atomics.wait), since a forward pass
 // asks for its products a few tens of microseconds apart.
 
-import { CTRL, part } from './cpu_pool.js';
-
-const SPIN_MS = 2;
+import { CTRL, SPIN_MS, claim, part } from './cpu_pool.js';
 
 async function start({ module, memory, t }, reply) {
   const { exports } = await WebAssembly.instantiate(module, { env: { memory } });
@@ -23,11 +21,14 @@ async function start({ module, memory, t }, reply) {
     }
     gen = Atomics.load(c, CTRL.gen);
     if (Atomics.load(c, CTRL.quit)) return;
-    const rows = c[CTRL.rows], d = c[CTRL.d], m = c[CTRL.n], out = c[CTRL.out];
-    const [a, b] = part(rows, t, c[CTRL.threads]);
-    if (b > a) fn(c[CTRL.w] + 4 * a * d, b - a, d, d, c[CTRL.x], m, out + 4 * a * m, 1, 0, 0, 0);
-    Atomics.add(c, CTRL.done, 1);
-    Atomics.notify(c, CTRL.done);
+    const rows = c[CTRL.rows], d = c[CTRL.d], m = c[CTRL.n], out = c[CTRL.out], C = c[CTRL.chunks];
+    const w = c[CTRL.w], x = c[CTRL.x];
+    for (let k = claim(c, gen, C); k >= 0; k = claim(c, gen, C)) {
+      const [a, b] = part(rows, k, C);
+      if (b > a) fn(w + 4 * a * d, b - a, d, d, x, m, out + 4 * a * m, 1, 0, 0, 0);
+      Atomics.add(c, CTRL.done, 1);
+      Atomics.notify(c, CTRL.done);
+    }
   }
 }
 

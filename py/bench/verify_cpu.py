@@ -1,7 +1,7 @@
 """What a verify block costs on the CPU fallback: the numpy reference on SmolLM2-135M in CPython AND in Pyodide (the
 browser worker's runtime, npm `pyodide` under Node), in one run. Prints one JSON object per runtime and a table.
 
-    python build.py bench verify_cpu [--reps 5] [--decode-tokens 24] [--no-pyodide] [--before REV]
+    python build.py bench verify_cpu [--reps 5] [--decode-tokens 24] [--no-pyodide] [--before REV] [--threads N]
 
 Per runtime and scheme, after a 96-token prefix: T_single (one token), T_verify(k) / T_single for k = 1..8 (k+1 rows,
 the ratio taken within each repetition), T(64 rows) / 64 (prefill), each as median [min-max] over --reps
@@ -9,7 +9,9 @@ repetitions, in wall-clock AND process CPU time (the machine is shared: CPU time
 tokens/s of plain greedy decoding through the product's decode loop (exactspec.decode.generate, speculation off).
 Schemes: "new" is exactspec.reference as it is (kernel "auto": "gemv" in CPython, "dot" in Pyodide); "before" is
 py/exactspec/reference.py at commit --before (default: the last commit with the row-at-a-time reference), loaded from
-git, same weights. Measurements of the schemes are interleaved (rep by rep, k by k).
+git, same weights; with --threads N > 1, in Pyodide also "pool": the same model with the page's kernel threads
+(app/cpu_pool.js, N threads, Node worker threads here). Measurements of the schemes are interleaved (rep by rep, k
+by k).
 Then the decode loop's per-round Python work for k = 4 on the champion's rows (scaled_logits, coupled noise, verify;
 see _round_overhead) with the old and the new exactspec.sampling, in the same runtimes.
 Runs with OPENBLAS_NUM_THREADS=1 unless set (see py/bench/reference.py).
@@ -69,7 +71,7 @@ def _stats(xs):
     return {"median": round(xs[len(xs) // 2], 4), "min": round(xs[0], 4), "max": round(xs[-1], 4)}
 
 
-async def measure(model_path: str, before_dir: str | None, reps: int, decode_tokens: int) -> dict:
+async def measure(model_path: str, before_dir: str | None, reps: int, decode_tokens: int, threads: int = 1) -> dict:
     """Run every measurement in this runtime; returns the figures (also printed as one JSON line). Async: Pyodide's
     event loop cannot block (the decode loop is awaited, as in the worker)."""
     import numpy as np
@@ -81,6 +83,10 @@ async def measure(model_path: str, before_dir: str | None, reps: int, decode_tok
     t0 = wall()
     config, weights = load_model_file(model_path)
     models = {"new": ReferenceModel.from_weights(config, weights, max_len=512)}
+    if threads > 1 and sys.platform == "emscripten":
+        import exactspec_host            # bench._pyodide.run_python(threads=N): app/cpu_pool.js
+        from exactspec.simd import Pool
+        models["pool"] = ReferenceModel.from_weights(config, weights, max_len=512, pool=Pool(exactspec_host.pool))
     if before_dir:
         models["before"] = _load_before(before_dir, "reference").ReferenceModel.from_weights(config, weights,
                                                                                              max_len=512)
@@ -110,7 +116,7 @@ async def measure(model_path: str, before_dir: str | None, reps: int, decode_tok
     out = {"runtime": "pyodide" if sys.platform == "emscripten" else "cpython", "python": sys.version.split()[0],
            "numpy": np.__version__, "load_s": round(load_s, 1), "prefix": PREFIX, "reps": reps, "schemes": {}}
     for s, m in models.items():
-        r = {"kernel": getattr(m, "kernel", "rows")}
+        r = {"kernel": getattr(m, "kernel", "rows"), "threads": m.pool.threads if getattr(m, "pool", None) else 1}
         for clock in ("wall", "cpu"):
             t = raw[s][clock]
             single = t[1]
@@ -226,6 +232,7 @@ def main(argv=None) -> int:
     ap.add_argument("--before", default=BEFORE,
                     help="git revision of the old reference and sampling ('' to skip them)")
     ap.add_argument("--no-pyodide", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="> 1: in Pyodide also the kernel on N threads ('pool')")
     args = ap.parse_args(argv)
     if not Path(args.model).exists():
         print(f"model file missing: {args.model} (python build.py setup)", file=sys.stderr)
@@ -251,8 +258,8 @@ def main(argv=None) -> int:
             else:
                 code = ("from bench.verify_cpu import measure\n"
                         f"await measure({host_path(args.model)!r}, {host_path(before) if before else None!r}, "
-                        f"{args.reps}, {args.decode_tokens})\n")
-                proc = run_python(code, timeout=3600)
+                        f"{args.reps}, {args.decode_tokens}, {args.threads})\n")
+                proc = run_python(code, timeout=3600, threads=args.threads)
                 line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
                 if line is None:
                     err = proc.stderr[proc.stderr.rfind("PYODIDE ERROR"):][-3000:]

@@ -99,12 +99,13 @@ class _Packed:
         self.rows, self.d = w.shape
         self.pool, self.handle, self.address = pool, None, None
         self.w = simd.pack(w)                                                       # (rows * d,)
-        if pool is not None:
+        handle = pool.store(self.w) if pool is not None else -1     # -1: the pool's memory is full
+        if handle >= 0:
             import weakref
-            self.handle = pool.store(self.w)
-            self.w = None                       # (the pool's copy is the only one)
-            weakref.finalize(self, pool.release, self.handle)
+            self.handle, self.w = handle, None  # (the pool's copy is the only one)
+            weakref.finalize(self, pool.release, handle)
         else:
+            self.pool = None                    # kept here, multiplied on this thread
             self.address = simd.address(self.w)                                     # (numpy never moves it)
 
     @property

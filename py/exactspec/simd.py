@@ -119,9 +119,11 @@ class Pool:
 
     def __init__(self, host):
         self._host = host
+        self._matvec = host.matvec          # (looked up once: an attribute of a JS object costs microseconds)
         self.threads = int(host.threads)
 
     def store(self, packed: np.ndarray) -> int:
+        """The handle of a copy of `packed` in the shared memory, or -1 when it is full (the caller keeps its own)."""
         packed = np.ascontiguousarray(packed, dtype=np.float32)
         return int(self._host.store(address(packed), packed.nbytes))
 
@@ -138,7 +140,7 @@ class Pool:
     def __call__(self, handle: int, rows: int, d: int, x: np.ndarray, out: np.ndarray) -> None:
         n = x.shape[0]
         Matvec._check(x, out, (n, d), (n, rows))
-        self._host.matvec(handle, rows, d, address(x), n, address(out))
+        self._matvec(handle, rows, d, address(x), n, address(out))
 
 
 def load(path: str | Path | None = None) -> Matvec | None:
