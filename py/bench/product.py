@@ -182,7 +182,7 @@ class ChromiumHost:
     name = "chromium"
 
     def __init__(self, backend: str, champion: Path, draft: Path | None, *, timeout: float = 1800,
-                 head: Path | None = None):
+                 head: Path | None = None, threads: int | None = None):
         sys.path.insert(0, str(ROOT))
         sys.path.insert(0, str(ROOT / "tests" / "browser"))
         import build
@@ -199,7 +199,8 @@ class ChromiumHost:
                            "sha256": sha256(Path(head)), "role": "draft", "default": False})
         self.srv = build.make_server(0, models)
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{self.srv.server_address[1]}/" + ("?cpu=1" if backend == "cpu" else "")
+        query = (["cpu=1"] if backend == "cpu" else []) + ([f"threads={threads}"] if threads else [])
+        url = f"http://127.0.0.1:{self.srv.server_address[1]}/" + ("?" + "&".join(query) if query else "")
         self.pw = sync_playwright().start()
         kw = {"headless": True, "args": CHROMIUM_ARGS}
         if chromium_path():
@@ -246,7 +247,7 @@ def open_host(a) -> NodeHost | ChromiumHost:
     if a.host == "node":
         return NodeHost(a.backend, Path(a.champion), draft, node=a.node, head=head,
                         engine_opts=json.loads(a.engine_opts) if a.engine_opts else None)
-    return ChromiumHost(a.backend, Path(a.champion), draft, head=head)
+    return ChromiumHost(a.backend, Path(a.champion), draft, head=head, threads=a.threads)
 
 
 # ---- the benchmark ----------------------------------------------------------------------------------------------
@@ -528,6 +529,9 @@ def table(report: dict) -> str:
     lines = [f"bench product: host {m['host']}, backend {m['backend']} ({m.get('adapter_text') or 'no GPU'}), "
              f"{m['runs']} run(s), {m['max_new_tokens']} new tokens at most, prompts per stratum {m['per_stratum']}",
              f"command: {m['command']}", ""]
+    cpu = next((x for x in ((m.get("boot") or {}).get("stages") or []) if x.get("stage") == "cpu"), None)
+    if cpu and cpu.get("threads"):
+        lines[0] += f", CPU kernel threads {cpu['threads']}" + (f" ({cpu['why']})" if cpu.get("why") else "")
     lines.append("champion alone (median [min-max] over runs of the stratum's tokens / seconds)")
     lines.append(f"{'stratum':<18} {'mode':<8} {'tok/s':<24} {'sub/token':>9} {'readback B/token':>16}")
     for r in report["alone"]:
@@ -562,6 +566,8 @@ def parse_args(argv=None):
     ap.add_argument("--host", choices=sorted(HOST_BACKENDS), default="chromium")
     ap.add_argument("--backend", default=None, help="chromium: cpu | webgpu (default cpu); node: opengl | vulkan | "
                                                     "cpu (default opengl)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="chromium, CPU fallback: the kernel's threads (the page's ?threads=; default its own choice)")
     ap.add_argument("--strata", default="all", help="comma list of workload strata, or all")
     ap.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default 2)")
     ap.add_argument("--drafters", default="none,ngram,model", help="comma list of none, ngram, model, head")
