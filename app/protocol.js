@@ -21,8 +21,9 @@ export const REQ = Object.freeze({
                                 //        or null (py/exactspec/session.py: bridge_info)}
   TIMINGS: 'timings',           // {prompt? | chat? | prompt_ids?, ks, reps, drafters, temperature, seed} -> pass times
                                 //  of the loaded models for the break-even formula (exactspec.timing; benchmarks)
-  MEMORY: 'memory',             // {} -> {models: {role: {backend, kernel?, weights, kv, features, scratch, total}}, gpu_buffers,
-                                //        wasm_heap, js_heap_used, js_heap_total} bytes (null where unknown)
+  MEMORY: 'memory',             // {} -> {models: {role: {backend, kernel?, threads?, weights, kv, features, scratch, total}},
+                                //        gpu_buffers, wasm_heap, cpu_pool (the CPU kernel's shared memory),
+                                //        js_heap_used, js_heap_total} bytes (null where unknown)
   BENCH_FIGURES: 'bench_figures', // {records, ttft, memory, ...} -> {summary, figures} (exactspec.benchmatrix)
   // fault injection and recovery (app/faults.js, py/exactspec/faults.py; issue 12)
   FAULTS: 'faults',             // {armed: [{id, kind, phase, round}]} -> {armed: n}  (the worker's copy of what is armed)

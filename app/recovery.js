@@ -220,6 +220,7 @@ export class DeviceRecovery {
       this.gpuBytes();
       r.memory.gpu_buffers_bytes = state.gpu ? this.peakGpu : null;
       r.memory.wasm_heap_bytes = Number.isInteger(heap) ? heap : null;
+      r.memory.cpu_pool_bytes = state.cpuPool ? state.cpuPool.bytes : null;   // the CPU kernel's shared memory
       if (state.py && /^[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}$/.test(String(state.py.version))) r.versions.pyodide = String(state.py.version);
       r.versions.engine = state.modelBackend.champion === 'webgpu' ? 'webgpu' : 'cpu';
       const info = state.gpu && state.gpu.engine && state.gpu.engine.adapterInfo;

@@ -14,7 +14,7 @@ A matrix document (DIR/matrix.json, or the page's receipt):
 answer: run, stratum, prompt_id, mode, seed, drafter, k, adaptive, n_tokens, tokens_per_s, elapsed_ms, ttft_ms, tau,
         rounds, target_passes, draft_passes, proposed, accepted, acceptance_by_position, identical (vs the
         champion alone's answer of the same run, prompt, mode and seed; None for the champion alone)
-sample: {"models": {role: {"backend", "weights", "kv", "features", "scratch", "total"}}, "wasm_heap",
+sample: {"models": {role: {"backend", "weights", "kv", "features", "scratch", "total"}}, "wasm_heap", "cpu_pool",
          "js_heap_used", "js_heap_total" (the worker's), "page_js_heap_used" (the page's), "gpu_buffers"}  (bytes;
          None where the host cannot tell)
 
@@ -242,7 +242,7 @@ MEMORY_PARTS = ("weights", "kv", "features", "scratch")
 
 
 def memory_peak(samples: list[dict]) -> dict:
-    """The largest value of each reported quantity over the samples: {"models": {role: {part: bytes}}, "wasm_heap",
+    """The largest value of each reported quantity over the samples: {"models": {role: {part: bytes}}, "wasm_heap", "cpu_pool",
     "js_heap_used", "js_heap_total", "gpu_buffers", "backend": {role: backend}}."""
     peak = {"models": {}, "backend": {}}
     for s in samples:
@@ -254,7 +254,7 @@ def memory_peak(samples: list[dict]) -> dict:
             for part in MEMORY_PARTS + ("total",):
                 if m.get(part) is not None:
                     p[part] = max(p.get(part, 0), m[part])
-        for key in ("wasm_heap", "js_heap_used", "js_heap_total", "page_js_heap_used", "gpu_buffers"):
+        for key in ("wasm_heap", "cpu_pool", "js_heap_used", "js_heap_total", "page_js_heap_used", "gpu_buffers"):
             if s.get(key) is not None:
                 peak[key] = max(peak.get(key) or 0, s[key])
     return peak
@@ -388,6 +388,7 @@ def figures(doc: dict, summary: dict | None = None) -> list[dict]:
                 cats.append(f"{role} {part} ({mp['backend'].get(role) or '?'})")
                 vals.append(m[part] / 1e6)
     for key, label in (("gpu_buffers", "GPU buffers, all"), ("wasm_heap", "WebAssembly heap"),
+                       ("cpu_pool", "CPU kernel's shared memory"),
                        ("js_heap_used", "JS heap used (worker)"), ("page_js_heap_used", "JS heap used (page)")):
         if mp.get(key):
             cats.append(label)

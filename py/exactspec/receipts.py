@@ -89,7 +89,7 @@ SCHEMA = {
         "timings": _obj({"ttft_ms": NUM_OR_NULL, "elapsed_ms": NUM_OR_NULL, "tokens_per_s": NUM_OR_NULL,
                          "tau": NUM_OR_NULL, "mask_ms": NUM_OR_NULL}),
         "memory": _obj({"gpu_buffers_bytes": COUNT_OR_NULL, "wasm_heap_bytes": COUNT_OR_NULL,
-                        "rss_peak_bytes": COUNT_OR_NULL}),
+                        "cpu_pool_bytes": COUNT_OR_NULL, "rss_peak_bytes": COUNT_OR_NULL}),
         "faults": {"type": "array", "maxItems": 64, "items": _obj({
             "kind": {"type": "string", "enum": list(KINDS)}, "phase": {"type": "string", "enum": list(PHASES)},
             "round": COUNT, "at_round": COUNT, "at_token": COUNT})},
@@ -278,7 +278,7 @@ def make_receipt(*, settings: dict, stats: dict, finish_reason: str, failed: str
                   attempts=_count(stats.get("attempts", 1)),
                   proposed_at=[_count(x) for x in (stats.get("proposed_at") or [])][:64],
                   accepted_at=[_count(x) for x in (stats.get("accepted_at") or [])][:64])
-    mem = {"gpu_buffers_bytes": None, "wasm_heap_bytes": None, "rss_peak_bytes": None}
+    mem = {"gpu_buffers_bytes": None, "wasm_heap_bytes": None, "cpu_pool_bytes": None, "rss_peak_bytes": None}
     for k, x in (memory or {}).items():
         if k in mem and x is not None:
             mem[k] = _count(x)

@@ -76,6 +76,9 @@ def cpu(browser, server):
         s.clean[mode] = a
     rc = s.js("exactspec.receipt()")               # a clean answer's receipt: the host's facts are in
     assert rc["memory"]["wasm_heap_bytes"] > 0 and rc["versions"]["pyodide"] == "0.27.7"
+    threads = s.js("exactspec.memory()")["models"]["champion"].get("threads")
+    if threads is not None:                         # on the CPU: its kernel's shared memory when it has threads
+        assert (rc["memory"]["cpu_pool_bytes"] or 0) > 0 if threads > 1 else rc["memory"]["cpu_pool_bytes"] is None
     shas = {m["name"]: m["sha256"] for m in s.js("exactspec.listModels()")}
     assert rc["artifacts"]["champion"]["sha256"] == shas["micro-chat"]
     assert rc["artifacts"]["draft"]["sha256"] == shas["micro-draft"]
