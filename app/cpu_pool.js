@@ -25,7 +25,7 @@ const ALIGN = 64;
 const PAGE = 65536;
 const MAX_PAGES = 32768;        // 2 GiB: a model whose matrices do not all fit keeps the rest in Pyodide's memory
 const ROWS_PER_CALL = 8;        // input rows per product (a longer x is done in chunks: rows are independent)
-const WAIT_LIMIT_MS = 30000;    // a helper that never answers: the product fails instead of hanging the answer
+const WAIT_LIMIT_MS = 5000;     // a helper that does not answer for this long: this thread goes on alone
 const CHUNKS_PER_THREAD = 2;  // (1, 2, 4, 8 measured on SmolLM2 in Pyodide, 2 cores: 2 was as fast as any)
 const SPIN_MS = 2;              // how long a thread spins on the control block before it sleeps on it
 const MIN_SHARED = 1 << 16;     // multiply-adds below which waking the helpers costs more than it saves
@@ -100,7 +100,12 @@ export class CpuPool {
         await ready;
         helpers.push(h);
       }
-      return new CpuPool(memory, instance.exports.exactspec_matvec, helpers, n, heap);
+      const pool = new CpuPool(memory, instance.exports.exactspec_matvec, helpers, n, heap);
+      for (const h of helpers) {
+        h.onError((e) => pool._lose(`a helper thread failed (${(e && e.message) || e})`));
+        h.on((msg) => { if (msg && msg.error) pool._lose(`a helper thread failed (${msg.error})`); });
+      }
+      return pool;
     } catch (e) {
       CpuPool.why = `the pool could not start (${e.message || e})`;
       return null;
@@ -121,6 +126,8 @@ export class CpuPool {
     this.scratchBytes = 0;
     this.bytesStored = 0;
     this.chunksPerThread = CHUNKS_PER_THREAD;
+    this.waitLimitMs = WAIT_LIMIT_MS;
+    this.alone = '';             // why this thread computes every product alone ('' while the helpers work)
   }
 
   get bytes() { return this.memory.buffer.byteLength; }
@@ -179,70 +186,93 @@ export class CpuPool {
     this._release(off);
   }
 
+  _scratch(need) {
+    if (need <= this.scratchBytes) return;
+    if (this.scratch) this._release(this.scratch);
+    this.scratch = this._alloc(Math.max(need, 2 * this.scratchBytes));
+    if (this.scratch < 0) { this.scratch = 0; this.scratchBytes = 0; throw new Error('CPU pool: out of memory'); }
+    this.scratchBytes = this.sizes.get(this.scratch);
+  }
+
+  /** From now on this thread computes every product alone (a helper failed or stopped answering). The scratch a
+   * helper may still write into is left allocated and never used again. */
+  _lose(why) {
+    if (this.alone) return;
+    this.alone = why;
+    this.scratch = 0;
+    this.scratchBytes = 0;
+    if (typeof console !== 'undefined') console.warn(`CPU pool: ${why}; the kernel goes on on one thread`);
+  }
+
   /** out (n, rows) at Pyodide address outAddr = x (n, d) at xAddr times the packed matrix at `handle`. */
   matvec(handle, rows, d, xAddr, n, outAddr) {
-    const tiles = Math.floor(rows / TILE);
     for (let r0 = 0; r0 < n; r0 += ROWS_PER_CALL) {
       const m = Math.min(ROWS_PER_CALL, n - r0);
-      const need = 4 * m * (d + rows);
-      if (need > this.scratchBytes) {
-        if (this.scratch) this._release(this.scratch);
-        this.scratch = this._alloc(Math.max(need, 2 * this.scratchBytes));
-        if (this.scratch < 0) { this.scratch = 0; this.scratchBytes = 0; throw new Error('CPU pool: out of memory'); }
-        this.scratchBytes = this.sizes.get(this.scratch);
+      if (!this._rows(handle, rows, d, xAddr, r0, m, n, outAddr)) this._rows(handle, rows, d, xAddr, r0, m, n, outAddr);
+    }
+  }
+
+  // rows r0 .. r0 + m of the product; false when a helper did not answer (the pool is then alone: call again)
+  _rows(handle, rows, d, xAddr, r0, m, n, outAddr) {
+    this._scratch(4 * m * (d + rows));
+    const x = this.scratch;
+    const out = x + 4 * m * d;
+    const buf = this.memory.buffer;
+    const heap = this.heap();
+    new Uint8Array(buf, x, 4 * m * d).set(heap.subarray(xAddr + 4 * r0 * d, xAddr + 4 * (r0 + m) * d));
+    const tiles = Math.floor(rows / TILE);
+    const C = this.alone || rows * d * m < MIN_SHARED ? 1
+      : Math.max(1, Math.min(tiles, this.threads * this.chunksPerThread));
+    const c = this.ctrl;
+    if (C > 1) {
+      const gen = (Atomics.load(c, CTRL.gen) + 1) | 0;
+      // the new job's tag with no chunk open first: a helper still on an older job claims nothing while its sizes
+      // are overwritten
+      Atomics.store(c, CTRL.next, ((gen & 0xffff) << 16) | 0xffff);
+      c[CTRL.w] = handle; c[CTRL.rows] = rows; c[CTRL.d] = d; c[CTRL.x] = x; c[CTRL.n] = m; c[CTRL.out] = out;
+      c[CTRL.chunks] = C;
+      Atomics.store(c, CTRL.done, 0);
+      Atomics.store(c, CTRL.next, (gen & 0xffff) << 16);          // chunk 0 open
+      Atomics.store(c, CTRL.gen, gen);
+      Atomics.notify(c, CTRL.gen);
+      let mine = 0;
+      for (let k = claim(c, gen, C); k >= 0; k = claim(c, gen, C)) {
+        const [a, b] = part(rows, k, C);
+        if (b > a) this.fn(handle + 4 * a * d, b - a, d, d, x, m, out + 4 * a * m, 1, 0, 0, 0);
+        mine++;
       }
-      const x = this.scratch;
-      const out = x + 4 * m * d;
-      const buf = this.memory.buffer;
-      const heap = this.heap();
-      new Uint8Array(buf, x, 4 * m * d).set(heap.subarray(xAddr + 4 * r0 * d, xAddr + 4 * (r0 + m) * d));
-      const C = rows * d * m < MIN_SHARED ? 1 : Math.max(1, Math.min(tiles, this.threads * this.chunksPerThread));
-      const c = this.ctrl;
-      if (C > 1) {
-        const gen = (Atomics.load(c, CTRL.gen) + 1) | 0;
-        // the new job's tag with no chunk open first: a helper still on an older job claims nothing while its sizes
-        // are overwritten
-        Atomics.store(c, CTRL.next, ((gen & 0xffff) << 16) | 0xffff);
-        c[CTRL.w] = handle; c[CTRL.rows] = rows; c[CTRL.d] = d; c[CTRL.x] = x; c[CTRL.n] = m; c[CTRL.out] = out;
-        c[CTRL.chunks] = C;
-        Atomics.store(c, CTRL.done, 0);
-        Atomics.store(c, CTRL.next, (gen & 0xffff) << 16);          // chunk 0 open
-        Atomics.store(c, CTRL.gen, gen);
-        Atomics.notify(c, CTRL.gen);
-        let mine = 0;
-        for (let k = claim(c, gen, C); k >= 0; k = claim(c, gen, C)) {
-          const [a, b] = part(rows, k, C);
-          if (b > a) this.fn(handle + 4 * a * d, b - a, d, d, x, m, out + 4 * a * m, 1, 0, 0, 0);
-          mine++;
-        }
-        const t0 = performance.now();
-        let spins = 0;
-        for (;;) {
-          const done = Atomics.load(c, CTRL.done);
-          if (done + mine >= C) break;
-          // spin while a chunk may still be running (sleeping and being woken costs tens of microseconds), then sleep
-          if ((++spins & 255) === 0 && performance.now() - t0 > SPIN_MS) {
-            Atomics.wait(c, CTRL.done, done, 1);
-            if (performance.now() - t0 > WAIT_LIMIT_MS) throw new Error('CPU pool: a helper thread stopped answering');
+      const t0 = performance.now();
+      let spins = 0;
+      for (;;) {
+        const done = Atomics.load(c, CTRL.done);
+        if (done + mine >= C) break;
+        // spin while a chunk may still be running (sleeping and being woken costs tens of microseconds), then sleep
+        if ((++spins & 255) === 0 && performance.now() - t0 > SPIN_MS) {
+          Atomics.wait(c, CTRL.done, done, 1);
+          if (performance.now() - t0 > this.waitLimitMs) {
+            Atomics.store(c, CTRL.next, ((gen & 0xffff) << 16) | 0xffff);   // nothing more to claim in this job
+            this._lose(`a helper thread stopped answering for ${this.waitLimitMs} ms`);
+            return false;
           }
         }
-      } else {
-        this.fn(handle, rows, d, d, x, m, out, 1, 0, 0, 0);
       }
-      // each chunk's outputs (m, b - a) in turn: gather them into out's rows
-      const f32 = new Float32Array(buf);
-      const dst = new Float32Array(heap.buffer);
-      for (let k = 0; k < C; k++) {
-        const [ka, kb] = part(rows, k, C);
-        const w = kb - ka;
-        if (w <= 0) continue;
-        const src = out / 4 + ka * m;
-        if (m === 1) { dst.set(f32.subarray(src, src + w), outAddr / 4 + r0 * rows + ka); continue; }
-        for (let r = 0; r < m; r++) {
-          dst.set(f32.subarray(src + r * w, src + (r + 1) * w), outAddr / 4 + (r0 + r) * rows + ka);
-        }
+    } else {
+      this.fn(handle, rows, d, d, x, m, out, 1, 0, 0, 0);
+    }
+    // each chunk's outputs (m, b - a) in turn: gather them into out's rows
+    const f32 = new Float32Array(buf);
+    const dst = new Float32Array(heap.buffer);
+    for (let k = 0; k < C; k++) {
+      const [ka, kb] = part(rows, k, C);
+      const w = kb - ka;
+      if (w <= 0) continue;
+      const src = out / 4 + ka * m;
+      if (m === 1) { dst.set(f32.subarray(src, src + w), outAddr / 4 + r0 * rows + ka); continue; }
+      for (let r = 0; r < m; r++) {
+        dst.set(f32.subarray(src + r * w, src + (r + 1) * w), outAddr / 4 + (r0 + r) * rows + ka);
       }
     }
+    return true;
   }
 
   close() {

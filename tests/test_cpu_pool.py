@@ -117,6 +117,20 @@ before = host.bytesStored
 del on_pool, half, m
 import gc; gc.collect()
 res["freed"] = [before - host.bytesStored, held]
+# a helper that is gone: the others (and this thread) take its chunks; a pool that lost its helpers for good goes on
+# alone: the same bits either way
+w = rng.standard_normal((251, 160)).astype(np.float32)
+h = pool.store(simd.pack(w))
+x = rng.standard_normal((5, 160)).astype(np.float32)
+want = emulate(w, x)
+host.helpers[0].stop()
+out = np.full((5, 251), np.nan, np.float32)
+pool(h, 251, 160, x, out)
+res["helper_gone"] = [bool(np.array_equal(out, want)), str(host.alone)]
+host._lose("told to, by the test")
+out = np.full((5, 251), np.nan, np.float32)
+pool(h, 251, 160, x, out)
+res["alone"] = [bool(np.array_equal(out, want)), str(host.alone)]
 print("RESULT " + json.dumps(res))
 """
 
@@ -143,6 +157,8 @@ def test_pool_in_pyodide_is_the_kernel_bit_for_bit():
     assert res["half"] == [True, True]
     assert res["models_same"]
     assert res["freed"][0] == res["freed"][1] > 0           # unloaded models give their matrices back
+    assert res["helper_gone"] == [True, ""]
+    assert res["alone"] == [True, "told to, by the test"]
 
 
 def test_a_model_on_a_pool_in_cpython():
