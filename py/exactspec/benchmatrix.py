@@ -388,7 +388,7 @@ def figures(doc: dict, summary: dict | None = None) -> list[dict]:
                 cats.append(f"{role} {part} ({mp['backend'].get(role) or '?'})")
                 vals.append(m[part] / 1e6)
     for key, label in (("gpu_buffers", "GPU buffers, all"), ("wasm_heap", "WebAssembly heap"),
-                       ("cpu_pool", "CPU kernel's shared memory"),
+                       ("cpu_pool", "CPU kernel shared memory"),
                        ("js_heap_used", "JS heap used (worker)"), ("page_js_heap_used", "JS heap used (page)")):
         if mp.get(key):
             cats.append(label)
