@@ -1,16 +1,16 @@
 // cpu_pool_worker.js — one helper thread of app/cpu_pool.js (a browser Worker, or a Node worker thread).
 //
-// It gets the compiled kernel (app/cpu_pool.wasm), the shared memory and its thread number t, then loops: wait for
-// the control block's `gen` to move, take chunks of the job written there (`next`; `part` gives a chunk's rows)
-// until none is left, counting each `done`. It spins for a moment before sleeping on `gen` (Atomics.wait), since a forward pass
+// It gets the compiled kernel (app/cpu_pool.wasm) and the shared memory, then loops: wait for the control block's
+// `gen` to move, take chunks of the job written there (`claim`, `runChunk`) until none is left, counting each
+// `done`. It spins for a moment before sleeping on `gen` (Atomics.wait), since a forward pass
 // asks for its products a few tens of microseconds apart.
 
-import { CTRL, SPIN_MS, claim, part } from './cpu_pool.js';
+import { CTRL, CTRL_BYTES, SPIN_MS, claim, runChunk } from './cpu_pool.js';
 
-async function start({ module, memory, t }, reply) {
+async function start({ module, memory }, reply) {
   const { exports } = await WebAssembly.instantiate(module, { env: { memory } });
   const fn = exports.exactspec_matvec;
-  const c = new Int32Array(memory.buffer, 0, 16);
+  const c = new Int32Array(memory.buffer, 0, CTRL_BYTES / 4);
   reply({ ready: true });
   let gen = Atomics.load(c, CTRL.gen);
   for (;;) {
@@ -24,8 +24,7 @@ async function start({ module, memory, t }, reply) {
     const rows = c[CTRL.rows], d = c[CTRL.d], m = c[CTRL.n], out = c[CTRL.out], C = c[CTRL.chunks];
     const w = c[CTRL.w], x = c[CTRL.x];
     for (let k = claim(c, gen, C); k >= 0; k = claim(c, gen, C)) {
-      const [a, b] = part(rows, k, C);
-      if (b > a) fn(w + 4 * a * d, b - a, d, d, x, m, out + 4 * a * m, 1, 0, 0, 0);
+      runChunk(fn, w, rows, d, x, m, out, k, C);
       Atomics.add(c, CTRL.done, 1);
       Atomics.notify(c, CTRL.done);
     }

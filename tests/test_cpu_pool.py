@@ -21,12 +21,22 @@ from conftest import ROOT
 from test_simd import emulate
 
 
+def part(rows: int, t: int, chunks: int) -> tuple[int, int]:
+    """The output rows [a, b) of chunk t of `chunks` (app/cpu_pool.js's part(), spelled here for the tests): whole
+    tiles, near-equal shares in order, the last chunk also the rows % TILE rows stored untiled, so every chunk starts
+    on a tile (its packed floats are the slice [a * d, b * d), a matrix of b - a rows to the kernel)."""
+    tiles = rows // simd.TILE
+    a = simd.TILE * (tiles * t // chunks)
+    b = rows if t == chunks - 1 else simd.TILE * (tiles * (t + 1) // chunks)
+    return a, b
+
+
 def test_row_split_is_one_rule_in_python_and_js():
-    """simd.part gives each thread whole tiles, in order, covering every row once (the last thread the untiled
-    rest), and app/cpu_pool.js's part() gives the same rows."""
+    """The split gives each chunk whole tiles, in order, covering every row once (the last chunk the untiled rest),
+    and app/cpu_pool.js's part() gives the same rows."""
     cases = [(rows, t) for rows in list(range(1, 41)) + [576, 577, 960, 3072, 49152] for t in range(1, 6)]
     for rows, threads in cases:
-        parts = [simd.part(rows, i, threads) for i in range(threads)]
+        parts = [part(rows, i, threads) for i in range(threads)]
         assert parts[0][0] == 0 and parts[-1][1] == rows
         assert all(parts[i][1] == parts[i + 1][0] for i in range(threads - 1))
         assert all(a % simd.TILE == 0 and a <= b for a, b in parts)
@@ -40,7 +50,7 @@ def test_row_split_is_one_rule_in_python_and_js():
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert got["tile"] == simd.TILE
-    assert got["parts"] == [[list(simd.part(r, t, n)) for t in range(n)] for r, n in cases]
+    assert got["parts"] == [[list(part(r, t, n)) for t in range(n)] for r, n in cases]
 
 
 _POOL_CHECK = r"""
@@ -163,7 +173,7 @@ def test_pool_in_pyodide_is_the_kernel_bit_for_bit():
 
 def test_a_model_on_a_pool_in_cpython():
     """The Python side on its own (CPython): a stand-in host that keeps the stored floats in a numpy arena and splits
-    each product by simd.part, as app/cpu_pool.js does, through the native kernel where it loads (else the
+    each product by `part`, as app/cpu_pool.js does, through the native kernel where it loads (else the
     emulation). The model's logits equal those without a pool bit for bit, and unloading frees its memory."""
     import ctypes
     import gc
@@ -197,7 +207,7 @@ def test_a_model_on_a_pool_in_cpython():
             x = np.ctypeslib.as_array((ctypes.c_float * (n * d)).from_address(xa)).reshape(n, d)
             out = np.ctypeslib.as_array((ctypes.c_float * (n * rows)).from_address(oa)).reshape(n, rows)
             for t in range(self.threads):
-                a, b = simd.part(rows, t, self.threads)
+                a, b = part(rows, t, self.threads)
                 if b <= a:
                     continue
                 w = self.arena[h // 4 + a * d: h // 4 + b * d]

@@ -95,16 +95,6 @@ class Matvec:
         self._fn(address(packed), rows, d, ld, address(x), n, address(out), H, 4 * per, 4 * n * d, 4 * n * rows)
 
 
-def part(rows: int, t: int, threads: int) -> tuple[int, int]:
-    """The output rows [a, b) thread t of `threads` computes in a Pool: whole tiles, near-equal shares in order, the
-    last thread also the rows % TILE rows stored untiled (so every share starts on a tile: its packed floats are the
-    slice [a * d, b * d) and the kernel reads it as a matrix of b - a rows). app/cpu_pool.js splits the same way."""
-    tiles = rows // TILE
-    a = TILE * (tiles * t // threads)
-    b = rows if t == threads - 1 else TILE * (tiles * (t + 1) // threads)
-    return a, b
-
-
 class Pool:
     """The kernel on several threads: the browser's CPU fallback when the page is cross-origin isolated
     (app/cpu_pool.js). The packed weights live in a memory the threads share, outside Python's heap, and `host` (the
@@ -113,9 +103,10 @@ class Pool:
       host.read(handle_byte, nbytes, address) copies them back (an embedding row, a test)
       host.release(handle)                    frees them (a model unloaded)
       host.matvec(handle, rows, d, x_address, n, out_address)
-                                              out (n, rows) = x (n, d) @ W.T, each thread the rows `part` gives it
+                                              out (n, rows) = x (n, d) @ W.T, its output rows in chunks of whole
+                                              tiles that the threads take in turn
     Every output is computed by one thread with the kernel's one order of operations, so a row's bits are the
-    single-threaded kernel's (`emulate`d in tests/test_simd.py; the page's answers equal the CLI's)."""
+    single-threaded kernel's (tests/test_cpu_pool.py; the page's answers equal the CLI's)."""
 
     def __init__(self, host):
         self._host = host
