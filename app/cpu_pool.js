@@ -60,10 +60,14 @@ export function runChunk(fn, w, rows, d, x, m, out, k, C) {
 const isNode = typeof process !== 'undefined' && Boolean(process.versions && process.versions.node)
   && typeof window === 'undefined' && typeof WorkerGlobalScope === 'undefined';
 
+// threads by default: the machine's cores, at most this many (the weights' stream saturates memory bandwidth at a
+// few); exactspec.simd.THREADS_DEFAULT_MAX is the CLI's, the same (tests/test_cpu_pool.py checks)
+export const THREADS_DEFAULT_MAX = 4;
+
 async function defaultThreads() {
   let n = (globalThis.navigator && navigator.hardwareConcurrency) || 0;
   if (!n && isNode) n = (await import('os')).cpus().length;
-  return Math.max(1, Math.min(n || 1, 4));   // the weights' stream saturates memory bandwidth at a few threads
+  return Math.max(1, Math.min(n || 1, THREADS_DEFAULT_MAX));
 }
 
 async function spawn(url) {

@@ -40,7 +40,11 @@ def test_cli_json_and_speculation_invariance(models):
         for key in ("target_passes", "draft_passes", "tau", "acceptance_by_position", "ttft_ms", "tokens_per_s"):
             assert key in out["stats"]
         outs.append(out)
-    assert outs[0]["token_ids"] == outs[1]["token_ids"] == outs[2]["token_ids"]
+    r = cli("--model", str(champ), "--prompt", "hello there", "--chat", "--max-new-tokens", "24", "--temperature",
+            "0.8", "--top-p", "0.95", "--seed", "11", "--json", "--threads", "3", "--drafter", "ngram", "--k", "3")
+    assert r.returncode == 0, r.stderr          # the kernel's threads (tests/test_simd.py: the same bits)
+    outs.append(json.loads(r.stdout))
+    assert outs[0]["token_ids"] == outs[1]["token_ids"] == outs[2]["token_ids"] == outs[3]["token_ids"]
     assert outs[0]["text"] == outs[2]["text"]
     assert outs[2]["stats"]["draft_passes"] > 0 and outs[0]["stats"]["draft_passes"] == 0
 
@@ -60,6 +64,8 @@ def test_cli_clear_errors(models, tmp_path):
     assert r.returncode == 2 and "remap needs the same token strings" in r.stderr and "Traceback" not in r.stderr
     r = cli("--model", str(champ), "--prompt", "x", "--top-p", "0")
     assert r.returncode == 2 and "top_p" in r.stderr
+    r = cli("--model", str(champ), "--prompt", "x", "--threads", "0")
+    assert r.returncode == 2 and "--threads 0 must be 1..16" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_draft_with_another_vocabulary(models, tmp_path):

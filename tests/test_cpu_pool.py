@@ -33,7 +33,7 @@ def part(rows: int, t: int, chunks: int) -> tuple[int, int]:
 
 def test_row_split_is_one_rule_in_python_and_js():
     """The split gives each chunk whole tiles, in order, covering every row once (the last chunk the untiled rest),
-    and app/cpu_pool.js's part() gives the same rows."""
+    and app/cpu_pool.js's part() gives the same rows; its default thread count's cap is the CLI's."""
     cases = [(rows, t) for rows in list(range(1, 41)) + [576, 577, 960, 3072, 49152] for t in range(1, 6)]
     for rows, threads in cases:
         parts = [part(rows, i, threads) for i in range(threads)]
@@ -43,13 +43,15 @@ def test_row_split_is_one_rule_in_python_and_js():
         assert all(b % simd.TILE == 0 for a, b in parts[:-1])
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
-    js = ("import { part, TILE } from %s; const cases = %s; "
-          "console.log(JSON.stringify({tile: TILE, parts: cases.map(([r, n]) => [...Array(n).keys()].map((t) => part(r, t, n)))}));"
+    js = ("import { part, TILE, THREADS_DEFAULT_MAX } from %s; const cases = %s; "
+          "console.log(JSON.stringify({tile: TILE, threads_max: THREADS_DEFAULT_MAX, "
+          "parts: cases.map(([r, n]) => [...Array(n).keys()].map((t) => part(r, t, n)))}));"
           % (json.dumps((ROOT / "app" / "cpu_pool.js").as_uri()), json.dumps(cases)))
     out = subprocess.run(["node", "--input-type=module", "-e", js], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert got["tile"] == simd.TILE
+    assert got["threads_max"] == simd.THREADS_DEFAULT_MAX       # the page's default threads and the CLI's: one rule
     assert got["parts"] == [[list(part(r, t, n)) for t in range(n)] for r, n in cases]
 
 

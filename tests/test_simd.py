@@ -186,3 +186,42 @@ def test_kernel_in_pyodide_is_the_emulation_bit_for_bit():
     assert (res["auto"], res["auto_odd"], res["auto_unloadable"]) == ("simd", "dot", ["dot", "dot"])
     assert len(res["simd_unloadable"]) == 2 and all("could not be loaded here" in e for e in res["simd_unloadable"])
     assert res["weights_bytes"][0] == res["weights_bytes"][1]
+
+
+def test_native_kernel_on_threads_gives_the_same_bits():
+    """CPython's kernel on several threads (matvec.c's helpers; the CLI's --threads): each product's output rows are
+    cut into chunks of whole tiles that the threads take in turn, every output computed by one thread in the kernel's
+    one order, so every output equals one thread's bit for bit: products large enough to be shared (odd row counts,
+    a last unpaired row, 1..9 input rows), small ones run alone, and a whole model's forward (prefill, a verify block,
+    one token) with 1, 2 and 3 threads. The threads are asked for, not assumed: a bad count is refused."""
+    import platform
+    m = simd.load()
+    if m is None:
+        pytest.skip(f"no native kernel here ({platform.machine()}, or no C compiler / AVX): CPython uses gemv")
+    rng = np.random.default_rng(5)
+    for rows, d in ((3072, 576), (251, 1536), (577, 64), (6, 8)):    # (6, 8): under the sharing threshold
+        w = rng.standard_normal((rows, d)).astype(np.float32)
+        p = simd.pack(w)
+        for n in range(1, 10):
+            x = rng.standard_normal((n, d)).astype(np.float32)
+            one = np.full((n, rows), np.nan, np.float32)
+            m(p, rows, d, x, one)
+            assert np.array_equal(one, emulate(w, x))
+            for t in (2, 3):
+                out = np.full((n, rows), np.nan, np.float32)
+                took = m.with_threads(t)(p, rows, d, x, out)
+                assert took == (1 if rows * d * n < 65536 else t)      # (matvec.c's MIN_SHARED)
+                assert np.array_equal(out.view(np.uint32), one.view(np.uint32)), (rows, d, n, t)
+    cfg = micro_config(dim=256, hidden_dim=1024, n_heads=4, n_kv_heads=2, vocab_size=2048)
+    weights = micro_weights(cfg, 3)
+    models = {t: ReferenceModel.from_weights(cfg, weights, kernel="simd", threads=t) for t in (1, 2, 3)}
+    assert {t: mm.threads for t, mm in models.items()} == {1: 1, 2: 2, 3: 3}
+    toks = rng.integers(0, cfg.vocab_size, 40).tolist()
+    outs = {t: [mm.forward(toks[:30], 0), mm.forward(toks[30:35], 30), mm.forward(toks[35:36], 35)]
+            for t, mm in models.items()}
+    for t in (2, 3):
+        for a, b in zip(outs[1], outs[t]):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    for bad in (0, -1, simd.THREADS_MAX + 1, 1.5, True):
+        with pytest.raises(ValueError, match="threads must be an integer"):
+            m.with_threads(bad)

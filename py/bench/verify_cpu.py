@@ -10,7 +10,8 @@ tokens/s of plain greedy decoding through the product's decode loop (exactspec.d
 Schemes: "new" is exactspec.reference as it is (kernel "auto": "gemv" in CPython, "dot" in Pyodide); "before" is
 py/exactspec/reference.py at commit --before (default: the last commit with the row-at-a-time reference), loaded from
 git, same weights; with --threads N > 1, in Pyodide also "pool": the same model with the page's kernel threads
-(app/cpu_pool.js, N threads, Node worker threads here). Measurements of the schemes are interleaved (rep by rep, k
+(app/cpu_pool.js, N threads, Node worker threads here), and in CPython "threads": the same model with matvec.c's N
+threads (the CLI's default: the machine's cores, at most 4). Measurements of the schemes are interleaved (rep by rep, k
 by k).
 Then the decode loop's per-round Python work for k = 4 on the champion's rows (scaled_logits, coupled noise, verify;
 see _round_overhead) with the old and the new exactspec.sampling, in the same runtimes.
@@ -87,6 +88,8 @@ async def measure(model_path: str, before_dir: str | None, reps: int, decode_tok
         import exactspec_host            # bench._pyodide.run_python(threads=N): app/cpu_pool.js
         from exactspec.simd import Pool
         models["pool"] = ReferenceModel.from_weights(config, weights, max_len=512, pool=Pool(exactspec_host.pool))
+    elif threads > 1:                    # CPython: matvec.c's own threads
+        models["threads"] = ReferenceModel.from_weights(config, weights, max_len=512, threads=threads)
     if before_dir:
         models["before"] = _load_before(before_dir, "reference").ReferenceModel.from_weights(config, weights,
                                                                                              max_len=512)
@@ -116,7 +119,7 @@ async def measure(model_path: str, before_dir: str | None, reps: int, decode_tok
     out = {"runtime": "pyodide" if sys.platform == "emscripten" else "cpython", "python": sys.version.split()[0],
            "numpy": np.__version__, "load_s": round(load_s, 1), "prefix": PREFIX, "reps": reps, "schemes": {}}
     for s, m in models.items():
-        r = {"kernel": getattr(m, "kernel", "rows"), "threads": m.pool.threads if getattr(m, "pool", None) else 1}
+        r = {"kernel": getattr(m, "kernel", "rows"), "threads": int(getattr(m, "threads", 1))}
         for clock in ("wall", "cpu"):
             t = raw[s][clock]
             single = t[1]
@@ -232,7 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--before", default=BEFORE,
                     help="git revision of the old reference and sampling ('' to skip them)")
     ap.add_argument("--no-pyodide", action="store_true")
-    ap.add_argument("--threads", type=int, default=1, help="> 1: in Pyodide also the kernel on N threads ('pool')")
+    ap.add_argument("--threads", type=int, default=1, help="> 1: also the kernel on N threads ('pool' in Pyodide, 'threads' in CPython)")
     args = ap.parse_args(argv)
     if not Path(args.model).exists():
         print(f"model file missing: {args.model} (python build.py setup)", file=sys.stderr)
@@ -250,7 +253,7 @@ def main(argv=None) -> int:
                 print(f"no 'before' scheme: cannot read py/exactspec at {args.before} from git ({e})",
                       file=sys.stderr)
         import asyncio
-        results = [asyncio.run(measure(args.model, before, args.reps, args.decode_tokens))]
+        results = [asyncio.run(measure(args.model, before, args.reps, args.decode_tokens, args.threads))]
         if not args.no_pyodide:
             from bench._pyodide import host_path, run_python, unavailable
             if unavailable():

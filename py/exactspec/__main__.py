@@ -10,9 +10,9 @@ import json
 import sys
 
 
-def _load(path: str, max_len: int | None, keep_features: bool = False):
+def _load(path: str, max_len: int | None, keep_features: bool = False, threads: int = 1):
     """(ReferenceModel, tokenizer or None) of a GGUF file (parsed once) or a Hugging Face folder, the tokenizer
-    checked against the model's vocabulary (session.fit_tokenizer)."""
+    checked against the model's vocabulary (session.fit_tokenizer); threads: its matrix kernel's."""
     import os
     from .reference import ReferenceModel
     from .session import fit_tokenizer
@@ -22,10 +22,11 @@ def _load(path: str, max_len: int | None, keep_features: bool = False):
     if gguf:
         from .formats.gguf import GGUFFile
         g = GGUFFile(path)
-        model = ReferenceModel(g.config(), g.lazy_weights(), max_len=max_len, keep_features=keep_features)
+        model = ReferenceModel(g.config(), g.lazy_weights(), max_len=max_len, keep_features=keep_features,
+                               threads=threads)
         tok = Tokenizer.from_gguf_metadata(g.metadata) if "tokenizer.ggml.tokens" in g.metadata else None
         return model, fit_tokenizer(tok, model.config, "gguf")
-    model = ReferenceModel.from_file(path, max_len=max_len, keep_features=keep_features)
+    model = ReferenceModel.from_file(path, max_len=max_len, keep_features=keep_features, threads=threads)
     folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
     tj = os.path.join(folder, "tokenizer.json")
     tok = Tokenizer.from_tokenizer_json(tj) if os.path.isfile(tj) else None
@@ -73,7 +74,11 @@ def cmd_generate(a) -> int:
         raise ValueError(f"--drafter {a.drafter} needs --draft PATH")
     if a.max_len is not None and a.max_len < 1:
         raise ValueError(f"--max-len {a.max_len} must be at least 1")
-    champion, tok = _load(a.model, a.max_len, keep_features=a.drafter == "head")
+    from .simd import THREADS_MAX, default_threads
+    threads = default_threads() if a.threads is None else a.threads
+    if not 1 <= threads <= THREADS_MAX:
+        raise ValueError(f"--threads {threads} must be 1..{THREADS_MAX}")
+    champion, tok = _load(a.model, a.max_len, keep_features=a.drafter == "head", threads=threads)
     if tok is None:
         raise ValueError(f"{a.model}: the model has no tokenizer (GGUF tokenizer.ggml.* or tokenizer.json)")
     ids = prompt_ids(tok, a.prompt, a.chat, a.system)
@@ -95,7 +100,7 @@ def cmd_generate(a) -> int:
             raise FormatError("--drafter head needs the champion as one GGUF file (a head names its sha256)")
         draft = HeadModel.from_file(a.draft, champion, sha256_file(a.model))
     if a.drafter == "model":
-        draft, dtok = _load(a.draft, a.max_len)     # another tokenizer: a bridge (--bridge, exactspec.vocab)
+        draft, dtok = _load(a.draft, a.max_len, threads=threads)     # another tokenizer: a bridge (--bridge, exactspec.vocab)
     stream = None
     if not a.json:
         stream = tok.stream(skip_special=True)
@@ -194,6 +199,9 @@ def main(argv=None) -> int:
     g.add_argument("--grammar-draft", action=argparse.BooleanOptionalAction, default=D["grammar_draft"],
                    help="JSON mode: the grammar proposes the tokens it forces (default on)")
     g.add_argument("--max-len", type=int, default=None, help="KV cache length to allocate (default: model context)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="threads for the CPU's matrix products (default: the machine's cores, at most 4; the same "
+                        "answer with any number)")
     g.add_argument("--json", action="store_true", help='print {"text", "token_ids", "stats"} as JSON')
     g.add_argument("--receipt", metavar="FILE", help="write the answer's privacy-safe receipt (JSON) to FILE")
     rs = sub.add_parser("receipt-schema", help="print the receipt's JSON schema (py/exactspec/receipt.schema.json)")

@@ -17,49 +17,52 @@
  * batch-invariant for the same reason, and equal Pyodide's (tests/test_simd.py checks both against one emulation).
  */
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define ROWS_MAX 8   /* input rows per load of a tile (matvec.wat: 4; the chunking never changes a bit) */
 
 #define PREFETCH 8192   /* bytes: measured 4096-16384 alike; none: rows past the first cost ~2x as much */
 
-static inline float hsum4(const float *a) { return (a[0] + a[1]) + (a[2] + a[3]); }
+/* The accumulators must stay in registers: without the unroll pragmas GCC 12 keeps the arrays below on the stack and
+ * stores every accumulator on every column group (measured: 5 input rows cost 1.75x one row, now 1.5x). */
+#define UNROLLED _Pragma("GCC unroll 16")
+
+static inline float hsum4(__m128 a) {           /* (a0 + a1) + (a2 + a3) */
+    __m128 s = _mm_add_ps(a, _mm_movehdup_ps(a));                /* lane 0: a0 + a1, lane 2: a2 + a3 */
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehl_ps(s, s)));
+}
 
 /* one tile (2 packed output rows at p) times c <= ROWS_MAX input rows at x (row stride d) -> o (row stride rows);
  * inlined with a constant c (see tile2_c), so the accumulators stay in registers */
 static inline __attribute__((always_inline)) void tile2(const float *p, int d, const float *x, int c, float *o, int rows) {
     __m256 acc[ROWS_MAX];
-    for (int r = 0; r < c; r++) acc[r] = _mm256_setzero_ps();
+    UNROLLED for (int r = 0; r < c; r++) acc[r] = _mm256_setzero_ps();
     for (int j = 0; j < d; j += 4) {
         _mm_prefetch((const char *)(p + 2 * j) + PREFETCH, _MM_HINT_T0);   /* the stream, ahead of the multiplies */
         __m256 w = _mm256_loadu_ps(p + 2 * j);                       /* row 2t: j..j+3, row 2t + 1: j..j+3 */
-        for (int r = 0; r < c; r++) {
+        UNROLLED for (int r = 0; r < c; r++) {
             __m256 v = _mm256_broadcast_ps((const __m128 *)(x + (intptr_t)r * d + j));
             acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(v, w));
         }
     }
-    for (int r = 0; r < c; r++) {
-        float a[8];
-        _mm256_storeu_ps(a, acc[r]);
-        o[(intptr_t)r * rows] = hsum4(a);
-        o[(intptr_t)r * rows + 1] = hsum4(a + 4);
+    UNROLLED for (int r = 0; r < c; r++) {
+        o[(intptr_t)r * rows] = hsum4(_mm256_castps256_ps128(acc[r]));
+        o[(intptr_t)r * rows + 1] = hsum4(_mm256_extractf128_ps(acc[r], 1));
     }
 }
 
 /* the last unpaired row (ld floats at p) times c input rows */
 static inline __attribute__((always_inline)) void last1(const float *p, int d, const float *x, int c, float *o, int rows) {
     __m128 acc[ROWS_MAX];
-    for (int r = 0; r < c; r++) acc[r] = _mm_setzero_ps();
+    UNROLLED for (int r = 0; r < c; r++) acc[r] = _mm_setzero_ps();
     for (int j = 0; j < d; j += 4) {
         __m128 w = _mm_loadu_ps(p + j);
-        for (int r = 0; r < c; r++)
+        UNROLLED for (int r = 0; r < c; r++)
             acc[r] = _mm_add_ps(acc[r], _mm_mul_ps(_mm_loadu_ps(x + (intptr_t)r * d + j), w));
     }
-    for (int r = 0; r < c; r++) {
-        float a[4];
-        _mm_storeu_ps(a, acc[r]);
-        o[(intptr_t)r * rows] = hsum4(a);
-    }
+    UNROLLED for (int r = 0; r < c; r++) o[(intptr_t)r * rows] = hsum4(acc[r]);
 }
 
 /* f with a constant c (1..ROWS_MAX): one copy each, its accumulators in registers */
@@ -84,28 +87,136 @@ int exactspec_matvec_ok(void) {
     return __builtin_cpu_supports("avx") ? 1 : 0;
 }
 
-void exactspec_matvec(const char *w0, int rows, int d, int ld, const char *x0, int n, char *out0, int heads,
-                      int64_t w_hs, int64_t x_hs, int64_t out_hs) {
+/* output rows i0 .. i1 - 1 (i0 even) of one problem: for each tile in memory order, the n input rows in chunks */
+static void rows_range(const float *w, int rows, int d, int ld, const float *x, int n, float *out, int i0, int i1) {
     int chunks = (n + ROWS_MAX - 1) / ROWS_MAX;
-    for (int h = 0; h < heads; h++) {
-        const float *w = (const float *)(w0 + h * w_hs);
-        const float *x = (const float *)(x0 + h * x_hs);
-        float *out = (float *)(out0 + h * out_hs);
-        const float *p = w;
-        int i = 0;
-        for (; i + 2 <= rows; i += 2, p += 2 * (intptr_t)ld) {
-            for (int r = 0, m = chunks; r < n; m--) {
-                int c = (n - r + m - 1) / m;
-                tile2_c(p, d, x + (intptr_t)r * d, c, out + (intptr_t)r * rows + i, rows);
-                r += c;
-            }
-        }
-        for (; i < rows; i++, p += ld) {
-            for (int r = 0, m = chunks; r < n; m--) {
-                int c = (n - r + m - 1) / m;
-                last1_c(p, d, x + (intptr_t)r * d, c, out + (intptr_t)r * rows + i, rows);
-                r += c;
-            }
+    const float *p = w + (intptr_t)i0 * ld;
+    int i = i0;
+    for (; i + 2 <= i1; i += 2, p += 2 * (intptr_t)ld) {
+        for (int r = 0, m = chunks; r < n; m--) {
+            int c = (n - r + m - 1) / m;
+            tile2_c(p, d, x + (intptr_t)r * d, c, out + (intptr_t)r * rows + i, rows);
+            r += c;
         }
     }
+    for (; i < i1; i++, p += ld) {
+        for (int r = 0, m = chunks; r < n; m--) {
+            int c = (n - r + m - 1) / m;
+            last1_c(p, d, x + (intptr_t)r * d, c, out + (intptr_t)r * rows + i, rows);
+            r += c;
+        }
+    }
+}
+
+void exactspec_matvec(const char *w0, int rows, int d, int ld, const char *x0, int n, char *out0, int heads,
+                      int64_t w_hs, int64_t x_hs, int64_t out_hs) {
+    for (int h = 0; h < heads; h++)
+        rows_range((const float *)(w0 + h * w_hs), rows, d, ld, (const float *)(x0 + h * x_hs), n,
+                   (float *)(out0 + h * out_hs), 0, rows);
+}
+
+/* ---- several threads (CPython's counterpart of app/cpu_pool.js) ------------------------------------------------
+ * exactspec_matvec_threads(w, rows, d, ld, x, n, out, threads): one problem's output rows cut into chunks of whole
+ * tiles (CHUNKS_PER_THREAD per thread), which the calling thread and threads - 1 helper threads take from a counter
+ * tagged with the product's number (a late helper cannot take a chunk of the next product). Every output is computed
+ * by one thread with rows_range's one order of operations: the bits of exactspec_matvec, whatever the split.
+ * Helpers are started on first use and spin SPIN_NS after a product (the next one of a forward comes within
+ * microseconds), then sleep until the next one. Products under MIN_SHARED multiply-adds run on the calling thread. */
+#define THREADS_MAX 16
+#define CHUNKS_PER_THREAD 2
+#define MIN_SHARED 65536
+#define SPIN_NS 200000
+
+static struct {
+    const float *w, *x;
+    float *out;
+    int rows, d, ld, n, tiles_per_chunk, nchunks, helpers;
+} job;
+static atomic_uint_fast64_t claim;     /* (product << 32) | next chunk */
+static atomic_uint product;            /* the product being computed (0: none yet) */
+static atomic_int done;                /* chunks of it finished */
+static int started;                    /* helper threads running */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+
+static int take(unsigned g) {          /* a chunk of product g, or -1 when none is left (or g is over) */
+    uint64_t c = atomic_load(&claim);
+    for (;;) {
+        if ((unsigned)(c >> 32) != g || (int)(uint32_t)c >= job.nchunks) return -1;
+        if (atomic_compare_exchange_weak(&claim, &c, c + 1)) return (int)(uint32_t)c;
+    }
+}
+
+static void run_chunk(int k) {
+    int i0 = k * job.tiles_per_chunk * 2, i1 = i0 + job.tiles_per_chunk * 2;
+    if (i1 > job.rows || k == job.nchunks - 1) i1 = job.rows;
+    rows_range(job.w, job.rows, job.d, job.ld, job.x, job.n, job.out, i0, i1);
+    atomic_fetch_add(&done, 1);
+}
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void *helper(void *arg) {
+    int me = (int)(intptr_t)arg;
+    unsigned seen = atomic_load(&product);
+    for (;;) {
+        unsigned g;
+        uint64_t t0 = now_ns();
+        int spins = 0;
+        while ((g = atomic_load(&product)) == seen) {
+            _mm_pause();
+            if (++spins % 64 == 0 && now_ns() - t0 > SPIN_NS) {
+                pthread_mutex_lock(&mu);
+                while ((g = atomic_load(&product)) == seen) pthread_cond_wait(&wake, &mu);
+                pthread_mutex_unlock(&mu);
+                break;
+            }
+        }
+        seen = g;
+        if (me >= job.helpers) continue;        /* (a product for fewer threads; read after g: see take) */
+        for (int k; (k = take(g)) >= 0;) run_chunk(k);
+    }
+    return 0;
+}
+
+static void forget_helpers(void) { started = 0; }   /* a forked child has none of its parent's threads */
+
+int exactspec_matvec_threads(const char *w, int rows, int d, int ld, const char *x, int n, char *out, int threads) {
+    if (threads > THREADS_MAX) threads = THREADS_MAX;
+    if (threads > 1 && started < threads - 1) {
+        if (started == 0) pthread_atfork(0, 0, forget_helpers);
+        while (started < threads - 1) {
+            pthread_t t;
+            if (pthread_create(&t, 0, helper, (void *)(intptr_t)started) != 0) break;
+            pthread_detach(t);
+            started++;
+        }
+    }
+    int helpers = threads - 1 < started ? threads - 1 : started;
+    int tiles = rows / 2;
+    if (helpers <= 0 || (int64_t)rows * d * n < MIN_SHARED || tiles < 2) {
+        rows_range((const float *)w, rows, d, ld, (const float *)x, n, (float *)out, 0, rows);
+        return 1;
+    }
+    int want = (helpers + 1) * CHUNKS_PER_THREAD;
+    int per = (tiles + want - 1) / want;
+    unsigned g = atomic_load(&product) + 1;
+    if (g == 0) g = 1;
+    job.w = (const float *)w; job.x = (const float *)x; job.out = (float *)out;
+    job.rows = rows; job.d = d; job.ld = ld; job.n = n; job.helpers = helpers;
+    job.tiles_per_chunk = per;
+    job.nchunks = (tiles + per - 1) / per;
+    atomic_store(&done, 0);
+    atomic_store(&claim, (uint64_t)g << 32);
+    pthread_mutex_lock(&mu);
+    atomic_store(&product, g);
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&mu);
+    for (int k; (k = take(g)) >= 0;) run_chunk(k);
+    while (atomic_load(&done) < job.nchunks) _mm_pause();
+    return helpers + 1;
 }

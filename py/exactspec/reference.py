@@ -209,14 +209,17 @@ class ReferenceModel:
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_len: int | None = None,
                  keep_features: bool = False, window: int = 0, kernel: str = "auto", block_bytes: int | None = None,
-                 shared_head=None, pool=None):
+                 shared_head=None, pool=None, threads: int = 1):
         """keep_features: also keep the final hidden state of every row computed, by absolute position (see
         `feature_rows`; a draft head reads them). window > 0: each position attends to its last `window` positions
         only (itself included); 0: to its whole prefix. kernel, block_bytes: the matrix products (see KERNELS).
         shared_head: another model's `head_blocks` (same kernel, its LM head is these weights' output matrix) used
         instead of cutting or packing a second copy (a draft head shares the champion's tied LM head).
         pool: an exactspec.simd.Pool (the browser's threads, app/cpu_pool.js) that holds the packed matrices and
-        multiplies them, with "simd" (used only when "simd" is the kernel; the same bits either way)."""
+        multiplies them, with "simd" (used only when "simd" is the kernel; the same bits either way).
+        threads: with "simd" in CPython (matvec.c), each matrix product on this many threads (this one and helpers;
+        the same bits as one: simd.Matvec.with_threads); elsewhere (Pyodide, whose threads are a pool's, or another
+        kernel) products run on one thread whatever it says."""
         c = config
         self.config = c
         if kernel not in KERNELS:
@@ -244,6 +247,8 @@ class ReferenceModel:
                 kernel = fallback
         self.kernel = kernel
         self.pool = pool if kernel == "simd" else None
+        if self._simd is not None and self.pool is None and threads != 1:
+            self._simd = self._simd.with_threads(threads)       # (validates threads)
         if self.kernel == "simd":                 # no row blocks: the kernel tiles the packed matrix itself
             if block_bytes not in (None, 0):
                 raise ValueError(f"block_bytes is not used by kernel 'simd', got {block_bytes!r}")
@@ -326,6 +331,13 @@ class ReferenceModel:
         self._length = 0
         self._written = 0      # cached values past this position are exact zeros: never written, or zeroed since
         self._grow(min(self.max_len, 256))
+
+    @property
+    def threads(self) -> int:
+        """Threads that multiply this model's matrices (its pool's, or its kernel's in CPython; 1 otherwise)."""
+        if self.pool is not None:
+            return int(self.pool.threads)
+        return self._simd.threads if self._simd is not None else 1
 
     # -- construction ---------------------------------------------------------------------------------------------
     @classmethod

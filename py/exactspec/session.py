@@ -452,8 +452,7 @@ class Session:
             rep = {"backend": m.backend_name}
             if isinstance(getattr(be, "kernel", None), str):     # the numpy reference's matrix kernel ("simd" in Pyodide)
                 rep["kernel"] = be.kernel
-                pool = getattr(be, "pool", None)
-                rep["threads"] = pool.threads if pool is not None else 1
+                rep["threads"] = int(getattr(be, "threads", 1))
             if hasattr(be, "memory"):
                 rep.update(be.memory())
             elif hasattr(be, "memory_bytes"):

@@ -19,6 +19,16 @@ import numpy as np
 
 TILE = 2        # output rows per packed tile (the kernel's weight vectors per column group)
 ROWS_MAX = 4    # input rows multiplied per load of a tile's weights (TILE * ROWS_MAX accumulators in registers)
+THREADS_MAX = 16    # the most threads matvec.c's products may use (its THREADS_MAX)
+THREADS_DEFAULT_MAX = 4     # threads by default: the machine's cores, at most this many (the weights' stream saturates
+                            # memory bandwidth at a few); app/cpu_pool.js's THREADS_DEFAULT_MAX is the page's, the same
+
+
+def default_threads() -> int:
+    """The kernel's threads when none are asked for (the CLI): this machine's cores, at most THREADS_DEFAULT_MAX."""
+    import os
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(n, THREADS_DEFAULT_MAX))
 WASM = Path(__file__).with_name("matvec.wasm")
 
 
@@ -58,10 +68,23 @@ def address(a: np.ndarray) -> int:
 
 class Matvec:
     """The loaded kernel. `m(packed, rows, d, x, out)` sets out (n, rows) = x (n, d) @ W.T for W packed by `pack`;
-    `m.heads(...)` does it for several problems at once (the attention's KV heads)."""
+    `m.heads(...)` does it for several problems at once (the attention's KV heads).
 
-    def __init__(self, fn):
+    `threads`: how many threads multiply one product (CPython's matvec.c; see `with_threads`). 1 in Pyodide, whose
+    threads are the browser's (`Pool`)."""
+
+    def __init__(self, fn, fn_threads=None, threads: int = 1):
         self._fn = fn
+        self._fn_threads = fn_threads           # matvec.c's exactspec_matvec_threads (None: one thread only)
+        self.threads = threads if fn_threads is not None else 1
+
+    def with_threads(self, threads: int) -> "Matvec":
+        """This kernel multiplying each product on `threads` threads (this one and threads - 1 helpers, started on
+        first use), where it can (CPython's matvec.c): output rows in chunks of whole tiles, each output computed by
+        one thread in the kernel's one order, so the same bits as one thread (tests/test_simd.py)."""
+        if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= THREADS_MAX:
+            raise ValueError(f"threads must be an integer 1..{THREADS_MAX}, got {threads!r}")
+        return Matvec(self._fn, self._fn_threads, threads)
 
     @staticmethod
     def _check(x: np.ndarray, out: np.ndarray, xs: tuple, outs: tuple) -> None:
@@ -72,13 +95,17 @@ class Matvec:
 
     def __call__(self, packed: np.ndarray, rows: int, d: int, x: np.ndarray, out: np.ndarray,
                  packed_address: int | None = None) -> None:
-        """packed_address: address(packed) when the caller keeps it (a call in Pyodide costs microseconds)."""
+        """packed_address: address(packed) when the caller keeps it (a call in Pyodide costs microseconds). Returns
+        how many threads took part (a product too small to share runs on this one)."""
         n = x.shape[0]
         self._check(x, out, (n, d), (n, rows))
         if packed.size != rows * d:
             raise ValueError(f"packed weights hold {packed.size} floats, not {rows} x {d}")
-        self._fn(address(packed) if packed_address is None else packed_address, rows, d, d, address(x), n,
-                 address(out), 1, 0, 0, 0)
+        w = address(packed) if packed_address is None else packed_address
+        if self.threads > 1:
+            return self._fn_threads(w, rows, d, d, address(x), n, address(out), self.threads)
+        self._fn(w, rows, d, d, address(x), n, address(out), 1, 0, 0, 0)
+        return 1
 
     def heads(self, packed: np.ndarray, rows: int, d: int, ld: int, x: np.ndarray, out: np.ndarray) -> None:
         """For each h: out[h] (n, rows) = x[h] (n, d) @ W_h[:, :d].T, where W_h (rows_h >= rows, ld) is packed[h] in
@@ -181,8 +208,8 @@ def native(path: str | Path | None = None) -> Matvec | None:
             try:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-                r = subprocess.run([cc, "-O3", "-mavx", "-ffp-contract=off", "-fPIC", "-shared", "-o", str(tmp),
-                                    str(src)], capture_output=True, timeout=120)
+                r = subprocess.run([cc, "-O3", "-mavx", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-o",
+                                    str(tmp), str(src)], capture_output=True, timeout=120)
                 if r.returncode != 0:
                     return None
                 os.replace(tmp, out)                        # atomic: parallel test workers may build it together
@@ -199,4 +226,7 @@ def native(path: str | Path | None = None) -> Matvec | None:
     p, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
     fn.argtypes = [p, i32, i32, i32, p, i32, p, i32, i64, i64, i64]       # w rows d ld x n out heads w_hs x_hs out_hs
     fn.restype = None
-    return Matvec(fn)
+    ft = lib.exactspec_matvec_threads
+    ft.argtypes = [p, i32, i32, i32, p, i32, p, i32]                       # w rows d ld x n out threads
+    ft.restype = i32                                                        # the threads that took part
+    return Matvec(fn, ft)
