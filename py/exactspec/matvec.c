@@ -17,6 +17,7 @@
  * batch-invariant for the same reason, and equal Pyodide's (tests/test_simd.py checks both against one emulation).
  */
 #include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -113,6 +114,80 @@ void exactspec_matvec(const char *w0, int rows, int d, int ld, const char *x0, i
     for (int h = 0; h < heads; h++)
         rows_range((const float *)(w0 + h * w_hs), rows, d, ld, (const float *)(x0 + h * x_hs), n,
                    (float *)(out0 + h * out_hs), 0, rows);
+}
+
+/* ---- exp and the feed-forward's gate (exactspec.simd: EXP_CLAMP .. EXP_POLY, the same constants and order) ------ */
+static inline float exp32(float xf) {
+    double x = xf;
+    int nan = x != x;                                   /* (branch-free, so that GCC vectorizes the loops below) */
+    x = nan ? 0.0 : x;
+    x = x < -200.0 ? -200.0 : (x > 200.0 ? 200.0 : x);
+    double k = floor(x * 1.4426950408889634 + 0.5);
+    double r = (x - k * 0.6931471803691238) - k * 1.9082149292705877e-10;
+    double p = 2.505210838544172e-08;
+    p = p * r + 2.755731922398589e-07;
+    p = p * r + 2.7557319223985893e-06;
+    p = p * r + 2.48015873015873e-05;
+    p = p * r + 0.0001984126984126984;
+    p = p * r + 0.001388888888888889;
+    p = p * r + 0.008333333333333333;
+    p = p * r + 0.041666666666666664;
+    p = p * r + 0.16666666666666666;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    union { int64_t i; double d; } s = { .i = ((int64_t)k + 1023) << 52 };   /* 2^k, |k| <= 289 */
+    float y = (float)(p * s.d);
+    return nan ? xf : y;                                                 /* NaN stays NaN */
+}
+
+/* exp32 of 4 floats at once: the same operations on 4 float64 lanes (AVX; 2^k built with SSE2 integer operations) */
+static inline __m128 exp32x4(__m128 xf) {
+    __m128 nan = _mm_cmpunord_ps(xf, xf);
+    __m256d x = _mm256_cvtps_pd(_mm_andnot_ps(nan, xf));                 /* NaN -> 0, restored at the end */
+    x = _mm256_min_pd(_mm256_max_pd(x, _mm256_set1_pd(-200.0)), _mm256_set1_pd(200.0));
+    __m256d k = _mm256_floor_pd(_mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
+                                              _mm256_set1_pd(0.5)));
+    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, _mm256_set1_pd(0.6931471803691238))),
+                              _mm256_mul_pd(k, _mm256_set1_pd(1.9082149292705877e-10)));
+    static const double c[12] = {2.505210838544172e-08, 2.755731922398589e-07, 2.7557319223985893e-06,
+                                 2.48015873015873e-05, 0.0001984126984126984, 0.001388888888888889,
+                                 0.008333333333333333, 0.041666666666666664, 0.16666666666666666, 0.5, 1.0, 1.0};
+    __m256d p = _mm256_set1_pd(c[0]);
+    UNROLLED for (int i = 1; i < 12; i++) p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(c[i]));
+    __m128i e = _mm_slli_epi32(_mm_add_epi32(_mm256_cvtpd_epi32(k), _mm_set1_epi32(1023)), 20);   /* k exact */
+    __m128i z = _mm_setzero_si128();
+    __m256d s = _mm256_castsi256_pd(_mm256_insertf128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi32(z, e)),
+                                                            _mm_unpackhi_epi32(z, e), 1));       /* 2^k */
+    return _mm_blendv_ps(_mm256_cvtpd_ps(_mm256_mul_pd(p, s)), xf, nan);
+}
+
+/* out (n,) = exp(x) (n,), float32 (in place allowed) */
+void exactspec_exp32(const float *x, float *out, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, exp32x4(_mm_loadu_ps(x + i)));
+    for (; i < n; i++) out[i] = exp32(x[i]);
+}
+
+/* the feed-forward's gate: for each of `rows` rows of gu (rows, 2 * hidden), g = gu[:hidden], u = gu[hidden:],
+ * out (rows, hidden) = (g / (1 + exp32(-g))) * u, each a float32 operation rounded (reference.py's numpy order) */
+void exactspec_silu_mul(const float *gu, int rows, int hidden, float *out) {
+    const __m128 one = _mm_set1_ps(1.0f), sign = _mm_set1_ps(-0.0f);
+    for (int r = 0; r < rows; r++) {
+        const float *g = gu + (intptr_t)r * 2 * hidden, *u = g + hidden;
+        float *o = out + (intptr_t)r * hidden;
+        int i = 0;
+        for (; i + 4 <= hidden; i += 4) {
+            __m128 gv = _mm_loadu_ps(g + i);
+            __m128 den = _mm_add_ps(one, exp32x4(_mm_xor_ps(gv, sign)));
+            _mm_storeu_ps(o + i, _mm_mul_ps(_mm_div_ps(gv, den), _mm_loadu_ps(u + i)));
+        }
+        for (; i < hidden; i++) {
+            float e = exp32(-g[i]);
+            float den = 1.0f + e;
+            o[i] = (g[i] / den) * u[i];
+        }
+    }
 }
 
 /* ---- several threads (CPython's counterpart of app/cpu_pool.js) ------------------------------------------------

@@ -169,8 +169,9 @@ def _exp32(x: np.ndarray) -> np.ndarray:
     """exp of float32 x, float32: computed in float64 and rounded once, so the same bits in every numpy build (its
     float32 exp differs between CPython's and Pyodide's in the last bit for ~40% of inputs; float64 exps differ in
     their last bit, which one rounding to float32 hides: measured equal on 10^6 inputs). Every other operation of a
-    forward is correctly rounded or a sum in numpy's fixed pairwise order, so with "simd" a forward gives the same
-    bits in CPython and in Pyodide."""
+    forward is correctly rounded or a sum in numpy's fixed pairwise order. With "simd" the kernel's exp32 replaces
+    it (exactspec.simd: the same float64-then-round recipe in one pass, the same bits in C and WebAssembly; equal to
+    this on 3 x 10^6 inputs), so a forward gives the same bits in CPython and in Pyodide."""
     return np.exp(x, dtype=np.float64).astype(np.float32)
 
 
@@ -537,7 +538,10 @@ class ReferenceModel:
             self._matvec(L["w13"], xn, ffh)
             g = ffh[:, : c.hidden_dim]                                          # (n, hidden)
             u = ffh[:, c.hidden_dim:]                                           # (n, hidden)
-            hact = np.ascontiguousarray((g / (np.float32(1.0) + _exp32(-g))) * u)   # (n, hidden)
+            if self._simd is not None:                                          # the same bits, one call
+                hact = self._simd.silu_mul(ffh, c.hidden_dim)                   # (n, hidden)
+            else:
+                hact = np.ascontiguousarray((g / (np.float32(1.0) + _exp32(-g))) * u)   # (n, hidden)
             self._matvec(L["w2"], hact, proj)
             x = x + proj
         self._length = end
@@ -612,7 +616,7 @@ class ReferenceModel:
         self._simd.heads(k5, width, hd, hd, x, s)
         s.reshape(nkv, g, rep, width)[...] += mask.reshape(1, g, 1, width)
         s -= s.max(axis=-1, keepdims=True)
-        s[...] = _exp32(s)
+        self._simd.exp32(s, s)
         s /= s.sum(axis=-1, keepdims=True)
         o = np.empty((nkv, g * rep, hd), np.float32)                                  # (n_kv, g rep, head_dim)
         self._simd.heads(v5, hd, width, cap, s, o)

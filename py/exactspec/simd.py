@@ -20,6 +20,19 @@ import numpy as np
 TILE = 2        # output rows per packed tile (the kernel's weight vectors per column group)
 ROWS_MAX = 4    # input rows multiplied per load of a tile's weights (TILE * ROWS_MAX accumulators in registers)
 THREADS_MAX = 16    # the most threads matvec.c's products may use (its THREADS_MAX)
+# exp32 (the kernel's float32 exp, matvec.wat and matvec.c; numpy's float64 exp costs ~37 ns an element in Pyodide):
+# x clamped to +-EXP_CLAMP (exp rounds to 0 or inf in float32 well inside it; NaN kept), k = floor(x * INV_LN2 + 0.5),
+# r = (x - k * LN2_HI) - k * LN2_LO (fdlibm's split of ln 2: k * LN2_HI is exact), p = EXP_POLY in Horner form
+# (Taylor to r^11: |r| <= 0.35, truncation < 1e-14 relative), exp = p * 2^k, all in float64, then rounded once to
+# float32. IEEE float64 operations only, never fused: the same bits in C and WebAssembly, and within one float32
+# rounding of the exact exp (equal to numpy's float64 exp rounded in all but ~1 in 10^6 inputs, tests/test_simd.py).
+EXP_CLAMP = 200.0
+INV_LN2 = 1.4426950408889634
+LN2_HI = 0.6931471803691238
+LN2_LO = 1.9082149292705877e-10
+EXP_POLY = (2.505210838544172e-08, 2.755731922398589e-07, 2.7557319223985893e-06, 2.48015873015873e-05,
+            0.0001984126984126984, 0.001388888888888889, 0.008333333333333333, 0.041666666666666664,
+            0.16666666666666666, 0.5, 1.0, 1.0)      # 1/11! .. 1/0!
 THREADS_DEFAULT_MAX = 4     # threads by default: the machine's cores, at most this many (the weights' stream saturates
                             # memory bandwidth at a few); app/cpu_pool.js's THREADS_DEFAULT_MAX is the page's, the same
 
@@ -73,10 +86,32 @@ class Matvec:
     `threads`: how many threads multiply one product (CPython's matvec.c; see `with_threads`). 1 in Pyodide, whose
     threads are the browser's (`Pool`)."""
 
-    def __init__(self, fn, fn_threads=None, threads: int = 1):
+    def __init__(self, fn, fn_threads=None, threads: int = 1, exp32=None, silu_mul=None):
         self._fn = fn
         self._fn_threads = fn_threads           # matvec.c's exactspec_matvec_threads (None: one thread only)
         self.threads = threads if fn_threads is not None else 1
+        self._exp32, self._silu_mul = exp32, silu_mul
+
+    def exp32(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """exp of float32 x (C-contiguous), float32: the float64 exp of EXP_CLAMP .. EXP_POLY rounded once (numpy's
+        float64 exp costs ~37 ns an element in Pyodide, this ~10). out: where (x itself allowed)."""
+        if out is None:
+            out = np.empty_like(x)
+        if not (x.dtype == np.float32 and out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous
+                and x.shape == out.shape):
+            raise ValueError(f"exp32 wants float32 C-contiguous x and out of one shape, got {x.dtype} {x.shape} "
+                             f"and {out.dtype} {out.shape}")
+        self._exp32(address(x), address(out), x.size)
+        return out
+
+    def silu_mul(self, gu: np.ndarray, hidden: int) -> np.ndarray:
+        """The feed-forward's gate: gu (n, 2 hidden) float32 C-contiguous -> (n, hidden) (g / (1 + exp32(-g))) * u,
+        g = gu[:, :hidden], u = gu[:, hidden:], each a float32 operation rounded (reference.py's numpy order)."""
+        n = gu.shape[0]
+        self._check(gu, gu, (n, 2 * hidden), (n, 2 * hidden))
+        out = np.empty((n, hidden), np.float32)                                     # (n, hidden)
+        self._silu_mul(address(gu), n, hidden, address(out))
+        return out
 
     def with_threads(self, threads: int) -> "Matvec":
         """This kernel multiplying each product on `threads` threads (this one and threads - 1 helpers, started on
@@ -84,7 +119,7 @@ class Matvec:
         one thread in the kernel's one order, so the same bits as one thread (tests/test_simd.py)."""
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= THREADS_MAX:
             raise ValueError(f"threads must be an integer 1..{THREADS_MAX}, got {threads!r}")
-        return Matvec(self._fn, self._fn_threads, threads)
+        return Matvec(self._fn, self._fn_threads, threads, self._exp32, self._silu_mul)
 
     @staticmethod
     def _check(x: np.ndarray, out: np.ndarray, xs: tuple, outs: tuple) -> None:
@@ -177,7 +212,15 @@ def load(path: str | Path | None = None) -> Matvec | None:
     u32, i32 = ctypes.c_uint32, ctypes.c_int32      # addresses: wasm32 offsets up to 4 GiB
     fn.argtypes = [u32, i32, i32, i32, u32, i32, u32, i32, u32, u32, u32]   # w rows d ld x n out heads w_hs x_hs out_hs
     fn.restype = None
-    return Matvec(fn)
+    return Matvec(fn, None, 1, *_elementwise(lib, u32, i32))
+
+
+def _elementwise(lib, addr, i32):
+    """The kernel's exactspec_exp32 and exactspec_silu_mul, typed (addr: the address type)."""
+    ex, silu = lib.exactspec_exp32, lib.exactspec_silu_mul
+    ex.argtypes, ex.restype = [addr, addr, i32], None                       # x out n
+    silu.argtypes, silu.restype = [addr, i32, i32, addr], None              # gu rows hidden out
+    return ex, silu
 
 
 def native(path: str | Path | None = None) -> Matvec | None:
@@ -229,4 +272,4 @@ def native(path: str | Path | None = None) -> Matvec | None:
     ft = lib.exactspec_matvec_threads
     ft.argtypes = [p, i32, i32, i32, p, i32, p, i32]                       # w rows d ld x n out threads
     ft.restype = i32                                                        # the threads that took part
-    return Matvec(fn, ft)
+    return Matvec(fn, ft, 1, *_elementwise(lib, p, i32))

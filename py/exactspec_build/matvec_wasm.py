@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "py"))
-from exactspec.simd import ROWS_MAX, TILE  # noqa: E402  (the one definition of the layout)
+from exactspec.simd import (EXP_CLAMP, EXP_POLY, INV_LN2, LN2_HI, LN2_LO, ROWS_MAX,  # noqa: E402
+                            TILE)  # (the one definition of the layout and of exp32's constants)
 
 WAT = ROOT / "py" / "exactspec" / "matvec.wat"
 WASM = ROOT / "py" / "exactspec" / "matvec.wasm"
@@ -117,6 +118,66 @@ def _rows_loop(tile_prefix: str, no: int) -> str:
       (local.set $i (i32.add (local.get $i) (i32.const {no})))"""
 
 
+def _exp32(xf: str, out: str) -> str:
+    """Instructions setting f32 local `out` to exp32 of f32 local `xf` (exactspec.simd's EXP_* constants and order;
+    scalar float64, as matvec.c's exp32; locals $v $k $r $p f64)."""
+    f = lambda c: f"(f64.const {c!r})"       # noqa: E731  (Python's repr: the nearest double, as C's and wabt's)
+    L = [f"(local.set $v (f64.promote_f32 (local.get {xf})))",
+         "(local.set $v (select (f64.const 0) (local.get $v) (f64.ne (local.get $v) (local.get $v))))   ;; NaN -> 0",
+         f"(local.set $v (f64.min (f64.max (local.get $v) {f(-EXP_CLAMP)}) {f(EXP_CLAMP)}))",
+         f"(local.set $k (f64.floor (f64.add (f64.mul (local.get $v) {f(INV_LN2)}) (f64.const 0.5))))",
+         f"(local.set $r (f64.sub (f64.sub (local.get $v) (f64.mul (local.get $k) {f(LN2_HI)}))"
+         f" (f64.mul (local.get $k) {f(LN2_LO)})))",
+         f"(local.set $p {f(EXP_POLY[0])})"]
+    L += [f"(local.set $p (f64.add (f64.mul (local.get $p) (local.get $r)) {f(c)}))" for c in EXP_POLY[1:]]
+    L.append(f"(local.set {out} (select (local.get {xf}) (f32.demote_f64 (f64.mul (local.get $p) (f64.reinterpret_i64 "
+             "(i64.shl (i64.add (i64.trunc_f64_s (local.get $k)) (i64.const 1023)) (i64.const 52)))))"
+             f" (f32.ne (local.get {xf}) (local.get {xf}))))   ;; * 2^k, rounded to float32; NaN stays")
+    return "\n".join("        " + x for x in L)
+
+
+def _elementwise() -> str:
+    """exactspec_exp32(x, out, n) and exactspec_silu_mul(gu, rows, hidden, out): matvec.c's functions of the same
+    names (the float64 exp of exactspec.simd's EXP_* constants, rounded to float32; the gate (g / (1 + exp(-g))) * u
+    in float32 operations)."""
+    return f"""  ;; out (n,) = exp32(x) (n,), float32, in place allowed
+  (func (export "exactspec_exp32") (param $x i32) (param $out i32) (param $n i32)
+    (local $end i32) (local $xf f32) (local $y f32) (local $v f64) (local $k f64) (local $r f64) (local $p f64)
+    (local.set $end (i32.add (local.get $x) (i32.shl (local.get $n) (i32.const 2))))
+    (block $done (loop $each
+      (br_if $done (i32.ge_u (local.get $x) (local.get $end)))
+        (local.set $xf (f32.load (local.get $x)))
+{_exp32("$xf", "$y")}
+        (f32.store (local.get $out) (local.get $y))
+      (local.set $x (i32.add (local.get $x) (i32.const 4)))
+      (local.set $out (i32.add (local.get $out) (i32.const 4)))
+      (br $each)))
+  )
+  ;; for each of `rows` rows of gu (rows, 2 hidden): out (rows, hidden) = (g / (1 + exp32(-g))) * u, g = gu[:hidden],
+  ;; u = gu[hidden:], each a float32 operation rounded
+  (func (export "exactspec_silu_mul") (param $gu i32) (param $rows i32) (param $hidden i32) (param $out i32)
+    (local $hB i32) (local $end i32) (local $row_end i32) (local $g f32) (local $xf f32) (local $y f32)
+    (local $v f64) (local $k f64) (local $r f64) (local $p f64)
+    (local.set $hB (i32.shl (local.get $hidden) (i32.const 2)))
+    (local.set $end (i32.add (local.get $gu) (i32.mul (local.get $rows) (i32.shl (local.get $hB) (i32.const 1)))))
+    (block $rows_done (loop $each_row
+      (br_if $rows_done (i32.ge_u (local.get $gu) (local.get $end)))
+      (local.set $row_end (i32.add (local.get $gu) (local.get $hB)))
+      (block $done (loop $each
+        (br_if $done (i32.ge_u (local.get $gu) (local.get $row_end)))
+        (local.set $g (f32.load (local.get $gu)))
+        (local.set $xf (f32.neg (local.get $g)))
+{_exp32("$xf", "$y")}
+        (f32.store (local.get $out) (f32.mul (f32.div (local.get $g) (f32.add (f32.const 1) (local.get $y)))
+                                             (f32.load (i32.add (local.get $gu) (local.get $hB)))))
+        (local.set $gu (i32.add (local.get $gu) (i32.const 4)))
+        (local.set $out (i32.add (local.get $out) (i32.const 4)))
+        (br $each)))
+      (local.set $gu (i32.add (local.get $gu) (local.get $hB)))      ;; past this row's u
+      (br $each_row)))
+  )"""
+
+
 def wat(shared: bool = False) -> str:
     """The module's text (shared: importing a shared memory, for app/cpu_pool.js)."""
     parts = [HEADER, "(module", "  " + (SHARED_MEMORY if shared else MEMORY)]
@@ -151,6 +212,7 @@ def wat(shared: bool = False) -> str:
       (local.set $h (i32.add (local.get $h) (i32.const 1)))
       (br $each_head)))
   )""")
+    parts.append(_elementwise())
     parts.append(")")
     return "\n".join(parts) + "\n"
 
