@@ -15,6 +15,9 @@
  * the sequence of row 2t, lanes 4-7 that of row 2t + 1; multiplies and adds are separate instructions (no fused
  * multiply-add: -ffp-contract=off, and no -ffast-math), and the final sums are written in that order. So rows are
  * batch-invariant for the same reason, and equal Pyodide's (tests/test_simd.py checks both against one emulation).
+ *
+ * Also: exactspec_exp32 and exactspec_silu_mul (matvec.wat's, the same float64 operations: the same bits), and
+ * exactspec_matvec_threads (a product on several threads, below).
  */
 #include <immintrin.h>
 #include <math.h>

@@ -20,6 +20,9 @@
 ;; fuses); then out = (a0 + a1) + (a2 + a3). Every tile size and chunk size runs exactly these operations in this
 ;; order for every (r, i), so a row's bits never depend on n, on the other rows, or on which chunk it falls in.
 ;; py/exactspec/matvec.c runs the same operations in the same order for CPython (the same bits).
+;; Also exported: exactspec_exp32(x, out, n) (out = exp of float32 x, a float64 exp rounded once: exactspec.simd's
+;; EXP_* constants and order) and exactspec_silu_mul(gu, rows, hidden, out) (the feed-forward's gate over it), the
+;; forward's elementwise steps that cost most in Pyodide's numpy; matvec.c's functions of the same names (same bits).
 
 (module
   (import "env" "memory" (memory 1))
