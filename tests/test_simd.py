@@ -253,7 +253,8 @@ def test_native_kernel_on_threads_gives_the_same_bits():
     cut into chunks of whole tiles that the threads take in turn, every output computed by one thread in the kernel's
     one order, so every output equals one thread's bit for bit: products large enough to be shared (odd row counts,
     a last unpaired row, 1..9 input rows), small ones run alone, and a whole model's forward (prefill, a verify block,
-    one token) with 1, 2 and 3 threads. The threads are asked for, not assumed: a bad count is refused."""
+    one token) with 1, 2 and 3 threads, and two Python threads multiplying at once. The threads are asked for, not
+    assumed: a bad count is refused."""
     import platform
     m = simd.load()
     if m is None:
@@ -282,6 +283,24 @@ def test_native_kernel_on_threads_gives_the_same_bits():
     for t in (2, 3):
         for a, b in zip(outs[1], outs[t]):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    # two Python threads multiplying at once (ctypes lets go of the GIL): one shares the helpers, the other computes
+    # alone, both the same bits
+    import threading
+    w = rng.standard_normal((3072, 576)).astype(np.float32)
+    p, x = simd.pack(w), rng.standard_normal((5, 576)).astype(np.float32)
+    one = np.empty((5, 3072), np.float32)
+    m(p, 3072, 576, x, one)
+    outs = [np.full((40, 5, 3072), np.nan, np.float32) for _ in range(2)]
+
+    def work(o):
+        for i in range(o.shape[0]):
+            m.with_threads(2)(p, 3072, 576, x, o[i])
+    ts = [threading.Thread(target=work, args=(o,)) for o in outs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert all(np.array_equal(o[i].view(np.uint32), one.view(np.uint32)) for o in outs for i in range(o.shape[0]))
     for bad in (0, -1, simd.THREADS_MAX + 1, 1.5, True):
         with pytest.raises(ValueError, match="threads must be an integer"):
             m.with_threads(bad)

@@ -216,6 +216,7 @@ static atomic_int done;                /* chunks of it finished */
 static int started;                    /* helper threads running */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER;   /* one shared product at a time (ctypes drops the GIL) */
 
 static int take(unsigned g) {          /* a chunk of product g, or -1 when none is left (or g is over) */
     uint64_t c = atomic_load(&claim);
@@ -266,17 +267,21 @@ static void forget_helpers(void) { started = 0; }   /* a forked child has none o
 int exactspec_matvec_threads(const char *w, int rows, int d, int ld, const char *x, int n, char *out, int threads) {
     if (threads > THREADS_MAX) threads = THREADS_MAX;
     if (threads > 1 && started < threads - 1) {
-        if (started == 0) pthread_atfork(0, 0, forget_helpers);
+        pthread_mutex_lock(&mu);                            /* (two Python threads may get here together) */
+        static int atfork;
+        if (!atfork) atfork = pthread_atfork(0, 0, forget_helpers) == 0;
         while (started < threads - 1) {
             pthread_t t;
             if (pthread_create(&t, 0, helper, (void *)(intptr_t)started) != 0) break;
             pthread_detach(t);
             started++;
         }
+        pthread_mutex_unlock(&mu);
     }
     int helpers = threads - 1 < started ? threads - 1 : started;
     int tiles = rows / 2;
-    if (helpers <= 0 || (int64_t)rows * d * n < MIN_SHARED || tiles < 2) {
+    /* alone: too small to share, or another Python thread's product holds the helpers (the same bits either way) */
+    if (helpers <= 0 || (int64_t)rows * d * n < MIN_SHARED || tiles < 2 || pthread_mutex_trylock(&busy) != 0) {
         rows_range((const float *)w, rows, d, ld, (const float *)x, n, (float *)out, 0, rows);
         return 1;
     }
@@ -296,5 +301,6 @@ int exactspec_matvec_threads(const char *w, int rows, int d, int ld, const char 
     pthread_mutex_unlock(&mu);
     for (int k; (k = take(g)) >= 0;) run_chunk(k);
     while (atomic_load(&done) < job.nchunks) _mm_pause();
+    pthread_mutex_unlock(&busy);
     return helpers + 1;
 }
