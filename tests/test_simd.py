@@ -130,10 +130,12 @@ SHAPES = [(1, 4), (2, 8), (3, 12), (5, 4), (64, 96), (251, 160), (160, 576), (9,
 
 def assert_exp(res: dict) -> None:
     """The kernel's exp32 is the emulation bit for bit on 10^6 inputs (in place too), and numpy's float64 exp
-    rounded once on all but a handful (none seen on 3 x 10^6); the gate is numpy's formula over it, bit for bit."""
+    rounded once on all but a handful (none seen on 3 x 10^6); the gate is numpy's formula over it, bit for bit; the
+    RMS norm is its float32 steps over the products' 4-lane sum of squares, bit for bit."""
     assert res["exp_n"] == 1_000_000 and res["exp_bad"] == 0 and res["exp_in_place"]
     assert res["exp_vs_numpy"] <= 10
     assert res["silu_bad"] == 0
+    assert res["norm_bad"] == 0
 
 _KERNEL_CHECK = r"""
 import json
@@ -191,6 +193,17 @@ g, u = gu[:, :1538], gu[:, 1538:]
 with np.errstate(over="ignore"):
     want = (g / (np.float32(1.0) + emulate_exp32(-g))) * u
 res["silu_bad"] = int((m.silu_mul(gu, 1538).view(np.uint32) != want.view(np.uint32)).sum())
+# RMS norm: the sum of squares in the products' 4-lane order, then float32 steps
+res["norm_bad"] = 0
+for n, dim in ((1, 576), (5, 576), (3, 4), (2, 1536)):
+    xr = (rng.standard_normal((n, dim)) * 3).astype(np.float32)
+    w = rng.standard_normal(dim).astype(np.float32)
+    a = np.zeros((n, 4), np.float32)
+    for j in range(0, dim, 4):
+        a = a + xr[:, j: j + 4] * xr[:, j: j + 4]
+    ms = ((a[:, 0] + a[:, 1]) + (a[:, 2] + a[:, 3]))[:, None] / np.float32(dim)
+    want = (xr * (np.float32(1.0) / np.sqrt(ms + np.float32(1e-5)))) * w
+    res["norm_bad"] += int((m.rmsnorm(xr, w, 1e-5).view(np.uint32) != want.view(np.uint32)).sum())
 # the model's choice: "auto" is "simd" where every width fits, else "dot"; a kernel that cannot load falls back too
 from exactspec.micro import micro_config, micro_weights
 from exactspec.reference import ReferenceModel

@@ -193,6 +193,25 @@ void exactspec_silu_mul(const float *gu, int rows, int hidden, float *out) {
     }
 }
 
+/* RMS norm of `rows` rows of x (rows, dim), dim a multiple of 4: a 4-lane sum of squares in column order (the
+ * products' order: a = a + x*x per group of 4, then (a0 + a1) + (a2 + a3)), ms = sum / dim, s = 1 / sqrt(ms + eps),
+ * out = (x * s) * w; float32 operations, each rounded (matvec.wat's exactspec_rmsnorm: the same bits) */
+void exactspec_rmsnorm(const float *x, int rows, int dim, const float *w, float eps, float *out) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (intptr_t)r * dim;
+        float *o = out + (intptr_t)r * dim;
+        __m128 a = _mm_setzero_ps();
+        for (int j = 0; j < dim; j += 4) {
+            __m128 v = _mm_loadu_ps(xr + j);
+            a = _mm_add_ps(a, _mm_mul_ps(v, v));
+        }
+        float ms = hsum4(a) / (float)dim;
+        __m128 sc = _mm_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ms + eps))));
+        for (int j = 0; j < dim; j += 4)
+            _mm_storeu_ps(o + j, _mm_mul_ps(_mm_mul_ps(_mm_loadu_ps(xr + j), sc), _mm_loadu_ps(w + j)));
+    }
+}
+
 /* ---- several threads (CPython's counterpart of app/cpu_pool.js) ------------------------------------------------
  * exactspec_matvec_threads(w, rows, d, ld, x, n, out, threads): one problem's output rows cut into chunks of whole
  * tiles (CHUNKS_PER_THREAD per thread), which the calling thread and threads - 1 helper threads take from a counter

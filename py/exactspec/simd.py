@@ -86,11 +86,23 @@ class Matvec:
     `threads`: how many threads multiply one product (CPython's matvec.c; see `with_threads`). 1 in Pyodide, whose
     threads are the browser's (`Pool`)."""
 
-    def __init__(self, fn, fn_threads=None, threads: int = 1, exp32=None, silu_mul=None):
+    def __init__(self, fn, fn_threads=None, threads: int = 1, exp32=None, silu_mul=None, rmsnorm=None):
         self._fn = fn
         self._fn_threads = fn_threads           # matvec.c's exactspec_matvec_threads (None: one thread only)
         self.threads = threads if fn_threads is not None else 1
-        self._exp32, self._silu_mul = exp32, silu_mul
+        self._exp32, self._silu_mul, self._rmsnorm = exp32, silu_mul, rmsnorm
+
+    def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+        """RMS norm of the rows of x (n, dim) float32 C-contiguous, dim a multiple of 4, times w (dim,): a 4-lane sum
+        of squares in column order (the products' order), / dim, 1 / sqrt(+ eps), (x * s) * w, each a float32
+        operation rounded. One call instead of numpy's eight (~3 us each in Pyodide)."""
+        n, dim = x.shape
+        self._check(x, w.reshape(1, -1), (n, dim), (1, dim))
+        if dim % 4:
+            raise ValueError(f"rmsnorm wants a width that is a multiple of 4, got {dim}")
+        out = np.empty((n, dim), np.float32)                                        # (n, dim)
+        self._rmsnorm(address(x), n, dim, address(w), float(eps), address(out))
+        return out
 
     def exp32(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """exp of float32 x (C-contiguous), float32: the float64 exp of EXP_CLAMP .. EXP_POLY rounded once (numpy's
@@ -119,7 +131,7 @@ class Matvec:
         one thread in the kernel's one order, so the same bits as one thread (tests/test_simd.py)."""
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= THREADS_MAX:
             raise ValueError(f"threads must be an integer 1..{THREADS_MAX}, got {threads!r}")
-        return Matvec(self._fn, self._fn_threads, threads, self._exp32, self._silu_mul)
+        return Matvec(self._fn, self._fn_threads, threads, self._exp32, self._silu_mul, self._rmsnorm)
 
     @staticmethod
     def _check(x: np.ndarray, out: np.ndarray, xs: tuple, outs: tuple) -> None:
@@ -216,11 +228,13 @@ def load(path: str | Path | None = None) -> Matvec | None:
 
 
 def _elementwise(lib, addr, i32):
-    """The kernel's exactspec_exp32 and exactspec_silu_mul, typed (addr: the address type)."""
-    ex, silu = lib.exactspec_exp32, lib.exactspec_silu_mul
+    """The kernel's exactspec_exp32, exactspec_silu_mul and exactspec_rmsnorm, typed (addr: the address type)."""
+    import ctypes
+    ex, silu, norm = lib.exactspec_exp32, lib.exactspec_silu_mul, lib.exactspec_rmsnorm
     ex.argtypes, ex.restype = [addr, addr, i32], None                       # x out n
     silu.argtypes, silu.restype = [addr, i32, i32, addr], None              # gu rows hidden out
-    return ex, silu
+    norm.argtypes, norm.restype = [addr, i32, i32, addr, ctypes.c_float, addr], None   # x rows dim w eps out
+    return ex, silu, norm
 
 
 def native(path: str | Path | None = None) -> Matvec | None:

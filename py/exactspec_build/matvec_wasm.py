@@ -181,6 +181,41 @@ def _elementwise() -> str:
   )"""
 
 
+def _rmsnorm() -> str:
+    """exactspec_rmsnorm(x, rows, dim, w, eps, out): matvec.c's (a 4-lane sum of squares in column order, then
+    (a0 + a1) + (a2 + a3), / dim, 1 / sqrt(+ eps), (x * s) * w; float32 operations)."""
+    return f"""  ;; RMS norm of `rows` rows of x (rows, dim), dim a multiple of 4 -> out (rows, dim)
+  (func (export "exactspec_rmsnorm") (param $x i32) (param $rows i32) (param $dim i32) (param $w i32) (param $eps f32)
+        (param $out i32)
+    (local $dB i32) (local $end i32) (local $j i32) (local $a v128) (local $v v128) (local $s v128)
+    (local.set $dB (i32.shl (local.get $dim) (i32.const 2)))
+    (local.set $end (i32.add (local.get $x) (i32.mul (local.get $rows) (local.get $dB))))
+    (block $rows_done (loop $each_row
+      (br_if $rows_done (i32.ge_u (local.get $x) (local.get $end)))
+      (local.set $a (v128.const f32x4 0 0 0 0))
+      (local.set $j (i32.const 0))
+      (block $sum_done (loop $sum
+        (br_if $sum_done (i32.ge_u (local.get $j) (local.get $dB)))
+        (local.set $v (v128.load (i32.add (local.get $x) (local.get $j))))
+        (local.set $a {_mac("$a", "$v", "$v")})
+        (local.set $j (i32.add (local.get $j) (i32.const 16)))
+        (br $sum)))
+      (local.set $s (f32x4.splat (f32.div (f32.const 1) (f32.sqrt (f32.add
+        (f32.div {_hsum("$a")} (f32.convert_i32_s (local.get $dim))) (local.get $eps))))))
+      (local.set $j (i32.const 0))
+      (block $scale_done (loop $scale
+        (br_if $scale_done (i32.ge_u (local.get $j) (local.get $dB)))
+        (v128.store (i32.add (local.get $out) (local.get $j))
+          (f32x4.mul (f32x4.mul (v128.load (i32.add (local.get $x) (local.get $j))) (local.get $s))
+                     (v128.load (i32.add (local.get $w) (local.get $j)))))
+        (local.set $j (i32.add (local.get $j) (i32.const 16)))
+        (br $scale)))
+      (local.set $x (i32.add (local.get $x) (local.get $dB)))
+      (local.set $out (i32.add (local.get $out) (local.get $dB)))
+      (br $each_row)))
+  )"""
+
+
 def wat(shared: bool = False) -> str:
     """The module's text (shared: importing a shared memory, for app/cpu_pool.js)."""
     parts = [HEADER, "(module", "  " + (SHARED_MEMORY if shared else MEMORY)]
@@ -216,6 +251,7 @@ def wat(shared: bool = False) -> str:
       (br $each_head)))
   )""")
     parts.append(_elementwise())
+    parts.append(_rmsnorm())
     parts.append(")")
     return "\n".join(parts) + "\n"
 
