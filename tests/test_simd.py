@@ -131,11 +131,13 @@ SHAPES = [(1, 4), (2, 8), (3, 12), (5, 4), (64, 96), (251, 160), (160, 576), (9,
 def assert_exp(res: dict) -> None:
     """The kernel's exp32 is the emulation bit for bit on 10^6 inputs (in place too), and numpy's float64 exp
     rounded once on all but a handful (none seen on 3 x 10^6); the gate is numpy's formula over it, bit for bit; the
-    RMS norm is its float32 steps over the products' 4-lane sum of squares, bit for bit."""
+    RMS norm is its float32 steps over the products' 4-lane sum of squares, bit for bit; RoPE is numpy's, in place on
+    strided rows, touching nothing past them."""
     assert res["exp_n"] == 1_000_000 and res["exp_bad"] == 0 and res["exp_in_place"]
     assert res["exp_vs_numpy"] <= 10
     assert res["silu_bad"] == 0
     assert res["norm_bad"] == 0
+    assert res["rope_bad"] == 0
 
 _KERNEL_CHECK = r"""
 import json
@@ -204,6 +206,20 @@ for n, dim in ((1, 576), (5, 576), (3, 4), (2, 1536)):
     ms = ((a[:, 0] + a[:, 1]) + (a[:, 2] + a[:, 3]))[:, None] / np.float32(dim)
     want = (xr * (np.float32(1.0) / np.sqrt(ms + np.float32(1e-5)))) * w
     res["norm_bad"] += int((m.rmsnorm(xr, w, 1e-5).view(np.uint32) != want.view(np.uint32)).sum())
+# RoPE in place on a strided view (the q and k heads of the products' output rows), half of a head or all of it
+res["rope_bad"] = 0
+for n, heads, hd, half in ((1, 12, 64, 32), (5, 12, 64, 32), (3, 2, 16, 4), (2, 3, 24, 8)):
+    buf = (rng.standard_normal((n, heads * hd + 40)) * 2).astype(np.float32)
+    x = buf[:, : heads * hd].reshape(n, heads, hd)                                 # (n, heads, hd), rows strided
+    c, sn = rng.standard_normal((2, n, half)).astype(np.float32)
+    c, sn = np.ascontiguousarray(c), np.ascontiguousarray(sn)
+    want = x.copy()
+    a, b = want[:, :, :half].copy(), want[:, :, half: 2 * half].copy()
+    want[:, :, :half] = a * c[:, None] - b * sn[:, None]
+    want[:, :, half: 2 * half] = b * c[:, None] + a * sn[:, None]
+    tail = buf[:, heads * hd:].copy()
+    m.rope(x, c, sn)
+    res["rope_bad"] += int((x.view(np.uint32) != want.view(np.uint32)).sum()) + int((buf[:, heads * hd:] != tail).sum())
 # the model's choice: "auto" is "simd" where every width fits, else "dot"; a kernel that cannot load falls back too
 from exactspec.micro import micro_config, micro_weights
 from exactspec.reference import ReferenceModel

@@ -212,6 +212,24 @@ void exactspec_rmsnorm(const float *x, int rows, int dim, const float *w, float 
     }
 }
 
+/* RoPE (rotate-half) in place on x: n rows (row stride `ld` floats), each `heads` heads of hd floats; in each head the
+ * first 2 * half values: a = x[i], b = x[half + i] -> x[i] = a * c - b * s, x[half + i] = b * c + a * s with c, s the
+ * row's cos[t * half + i], sin[...] (half a multiple of 4; float32 operations, each rounded: reference.py's numpy) */
+void exactspec_rope(float *x, int n, int ld, int heads, int hd, int half, const float *cs, const float *sn) {
+    for (int t = 0; t < n; t++) {
+        const float *c = cs + (intptr_t)t * half, *s = sn + (intptr_t)t * half;
+        for (int h = 0; h < heads; h++) {
+            float *q = x + (intptr_t)t * ld + (intptr_t)h * hd;
+            for (int i = 0; i < half; i += 4) {
+                __m128 a = _mm_loadu_ps(q + i), b = _mm_loadu_ps(q + half + i);
+                __m128 cv = _mm_loadu_ps(c + i), sv = _mm_loadu_ps(s + i);
+                _mm_storeu_ps(q + i, _mm_sub_ps(_mm_mul_ps(a, cv), _mm_mul_ps(b, sv)));
+                _mm_storeu_ps(q + half + i, _mm_add_ps(_mm_mul_ps(b, cv), _mm_mul_ps(a, sv)));
+            }
+        }
+    }
+}
+
 /* ---- several threads (CPython's counterpart of app/cpu_pool.js) ------------------------------------------------
  * exactspec_matvec_threads(w, rows, d, ld, x, n, out, threads): one problem's output rows cut into chunks of whole
  * tiles (CHUNKS_PER_THREAD per thread), which the calling thread and threads - 1 helper threads take from a counter

@@ -448,6 +448,9 @@ class ReferenceModel:
     def _rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
         """In place on x (n, heads, head_dim); HF rotate-half over the first rope_dim dims; cos, sin (n, 1, r/2)."""
         h = self.rope_dim // 2
+        if self._simd is not None and h % 4 == 0 and x.strides[2] == 4 and x.strides[1] == 4 * x.shape[2]:
+            self._simd.rope(x, cos.reshape(-1, h), sin.reshape(-1, h))       # the same operations, one call
+            return
         x1 = x[:, :, :h].copy()                                                 # (n, heads, r/2)
         x2 = x[:, :, h: 2 * h].copy()                                           # (n, heads, r/2)
         x[:, :, :h] = x1 * cos - x2 * sin

@@ -86,11 +86,26 @@ class Matvec:
     `threads`: how many threads multiply one product (CPython's matvec.c; see `with_threads`). 1 in Pyodide, whose
     threads are the browser's (`Pool`)."""
 
-    def __init__(self, fn, fn_threads=None, threads: int = 1, exp32=None, silu_mul=None, rmsnorm=None):
+    def __init__(self, fn, fn_threads=None, threads: int = 1, exp32=None, silu_mul=None, rmsnorm=None, rope=None):
         self._fn = fn
         self._fn_threads = fn_threads           # matvec.c's exactspec_matvec_threads (None: one thread only)
         self.threads = threads if fn_threads is not None else 1
-        self._exp32, self._silu_mul, self._rmsnorm = exp32, silu_mul, rmsnorm
+        self._exp32, self._silu_mul, self._rmsnorm, self._rope = exp32, silu_mul, rmsnorm, rope
+
+    def rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
+        """Rotate-half RoPE in place on x (n, heads, head_dim) float32, rows possibly strided (a view of the products'
+        output) but each row's heads contiguous, over the first 2 * half values of each head; cos, sin (n, half)
+        C-contiguous float32, half a multiple of 4: a = x[..., i], b = x[..., half + i] -> a c - b s, b c + a s,
+        each a float32 operation rounded (reference.py's numpy, one call instead of ten)."""
+        n, heads, hd = x.shape
+        half = cos.shape[-1]
+        if not (x.dtype == np.float32 and x.strides[2] == 4 and x.strides[1] == 4 * hd and x.strides[0] % 4 == 0
+                and cos.shape == sin.shape == (n, half) and cos.dtype == sin.dtype == np.float32
+                and cos.flags.c_contiguous and sin.flags.c_contiguous and half % 4 == 0 and 2 * half <= hd):
+            raise ValueError(f"rope wants x (n, heads, head_dim) float32 with contiguous heads and cos, sin (n, half) "
+                             f"C-contiguous float32, half a multiple of 4, got x {x.dtype} {x.shape} {x.strides}, "
+                             f"cos {cos.shape}")
+        self._rope(address(x), n, x.strides[0] // 4, heads, hd, half, address(cos), address(sin))
 
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
         """RMS norm of the rows of x (n, dim) float32 C-contiguous, dim a multiple of 4, times w (dim,): a 4-lane sum
@@ -131,7 +146,7 @@ class Matvec:
         one thread in the kernel's one order, so the same bits as one thread (tests/test_simd.py)."""
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= THREADS_MAX:
             raise ValueError(f"threads must be an integer 1..{THREADS_MAX}, got {threads!r}")
-        return Matvec(self._fn, self._fn_threads, threads, self._exp32, self._silu_mul, self._rmsnorm)
+        return Matvec(self._fn, self._fn_threads, threads, self._exp32, self._silu_mul, self._rmsnorm, self._rope)
 
     @staticmethod
     def _check(x: np.ndarray, out: np.ndarray, xs: tuple, outs: tuple) -> None:
@@ -228,13 +243,14 @@ def load(path: str | Path | None = None) -> Matvec | None:
 
 
 def _elementwise(lib, addr, i32):
-    """The kernel's exactspec_exp32, exactspec_silu_mul and exactspec_rmsnorm, typed (addr: the address type)."""
+    """The kernel's exactspec_exp32, _silu_mul, _rmsnorm and _rope, typed (addr: the address type)."""
     import ctypes
-    ex, silu, norm = lib.exactspec_exp32, lib.exactspec_silu_mul, lib.exactspec_rmsnorm
+    ex, silu, norm, rope = lib.exactspec_exp32, lib.exactspec_silu_mul, lib.exactspec_rmsnorm, lib.exactspec_rope
     ex.argtypes, ex.restype = [addr, addr, i32], None                       # x out n
     silu.argtypes, silu.restype = [addr, i32, i32, addr], None              # gu rows hidden out
     norm.argtypes, norm.restype = [addr, i32, i32, addr, ctypes.c_float, addr], None   # x rows dim w eps out
-    return ex, silu, norm
+    rope.argtypes, rope.restype = [addr, i32, i32, i32, i32, i32, addr, addr], None    # x n ld heads hd half cos sin
+    return ex, silu, norm, rope
 
 
 def native(path: str | Path | None = None) -> Matvec | None:

@@ -216,6 +216,43 @@ def _rmsnorm() -> str:
   )"""
 
 
+def _rope() -> str:
+    """exactspec_rope(x, n, ld, heads, hd, half, cos, sin): matvec.c's (rotate-half in place, float32 operations)."""
+    return """  ;; RoPE in place: n rows of x (row stride ld floats), `heads` heads of hd floats, the first 2 half values of each
+  (func (export "exactspec_rope") (param $x i32) (param $n i32) (param $ld i32) (param $heads i32) (param $hd i32)
+        (param $half i32) (param $cos i32) (param $sin i32)
+    (local $t i32) (local $h i32) (local $i i32) (local $q i32) (local $hB i32) (local $a v128) (local $b v128)
+    (local $c v128) (local $s v128)
+    (local.set $hB (i32.shl (local.get $half) (i32.const 2)))
+    (block $rows_done (loop $each_row
+      (br_if $rows_done (i32.ge_u (local.get $t) (local.get $n)))
+      (local.set $h (i32.const 0))
+      (block $heads_done (loop $each_head
+        (br_if $heads_done (i32.ge_u (local.get $h) (local.get $heads)))
+        (local.set $q (i32.add (local.get $x) (i32.shl (i32.add (i32.mul (local.get $t) (local.get $ld))
+                                                                 (i32.mul (local.get $h) (local.get $hd))) (i32.const 2))))
+        (local.set $i (i32.const 0))
+        (block $done (loop $each
+          (br_if $done (i32.ge_u (local.get $i) (local.get $hB)))
+          (local.set $a (v128.load (i32.add (local.get $q) (local.get $i))))
+          (local.set $b (v128.load (i32.add (i32.add (local.get $q) (local.get $hB)) (local.get $i))))
+          (local.set $c (v128.load (i32.add (local.get $cos) (local.get $i))))
+          (local.set $s (v128.load (i32.add (local.get $sin) (local.get $i))))
+          (v128.store (i32.add (local.get $q) (local.get $i))
+            (f32x4.sub (f32x4.mul (local.get $a) (local.get $c)) (f32x4.mul (local.get $b) (local.get $s))))
+          (v128.store (i32.add (i32.add (local.get $q) (local.get $hB)) (local.get $i))
+            (f32x4.add (f32x4.mul (local.get $b) (local.get $c)) (f32x4.mul (local.get $a) (local.get $s))))
+          (local.set $i (i32.add (local.get $i) (i32.const 16)))
+          (br $each)))
+        (local.set $h (i32.add (local.get $h) (i32.const 1)))
+        (br $each_head)))
+      (local.set $cos (i32.add (local.get $cos) (local.get $hB)))
+      (local.set $sin (i32.add (local.get $sin) (local.get $hB)))
+      (local.set $t (i32.add (local.get $t) (i32.const 1)))
+      (br $each_row)))
+  )"""
+
+
 def wat(shared: bool = False) -> str:
     """The module's text (shared: importing a shared memory, for app/cpu_pool.js)."""
     parts = [HEADER, "(module", "  " + (SHARED_MEMORY if shared else MEMORY)]
@@ -252,6 +289,7 @@ def wat(shared: bool = False) -> str:
   )""")
     parts.append(_elementwise())
     parts.append(_rmsnorm())
+    parts.append(_rope())
     parts.append(")")
     return "\n".join(parts) + "\n"
 
