@@ -132,12 +132,14 @@ def assert_exp(res: dict) -> None:
     """The kernel's exp32 is the emulation bit for bit on 10^6 inputs (in place too), and numpy's float64 exp
     rounded once on all but a handful (none seen on 3 x 10^6); the gate is numpy's formula over it, bit for bit; the
     RMS norm is its float32 steps over the products' 4-lane sum of squares, bit for bit; RoPE is numpy's, in place on
-    strided rows, touching nothing past them."""
+    strided rows, touching nothing past them; the attention is the products' emulation around a softmax over each
+    row's keys (its sum in 4 lanes), a row alone the same bits as among others."""
     assert res["exp_n"] == 1_000_000 and res["exp_bad"] == 0 and res["exp_in_place"]
     assert res["exp_vs_numpy"] <= 10
     assert res["silu_bad"] == 0
     assert res["norm_bad"] == 0
     assert res["rope_bad"] == 0
+    assert res["attend_bad"] == 0
 
 _KERNEL_CHECK = r"""
 import json
@@ -220,6 +222,40 @@ for n, heads, hd, half in ((1, 12, 64, 32), (5, 12, 64, 32), (3, 2, 16, 4), (2, 
     tail = buf[:, heads * hd:].copy()
     m.rope(x, c, sn)
     res["rope_bad"] += int((x.view(np.uint32) != want.view(np.uint32)).sum()) + int((buf[:, heads * hd:] != tail).sum())
+# attention over a packed cache: the products' emulation for scores and outputs, a softmax per row over its keys
+# [lo, hi) with the sum in 4 lanes in key order; rows with other ranges and other counts never change a row
+res["attend_bad"] = 0
+for nkv, mq, hd, cap, width in ((3, 6, 64, 256, 128), (2, 1, 16, 64, 64), (1, 5, 8, 128, 64)):
+    K = rng.standard_normal((nkv, cap, hd)).astype(np.float32)
+    V = rng.standard_normal((nkv, cap, hd)).astype(np.float32)
+    k5 = np.stack([simd.pack(K[h]) for h in range(nkv)])                          # (nkv, cap * hd)
+    v5 = np.stack([simd.pack(np.ascontiguousarray(V[h].T)) for h in range(nkv)])   # (nkv, hd * cap)
+    q = rng.standard_normal((nkv, mq, hd)).astype(np.float32)
+    hi = rng.integers(1, width + 1, mq)
+    lohi = np.stack([np.minimum(rng.integers(0, width, mq), hi - 1), hi], axis=1).astype(np.int32)
+    out = np.full((nkv, mq, hd), np.nan, np.float32)
+    m.attend(q, k5, v5, width, lohi, np.empty((nkv, mq, width), np.float32), out)
+    for h in range(nkv):
+        sc = emulate(np.ascontiguousarray(K[h, :width]), q[h])                    # (m, width)
+        for r in range(mq):
+            lo, hi_ = int(lohi[r, 0]), int(lohi[r, 1])
+            mx = sc[r, lo]
+            for t in range(lo + 1, hi_):
+                mx = sc[r, t] if sc[r, t] > mx else mx
+            e = np.zeros(width, np.float32)
+            e[lo:hi_] = emulate_exp32(sc[r, lo:hi_] - mx)
+            a = np.zeros(4, np.float32)
+            for t in range(0, width, 4):
+                a = a + e[t: t + 4]
+            pr = e / ((a[0] + a[1]) + (a[2] + a[3]))
+            want = emulate(np.ascontiguousarray(V[h, :width].T), pr[None])[0]
+            res["attend_bad"] += int((out[h, r].view(np.uint32) != want.view(np.uint32)).sum())
+        # one row alone (its own range, m = 1) gives the same bits
+        one = np.empty((1, 1, hd), np.float32)
+        m.attend(np.ascontiguousarray(q[h:h + 1, :1]), np.ascontiguousarray(k5[h:h + 1]),
+                 np.ascontiguousarray(v5[h:h + 1]), width, lohi[:1].copy(),
+                 np.empty((1, 1, width), np.float32), one)
+        res["attend_bad"] += int((one[0, 0].view(np.uint32) != out[h, 0].view(np.uint32)).sum())
 # the model's choice: "auto" is "simd" where every width fits, else "dot"; a kernel that cannot load falls back too
 from exactspec.micro import micro_config, micro_weights
 from exactspec.reference import ReferenceModel

@@ -230,6 +230,33 @@ void exactspec_rope(float *x, int n, int ld, int heads, int hd, int half, const 
     }
 }
 
+/* Attention of m query rows per KV head over `width` keys (reference.py's _attend_simd):
+ *   q (nkv, m, hd) scaled queries; k: per KV head (k_hs bytes apart) the packed keys (rows = positions, ld = hd);
+ *   v: per KV head (v_hs bytes apart) the packed values^T (rows = hd, ld = cap); lohi (m, 2) int32: the keys
+ *   [lo, hi) query row r sees (the same for every head); s (nkv, m, width) scratch; out (nkv, m, hd).
+ * Scores by exactspec_matvec; per row: its largest score over [lo, hi) (the first of equals), e = exp32(s - max) there
+ * and 0 elsewhere, their sum in 4 lanes over t = 0 .. width - 1 in order then (a0 + a1) + (a2 + a3), p = e / sum;
+ * outputs by exactspec_matvec. A row's bits depend on its queries, its keys' range and width only (batch-invariant),
+ * and equal matvec.wat's exactspec_attend. */
+void exactspec_attend(const float *q, int nkv, int m, int hd, const char *k, int64_t k_hs, const char *v,
+                      int64_t v_hs, int cap, int width, const int32_t *lohi, float *s, float *out) {
+    exactspec_matvec(k, width, hd, hd, (const char *)q, m, (char *)s, nkv, k_hs, (int64_t)4 * m * hd,
+                     (int64_t)4 * m * width);
+    for (int r = 0; r < nkv * m; r++) {
+        float *row = s + (intptr_t)r * width;
+        int lo = lohi[2 * (r % m)], hi = lohi[2 * (r % m) + 1];
+        float mx = row[lo];
+        for (int t = lo + 1; t < hi; t++) mx = row[t] > mx ? row[t] : mx;
+        for (int t = 0; t < width; t++) row[t] = t >= lo && t < hi ? exp32(row[t] - mx) : 0.0f;
+        __m128 a = _mm_setzero_ps();
+        for (int t = 0; t < width; t += 4) a = _mm_add_ps(a, _mm_loadu_ps(row + t));
+        __m128 tot = _mm_set1_ps(hsum4(a));
+        for (int t = 0; t < width; t += 4) _mm_storeu_ps(row + t, _mm_div_ps(_mm_loadu_ps(row + t), tot));
+    }
+    exactspec_matvec(v, hd, width, cap, (const char *)s, m, (char *)out, nkv, v_hs, (int64_t)4 * m * width,
+                     (int64_t)4 * m * hd);
+}
+
 /* ---- several threads (CPython's counterpart of app/cpu_pool.js) ------------------------------------------------
  * exactspec_matvec_threads(w, rows, d, ld, x, n, out, threads): one problem's output rows cut into chunks of whole
  * tiles (CHUNKS_PER_THREAD per thread), which the calling thread and threads - 1 helper threads take from a counter

@@ -491,12 +491,18 @@ class ReferenceModel:
         while i0 < n:
             width = _bucket_end(start_pos + i0)                                 # keys 0..width-1
             i1 = min(n, width - start_pos)
-            keys = np.arange(width)[None, :]
-            seen = keys <= pos[i0:i1, None]                                     # causal
-            if self.window:                                                     # and the last `window` keys only
-                seen &= keys > pos[i0:i1, None] - self.window
-            mask = np.where(seen, np.float32(0), np.float32(-np.inf))
-            groups.append((i0, i1, width, mask.astype(np.float32)[:, None, None, :]))   # (rows, 1, 1, width)
+            if self._simd is not None:          # the kernel's attention takes each row's keys [lo, hi): causal,
+                p = pos[i0:i1]                  # and the last `window` keys only
+                lo = np.maximum(p - self.window + 1, 0) if self.window else np.zeros_like(p)
+                lohi = np.repeat(np.stack([lo, p + 1], axis=1).astype(np.int32), nh // nkv, axis=0)   # (rows rep, 2)
+                groups.append((i0, i1, width, lohi))
+            else:
+                keys = np.arange(width)[None, :]
+                seen = keys <= pos[i0:i1, None]                                 # causal
+                if self.window:                                                 # and the last `window` keys only
+                    seen &= keys > pos[i0:i1, None] - self.window
+                mask = np.where(seen, np.float32(0), np.float32(-np.inf))
+                groups.append((i0, i1, width, mask.astype(np.float32)[:, None, None, :]))   # (rows, 1, 1, width)
             i0 = i1
         width_max = groups[-1][2]
 
@@ -606,25 +612,20 @@ class ReferenceModel:
         s /= s.sum(axis=-1, keepdims=True)
         np.einsum("gkrt,kdt->gkrd", s, vt, out=out)
 
-    def _attend_simd(self, q: np.ndarray, k5: np.ndarray, v5: np.ndarray, width: int, mask: np.ndarray,
+    def _attend_simd(self, q: np.ndarray, k5: np.ndarray, v5: np.ndarray, width: int, lohi: np.ndarray,
                      out: np.ndarray) -> None:
-        """_attend's math with the "simd" kernel's products, over the packed cache (k5 keys, v5 values^T: tiles of 2
-        rows, see _grow). q (g, n_kv, rep, head_dim), mask (g, 1, 1, width), out (g, n_kv, rep, head_dim).
+        """_attend's math in one call of the kernel (simd.Matvec.attend), over the packed cache (k5 keys, v5 values^T:
+        tiles of 2 rows, see _grow). q (g, n_kv, rep, head_dim); lohi (g rep, 2) int32: the keys [lo, hi) each query
+        row sees (its causal prefix, its window); out (g, n_kv, rep, head_dim).
         Scores: per KV head, (g * rep) query rows times the first `width` keys; probabilities: per row over exactly
-        `width` values; outputs: per KV head, the probability rows times the values' first `width` columns. Each is
-        the kernel's fixed-order dot product or a per-row reduction, so a row's bits depend on its position and
-        prefix only (masked keys: as in _attend)."""
+        `width` values (keys outside [lo, hi) weigh exactly 0, as -inf would), the sum in the kernel's 4-lane order;
+        outputs: per KV head, the probability rows times the values' first `width` columns. Each is the kernel's
+        fixed-order dot product or a per-row reduction, so a row's bits depend on its position and prefix only."""
         g, nkv, rep, hd = q.shape
-        cap = 4 * v5.shape[2]
         x = np.ascontiguousarray(q.transpose(1, 0, 2, 3)).reshape(nkv, g * rep, hd)   # (n_kv, g rep, head_dim)
         s = np.empty((nkv, g * rep, width), np.float32)                               # (n_kv, g rep, width)
-        self._simd.heads(k5, width, hd, hd, x, s)
-        s.reshape(nkv, g, rep, width)[...] += mask.reshape(1, g, 1, width)
-        s -= s.max(axis=-1, keepdims=True)
-        self._simd.exp32(s, s)
-        s /= s.sum(axis=-1, keepdims=True)
         o = np.empty((nkv, g * rep, hd), np.float32)                                  # (n_kv, g rep, head_dim)
-        self._simd.heads(v5, hd, width, cap, s, o)
+        self._simd.attend(x, k5, v5, width, lohi, s, o)
         out[...] = o.reshape(nkv, g, rep, hd).transpose(1, 0, 2, 3)
 
     # -- the batched step (exactspec.backend): the same passes one after another, with the same meaning ----------

@@ -86,11 +86,32 @@ class Matvec:
     `threads`: how many threads multiply one product (CPython's matvec.c; see `with_threads`). 1 in Pyodide, whose
     threads are the browser's (`Pool`)."""
 
-    def __init__(self, fn, fn_threads=None, threads: int = 1, exp32=None, silu_mul=None, rmsnorm=None, rope=None):
+    def __init__(self, fn, fn_threads=None, threads: int = 1, *elementwise):
         self._fn = fn
         self._fn_threads = fn_threads           # matvec.c's exactspec_matvec_threads (None: one thread only)
         self.threads = threads if fn_threads is not None else 1
-        self._exp32, self._silu_mul, self._rmsnorm, self._rope = exp32, silu_mul, rmsnorm, rope
+        self._elementwise = elementwise
+        self._exp32, self._silu_mul, self._rmsnorm, self._rope, self._attend = elementwise or (None,) * 5
+
+    def attend(self, q: np.ndarray, k5: np.ndarray, v5: np.ndarray, width: int, lohi: np.ndarray,
+               s: np.ndarray, out: np.ndarray) -> None:
+        """Attention of m query rows per KV head over the first `width` keys of a packed cache (reference.py's
+        _attend_simd, one call): q (n_kv, m, head_dim) scaled queries, C-contiguous; k5, v5 the packed keys and
+        values^T of every KV head (see reference._grow); lohi (m, 2) int32, the keys [lo, hi) each row sees;
+        s (n_kv, m, width) scratch; out (n_kv, m, head_dim). Scores and outputs are the kernel's products; per row a
+        softmax over its keys, its sum in 4 lanes in key order (matvec.c's exactspec_attend)."""
+        nkv, m, hd = q.shape
+        cap = v5.size // nkv // hd                          # (values^T rows of cap floats)
+        self._check(q, out, (nkv, m, hd), (nkv, m, hd))
+        if not (s.dtype == np.float32 and s.flags.c_contiguous and s.shape == (nkv, m, width)
+                and lohi.dtype == np.int32 and lohi.flags.c_contiguous and lohi.shape == (m, 2)
+                and k5.flags.c_contiguous and v5.flags.c_contiguous and k5.shape[0] == v5.shape[0] == nkv
+                and width % 4 == 0 and 0 < width <= cap and k5.size // nkv >= width * hd
+                and int(lohi.min()) >= 0 and int(lohi.max()) <= width and bool((lohi[:, 0] < lohi[:, 1]).all())):
+            raise ValueError(f"attend: q {q.shape}, cache {k5.shape} / {v5.shape}, width {width}, scratch {s.shape} "
+                             f"and key ranges {lohi.shape} do not fit")
+        self._attend(address(q), nkv, m, hd, address(k5), 4 * (k5.size // nkv), address(v5), 4 * (v5.size // nkv),
+                     cap, width, address(lohi), address(s), address(out))
 
     def rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
         """Rotate-half RoPE in place on x (n, heads, head_dim) float32, rows possibly strided (a view of the products'
@@ -146,7 +167,7 @@ class Matvec:
         one thread in the kernel's one order, so the same bits as one thread (tests/test_simd.py)."""
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= THREADS_MAX:
             raise ValueError(f"threads must be an integer 1..{THREADS_MAX}, got {threads!r}")
-        return Matvec(self._fn, self._fn_threads, threads, self._exp32, self._silu_mul, self._rmsnorm, self._rope)
+        return Matvec(self._fn, self._fn_threads, threads, *self._elementwise)
 
     @staticmethod
     def _check(x: np.ndarray, out: np.ndarray, xs: tuple, outs: tuple) -> None:
@@ -243,14 +264,18 @@ def load(path: str | Path | None = None) -> Matvec | None:
 
 
 def _elementwise(lib, addr, i32):
-    """The kernel's exactspec_exp32, _silu_mul, _rmsnorm and _rope, typed (addr: the address type)."""
+    """The kernel's exactspec_exp32, _silu_mul, _rmsnorm, _rope and _attend, typed (addr: the address type)."""
     import ctypes
     ex, silu, norm, rope = lib.exactspec_exp32, lib.exactspec_silu_mul, lib.exactspec_rmsnorm, lib.exactspec_rope
+    att = lib.exactspec_attend
     ex.argtypes, ex.restype = [addr, addr, i32], None                       # x out n
     silu.argtypes, silu.restype = [addr, i32, i32, addr], None              # gu rows hidden out
     norm.argtypes, norm.restype = [addr, i32, i32, addr, ctypes.c_float, addr], None   # x rows dim w eps out
     rope.argtypes, rope.restype = [addr, i32, i32, i32, i32, i32, addr, addr], None    # x n ld heads hd half cos sin
-    return ex, silu, norm, rope
+    hs = ctypes.c_int64 if addr is ctypes.c_void_p else addr                # (byte strides: int64 in C, i32 in wasm)
+    att.argtypes = [addr, i32, i32, i32, addr, hs, addr, hs, i32, i32, addr, addr, addr]  # q nkv m hd k k_hs v v_hs
+    att.restype = None                                                                  # cap width lohi s out
+    return ex, silu, norm, rope, att
 
 
 def native(path: str | Path | None = None) -> Matvec | None:

@@ -253,12 +253,80 @@ def _rope() -> str:
   )"""
 
 
+def _attend() -> str:
+    """exactspec_attend(q, nkv, m, hd, k, k_hs, v, v_hs, cap, width, lohi, s, out): matvec.c's (scores by $matvec, a
+    softmax per row over its keys [lo, hi), its sum in 4 lanes, the values by $matvec)."""
+    return f"""  ;; attention of m query rows per KV head (see matvec.c's exactspec_attend)
+  (func (export "exactspec_attend") (param $q i32) (param $nkv i32) (param $m i32) (param $hd i32) (param $kk i32)
+        (param $k_hs i32) (param $vv i32) (param $v_hs i32) (param $cap i32) (param $width i32) (param $lohi i32)
+        (param $s i32) (param $out i32)
+    (local $rows i32) (local $row i32) (local $r i32) (local $t i32) (local $lo i32) (local $hi i32) (local $mx f32)
+    (local $a v128) (local $tot f32) (local $x f32) (local $xf f32) (local $y f32)
+    (local $v f64) (local $k f64) (local $r64 f64) (local $p f64)
+    (call $matvec (local.get $kk) (local.get $width) (local.get $hd) (local.get $hd) (local.get $q) (local.get $m)
+                  (local.get $s) (local.get $nkv) (local.get $k_hs) (i32.shl (i32.mul (local.get $m) (local.get $hd))
+                  (i32.const 2)) (i32.shl (i32.mul (local.get $m) (local.get $width)) (i32.const 2)))
+    (local.set $rows (i32.mul (local.get $nkv) (local.get $m)))
+    (block $rows_done (loop $each_row
+      (br_if $rows_done (i32.ge_u (local.get $r) (local.get $rows)))
+      (local.set $row (i32.add (local.get $s) (i32.shl (i32.mul (local.get $r) (local.get $width)) (i32.const 2))))
+      (local.set $lo (i32.load (i32.add (local.get $lohi) (i32.shl (i32.rem_u (local.get $r) (local.get $m)) (i32.const 3)))))
+      (local.set $hi (i32.load offset=4 (i32.add (local.get $lohi) (i32.shl (i32.rem_u (local.get $r) (local.get $m))
+                                                                              (i32.const 3)))))
+      ;; the largest score the row sees
+      (local.set $mx (f32.load (i32.add (local.get $row) (i32.shl (local.get $lo) (i32.const 2)))))
+      (local.set $t (i32.add (local.get $lo) (i32.const 1)))
+      (block $max_done (loop $max
+        (br_if $max_done (i32.ge_s (local.get $t) (local.get $hi)))
+        (local.set $x (f32.load (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2)))))
+        (local.set $mx (select (local.get $x) (local.get $mx) (f32.gt (local.get $x) (local.get $mx))))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (br $max)))
+      ;; exp(s - max) over [lo, hi), 0 elsewhere
+      (local.set $t (i32.const 0))
+      (block $exp_done (loop $exp
+        (br_if $exp_done (i32.ge_s (local.get $t) (local.get $width)))
+        (if (i32.and (i32.ge_s (local.get $t) (local.get $lo)) (i32.lt_s (local.get $t) (local.get $hi)))
+          (then
+            (local.set $xf (f32.sub (f32.load (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))))
+                                    (local.get $mx)))
+{_exp32("$xf", "$y").replace("$r", "$r64")}
+            (f32.store (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))) (local.get $y)))
+          (else (f32.store (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))) (f32.const 0))))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (br $exp)))
+      ;; their sum in 4 lanes, then (a0 + a1) + (a2 + a3); each divided by it
+      (local.set $a (v128.const f32x4 0 0 0 0))
+      (local.set $t (i32.const 0))
+      (block $sum_done (loop $sum
+        (br_if $sum_done (i32.ge_s (local.get $t) (local.get $width)))
+        (local.set $a (f32x4.add (local.get $a) (v128.load (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))))))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $sum)))
+      (local.set $tot {_hsum("$a")})
+      (local.set $t (i32.const 0))
+      (block $div_done (loop $div
+        (br_if $div_done (i32.ge_s (local.get $t) (local.get $width)))
+        (v128.store (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2)))
+          (f32x4.div (v128.load (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))))
+                     (f32x4.splat (local.get $tot))))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
+        (br $div)))
+      (local.set $r (i32.add (local.get $r) (i32.const 1)))
+      (br $each_row)))
+    (call $matvec (local.get $vv) (local.get $hd) (local.get $width) (local.get $cap) (local.get $s) (local.get $m)
+                  (local.get $out) (local.get $nkv) (local.get $v_hs)
+                  (i32.shl (i32.mul (local.get $m) (local.get $width)) (i32.const 2))
+                  (i32.shl (i32.mul (local.get $m) (local.get $hd)) (i32.const 2)))
+  )"""
+
+
 def wat(shared: bool = False) -> str:
     """The module's text (shared: importing a shared memory, for app/cpu_pool.js)."""
     parts = [HEADER, "(module", "  " + (SHARED_MEMORY if shared else MEMORY)]
     parts += [_tile(f"$tile{c}", c, TILE) for c in range(1, ROWS_MAX + 1)]
     parts += [_tile(f"$last{c}", c, 1) for c in range(1, ROWS_MAX + 1)]
-    parts.append(f"""  (func (export "{EXPORT}") (param $w0 i32) (param $rows i32) (param $d i32) (param $ld i32) (param $x0 i32)
+    parts.append(f"""  (func $matvec (export "{EXPORT}") (param $w0 i32) (param $rows i32) (param $d i32) (param $ld i32) (param $x0 i32)
         (param $n i32) (param $out0 i32) (param $heads i32) (param $w_hs i32) (param $x_hs i32) (param $out_hs i32)
     (local $w i32) (local $x i32) (local $out i32) (local $h i32)
     (local $dB i32) (local $tB i32) (local $os i32) (local $chunks i32) (local $p i32) (local $i i32) (local $r i32)
@@ -290,6 +358,7 @@ def wat(shared: bool = False) -> str:
     parts.append(_elementwise())
     parts.append(_rmsnorm())
     parts.append(_rope())
+    parts.append(_attend())
     parts.append(")")
     return "\n".join(parts) + "\n"
 
