@@ -233,7 +233,8 @@ void exactspec_rope(float *x, int n, int ld, int heads, int hd, int half, const 
 /* Attention of m query rows per KV head over `width` keys (reference.py's _attend_simd):
  *   q (nkv, m, hd) scaled queries; k: per KV head (k_hs bytes apart) the packed keys (rows = positions, ld = hd);
  *   v: per KV head (v_hs bytes apart) the packed values^T (rows = hd, ld = cap); lohi (m, 2) int32: the keys
- *   [lo, hi) query row r sees (the same for every head); s (nkv, m, width) scratch; out (nkv, m, hd).
+ *   [lo, hi) query row r sees (the same for every head; clamped to 0 <= lo < hi <= width); s (nkv, m, width)
+ *   scratch; out (nkv, m, hd).
  * Scores by exactspec_matvec; per row: its largest score over [lo, hi) (the first of equals), e = exp32(s - max) there
  * and 0 elsewhere, their sum in 4 lanes over t = 0 .. width - 1 in order then (a0 + a1) + (a2 + a3), p = e / sum;
  * outputs by exactspec_matvec. A row's bits depend on its queries, its keys' range and width only (batch-invariant),
@@ -245,6 +246,8 @@ void exactspec_attend(const float *q, int nkv, int m, int hd, const char *k, int
     for (int r = 0; r < nkv * m; r++) {
         float *row = s + (intptr_t)r * width;
         int lo = lohi[2 * (r % m)], hi = lohi[2 * (r % m) + 1];
+        hi = hi > width ? width : (hi < 1 ? 1 : hi);                /* (kept inside the row: never read past it) */
+        lo = lo >= hi ? hi - 1 : (lo < 0 ? 0 : lo);
         float mx = row[lo];
         for (int t = lo + 1; t < hi; t++) mx = row[t] > mx ? row[t] : mx;
         for (int t = 0; t < width; t++) row[t] = t >= lo && t < hi ? exp32(row[t] - mx) : 0.0f;

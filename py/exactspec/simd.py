@@ -103,11 +103,13 @@ class Matvec:
         nkv, m, hd = q.shape
         cap = v5.size // nkv // hd                          # (values^T rows of cap floats)
         self._check(q, out, (nkv, m, hd), (nkv, m, hd))
+        # (lohi's values are not checked here, which would cost more than the call in Pyodide: the kernel keeps every
+        # range inside 0..width and non-empty, so no value reads outside the cache)
         if not (s.dtype == np.float32 and s.flags.c_contiguous and s.shape == (nkv, m, width)
                 and lohi.dtype == np.int32 and lohi.flags.c_contiguous and lohi.shape == (m, 2)
                 and k5.flags.c_contiguous and v5.flags.c_contiguous and k5.shape[0] == v5.shape[0] == nkv
-                and width % 4 == 0 and 0 < width <= cap and k5.size // nkv >= width * hd
-                and int(lohi.min()) >= 0 and int(lohi.max()) <= width and bool((lohi[:, 0] < lohi[:, 1]).all())):
+                and k5.dtype == v5.dtype == np.float32 and width % 4 == 0 and 0 < width <= cap
+                and k5.size // nkv >= width * hd):
             raise ValueError(f"attend: q {q.shape}, cache {k5.shape} / {v5.shape}, width {width}, scratch {s.shape} "
                              f"and key ranges {lohi.shape} do not fit")
         self._attend(address(q), nkv, m, hd, address(k5), 4 * (k5.size // nkv), address(v5), 4 * (v5.size // nkv),

@@ -139,6 +139,33 @@ def _exp32(xf: str, out: str) -> str:
     return "\n".join("        " + x for x in L)
 
 
+X4_LOCALS = "(local $x4 v128) (local $y4 v128) (local $lo2 v128) (local $v2 v128) (local $k2 v128) (local $r2 v128) (local $p2 v128)"
+
+
+def _exp32x4(x4: str, y4: str) -> str:
+    """Instructions setting v128 local `y4` to exp32 of the 4 floats of v128 local `x4`: _exp32's operations on two
+    float64 lanes at a time (the same bits; locals of X4_LOCALS)."""
+    f = lambda c: f"(f64x2.splat (f64.const {c!r}))"      # noqa: E731
+    L = []
+    for half, src in (("lo", f"(local.get {x4})"),
+                      ("hi", f"(i8x16.shuffle 8 9 10 11 12 13 14 15 0 1 2 3 4 5 6 7 (local.get {x4}) (local.get {x4}))")):
+        L += [f"(local.set $v2 (f64x2.promote_low_f32x4 {src}))",
+              "(local.set $v2 (v128.andnot (local.get $v2) (f64x2.ne (local.get $v2) (local.get $v2))))   ;; NaN -> 0",
+              f"(local.set $v2 (f64x2.min (f64x2.max (local.get $v2) {f(-EXP_CLAMP)}) {f(EXP_CLAMP)}))",
+              f"(local.set $k2 (f64x2.floor (f64x2.add (f64x2.mul (local.get $v2) {f(INV_LN2)}) {f(0.5)})))",
+              f"(local.set $r2 (f64x2.sub (f64x2.sub (local.get $v2) (f64x2.mul (local.get $k2) {f(LN2_HI)}))"
+              f" (f64x2.mul (local.get $k2) {f(LN2_LO)})))",
+              f"(local.set $p2 {f(EXP_POLY[0])})"]
+        L += [f"(local.set $p2 (f64x2.add (f64x2.mul (local.get $p2) (local.get $r2)) {f(c)}))" for c in EXP_POLY[1:]]
+        L.append(f"(local.set {'$lo2' if half == 'lo' else y4} (f32x4.demote_f64x2_zero (f64x2.mul (local.get $p2) "
+                 "(i64x2.shl (i64x2.add (i64x2.extend_low_i32x4_s (i32x4.trunc_sat_f64x2_s_zero (local.get $k2)))"
+                 " (i64x2.splat (i64.const 1023))) (i32.const 52)))))")
+    L.append(f"(local.set {y4} (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $lo2) (local.get {y4})))")
+    L.append(f"(local.set {y4} (v128.bitselect (local.get {x4}) (local.get {y4}) (f32x4.ne (local.get {x4}) "
+             f"(local.get {x4}))))   ;; NaN stays")
+    return "\n".join("        " + x for x in L)
+
+
 def _elementwise() -> str:
     """exactspec_exp32(x, out, n) and exactspec_silu_mul(gu, rows, hidden, out): matvec.c's functions of the same
     names (the float64 exp of exactspec.simd's EXP_* constants, rounded to float32; the gate (g / (1 + exp(-g))) * u
@@ -146,7 +173,16 @@ def _elementwise() -> str:
     return f"""  ;; out (n,) = exp32(x) (n,), float32, in place allowed
   (func (export "exactspec_exp32") (param $x i32) (param $out i32) (param $n i32)
     (local $end i32) (local $xf f32) (local $y f32) (local $v f64) (local $k f64) (local $r f64) (local $p f64)
+    {X4_LOCALS}
     (local.set $end (i32.add (local.get $x) (i32.shl (local.get $n) (i32.const 2))))
+    (block $done4 (loop $each4           ;; 4 at a time, then one at a time
+      (br_if $done4 (i32.gt_u (i32.add (local.get $x) (i32.const 16)) (local.get $end)))
+        (local.set $x4 (v128.load (local.get $x)))
+{_exp32x4("$x4", "$y4")}
+        (v128.store (local.get $out) (local.get $y4))
+      (local.set $x (i32.add (local.get $x) (i32.const 16)))
+      (local.set $out (i32.add (local.get $out) (i32.const 16)))
+      (br $each4)))
     (block $done (loop $each
       (br_if $done (i32.ge_u (local.get $x) (local.get $end)))
         (local.set $xf (f32.load (local.get $x)))
@@ -160,12 +196,24 @@ def _elementwise() -> str:
   ;; u = gu[hidden:], each a float32 operation rounded
   (func (export "exactspec_silu_mul") (param $gu i32) (param $rows i32) (param $hidden i32) (param $out i32)
     (local $hB i32) (local $end i32) (local $row_end i32) (local $g f32) (local $xf f32) (local $y f32)
-    (local $v f64) (local $k f64) (local $r f64) (local $p f64)
+    (local $v f64) (local $k f64) (local $r f64) (local $p f64) (local $g4 v128)
+    {X4_LOCALS}
     (local.set $hB (i32.shl (local.get $hidden) (i32.const 2)))
     (local.set $end (i32.add (local.get $gu) (i32.mul (local.get $rows) (i32.shl (local.get $hB) (i32.const 1)))))
     (block $rows_done (loop $each_row
       (br_if $rows_done (i32.ge_u (local.get $gu) (local.get $end)))
       (local.set $row_end (i32.add (local.get $gu) (local.get $hB)))
+      (block $done4 (loop $each4         ;; 4 at a time, then one at a time
+        (br_if $done4 (i32.gt_u (i32.add (local.get $gu) (i32.const 16)) (local.get $row_end)))
+        (local.set $g4 (v128.load (local.get $gu)))
+        (local.set $x4 (f32x4.neg (local.get $g4)))
+{_exp32x4("$x4", "$y4")}
+        (v128.store (local.get $out) (f32x4.mul (f32x4.div (local.get $g4) (f32x4.add (v128.const f32x4 1 1 1 1)
+                                                                                      (local.get $y4)))
+                                                (v128.load (i32.add (local.get $gu) (local.get $hB)))))
+        (local.set $gu (i32.add (local.get $gu) (i32.const 16)))
+        (local.set $out (i32.add (local.get $out) (i32.const 16)))
+        (br $each4)))
       (block $done (loop $each
         (br_if $done (i32.ge_u (local.get $gu) (local.get $row_end)))
         (local.set $g (f32.load (local.get $gu)))
@@ -261,8 +309,8 @@ def _attend() -> str:
         (param $k_hs i32) (param $vv i32) (param $v_hs i32) (param $cap i32) (param $width i32) (param $lohi i32)
         (param $s i32) (param $out i32)
     (local $rows i32) (local $row i32) (local $r i32) (local $t i32) (local $lo i32) (local $hi i32) (local $mx f32)
-    (local $a v128) (local $tot f32) (local $x f32) (local $xf f32) (local $y f32)
-    (local $v f64) (local $k f64) (local $r64 f64) (local $p f64)
+    (local $a v128) (local $tot f32) (local $x f32)
+    {X4_LOCALS}
     (call $matvec (local.get $kk) (local.get $width) (local.get $hd) (local.get $hd) (local.get $q) (local.get $m)
                   (local.get $s) (local.get $nkv) (local.get $k_hs) (i32.shl (i32.mul (local.get $m) (local.get $hd))
                   (i32.const 2)) (i32.shl (i32.mul (local.get $m) (local.get $width)) (i32.const 2)))
@@ -273,6 +321,11 @@ def _attend() -> str:
       (local.set $lo (i32.load (i32.add (local.get $lohi) (i32.shl (i32.rem_u (local.get $r) (local.get $m)) (i32.const 3)))))
       (local.set $hi (i32.load offset=4 (i32.add (local.get $lohi) (i32.shl (i32.rem_u (local.get $r) (local.get $m))
                                                                               (i32.const 3)))))
+      ;; (the range kept inside the row: 0 <= lo < hi <= width, as matvec.c)
+      (local.set $hi (select (local.get $width) (local.get $hi) (i32.gt_s (local.get $hi) (local.get $width))))
+      (local.set $hi (select (i32.const 1) (local.get $hi) (i32.lt_s (local.get $hi) (i32.const 1))))
+      (local.set $lo (select (i32.sub (local.get $hi) (i32.const 1)) (local.get $lo) (i32.ge_s (local.get $lo) (local.get $hi))))
+      (local.set $lo (select (i32.const 0) (local.get $lo) (i32.lt_s (local.get $lo) (i32.const 0))))
       ;; the largest score the row sees
       (local.set $mx (f32.load (i32.add (local.get $row) (i32.shl (local.get $lo) (i32.const 2)))))
       (local.set $t (i32.add (local.get $lo) (i32.const 1)))
@@ -282,18 +335,18 @@ def _attend() -> str:
         (local.set $mx (select (local.get $x) (local.get $mx) (f32.gt (local.get $x) (local.get $mx))))
         (local.set $t (i32.add (local.get $t) (i32.const 1)))
         (br $max)))
-      ;; exp(s - max) over [lo, hi), 0 elsewhere
+      ;; exp(s - max) over [lo, hi), 0 elsewhere (4 keys at a time: width is a multiple of 4)
       (local.set $t (i32.const 0))
       (block $exp_done (loop $exp
         (br_if $exp_done (i32.ge_s (local.get $t) (local.get $width)))
-        (if (i32.and (i32.ge_s (local.get $t) (local.get $lo)) (i32.lt_s (local.get $t) (local.get $hi)))
-          (then
-            (local.set $xf (f32.sub (f32.load (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))))
-                                    (local.get $mx)))
-{_exp32("$xf", "$y").replace("$r", "$r64")}
-            (f32.store (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))) (local.get $y)))
-          (else (f32.store (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))) (f32.const 0))))
-        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (local.set $x4 (f32x4.sub (v128.load (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2))))
+                                  (f32x4.splat (local.get $mx))))
+{_exp32x4("$x4", "$y4")}
+        (local.set $x4 (i32x4.add (i32x4.splat (local.get $t)) (v128.const i32x4 0 1 2 3)))   ;; the 4 keys
+        (v128.store (i32.add (local.get $row) (i32.shl (local.get $t) (i32.const 2)))
+          (v128.and (local.get $y4) (v128.and (i32x4.ge_s (local.get $x4) (i32x4.splat (local.get $lo)))
+                                              (i32x4.lt_s (local.get $x4) (i32x4.splat (local.get $hi))))))
+        (local.set $t (i32.add (local.get $t) (i32.const 4)))
         (br $exp)))
       ;; their sum in 4 lanes, then (a0 + a1) + (a2 + a3); each divided by it
       (local.set $a (v128.const f32x4 0 0 0 0))
