@@ -230,6 +230,23 @@ void exactspec_rope(float *x, int n, int ld, int heads, int hd, int half, const 
     }
 }
 
+/* The KV cache's writes for n new positions start.. (copies): keys kn (row t at kn + t * ld floats: n_kv heads of hd)
+ * into k5 (n_kv, cap / 2, hd / 4, 2, 4), values vn (the same) into v5 = values^T (n_kv, hd / 2, cap / 4, 2, 4) */
+void exactspec_kv_store(const float *kn, const float *vn, int n, int ld, int nkv, int hd, int cap, int start,
+                        float *k5, float *v5) {
+    for (int t = 0; t < n; t++) {
+        int p = start + t;
+        for (int h = 0; h < nkv; h++) {
+            const float *kr = kn + (intptr_t)t * ld + (intptr_t)h * hd, *vr = vn + (intptr_t)t * ld + (intptr_t)h * hd;
+            float *kh = k5 + (intptr_t)h * cap * hd, *vh = v5 + (intptr_t)h * hd * cap;
+            for (int j = 0; j < hd; j++) {
+                kh[(((intptr_t)(p / 2) * (hd / 4) + j / 4) * 2 + p % 2) * 4 + j % 4] = kr[j];
+                vh[(((intptr_t)(j / 2) * (cap / 4) + p / 4) * 2 + j % 2) * 4 + p % 4] = vr[j];
+            }
+        }
+    }
+}
+
 /* Attention of m query rows per KV head over `width` keys (reference.py's _attend_simd):
  *   q (nkv, m, hd) scaled queries; k: per KV head (k_hs bytes apart) the packed keys (rows = positions, ld = hd);
  *   v: per KV head (v_hs bytes apart) the packed values^T (rows = hd, ld = cap); lohi (m, 2) int32: the keys

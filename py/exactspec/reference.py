@@ -33,9 +33,10 @@ product here ever multiplies a varying number of rows at once:
   - attention: a query at position p attends over _bucket_end(p) keys (its prefix rounded up to whole buckets of
     ATT_BUCKET), the keys past p masked to -inf; all rows of a forward that share a bucket go through numpy at once,
     but every reduction is per output over exactly that fixed width (see _attend), so a row's bits depend on p and
-    its prefix only ("simd": the same with the kernel's dot products over a KV cache kept in its packed layout,
-    see _attend_simd);
-  - element-wise work and row reductions (RMSNorm) run on the whole block; they are per-row by construction.
+    its prefix only ("simd": the kernel's attention, simd.Matvec.attend, over a KV cache kept in its packed layout:
+    its dot products, and a softmax per row over the keys it sees with its sum in 4 lanes in key order);
+  - element-wise work and row reductions (RMSNorm; "simd": the kernel's, its sum of squares in 4 lanes) run on the
+    whole block; they are per-row by construction.
 tests/test_reference.py proves all of it bitwise for many chunkings, row counts 1..9, 17, 64, block cuts and bucket
 edges, for every kernel, in CPython and in Pyodide; tests/test_simd.py checks "simd" against a numpy emulation of its
 order, bit for bit, in both.
@@ -318,6 +319,9 @@ class ReferenceModel:
                     get(p + "ffn_up.weight", (c.hidden_dim, c.dim))], axis=0)),
                 "w2": self.blocked(get(p + "ffn_down.weight", (c.dim, c.hidden_dim))),   # (dim, hidden)
             })
+        if self._simd is not None:            # the norms' weights by address (forward, the kernel's rmsnorm_at)
+            from .simd import address
+            self._norm_at = [(address(L["attn_norm"]), address(L["ffn_norm"])) for L in self.layers]
         self.max_len = c.seq_len if max_len is None else min(int(max_len), c.seq_len)
         if self.max_len <= 0:
             raise ValueError("max_len must be positive")
@@ -377,7 +381,7 @@ class ReferenceModel:
         cap = _bucket_end(min(self.max_len, max(need, 2 * self._cap)) - 1)      # whole attention buckets
         old = self._cap
         nkv, hd = c.n_kv_heads, c.head_dim
-        if self._simd is not None:            # the "simd" kernel's layout (see _attend_simd): tiles of 2 rows
+        if self._simd is not None:            # the "simd" kernel's layout (simd.Matvec.attend): tiles of 2 rows
             k_shape = (nkv, cap // 2, hd // 4, 2, 4)      # keys: rows = positions, columns = head_dim
             v_shape = (nkv, hd // 2, cap // 4, 2, 4)      # values^T: rows = head_dim, columns = positions
             k_old, v_old = np.s_[:, : old // 2], np.s_[:, :, : old // 4]
@@ -393,6 +397,9 @@ class ReferenceModel:
             else:
                 self._k.append(k)
                 self._vt.append(vt)
+        if self._simd is not None:                                              # (forward's kernel calls)
+            from .simd import address
+            self._kv_at = [(address(k), address(v)) for k, v in zip(self._k, self._vt)]
         self._cos, self._sin = rope_tables(c, cap)                              # (cap, rope_dim/2)
         if self._feat is not None:
             feat = np.zeros((cap, c.dim), np.float32)                           # (cap, dim)
@@ -437,6 +444,13 @@ class ReferenceModel:
             np.maximum.reduce(wb, axis=None)                                    # streams the block into cache
             np.matmul(wb, xs, out=out[:, r0:r1, None])                          # one sgemv per row
 
+    def _matvec_at(self, m: _Packed, x: int, n: int, out: int) -> None:
+        """_matvec with "simd" by address (x (n, d), out (n, rows): the forward's own buffers, unchecked)."""
+        if m.handle is not None:
+            m.pool.at(m.handle, m.rows, m.d, x, n, out)
+        else:
+            self._simd.at(m.address, m.rows, m.d, x, n, out)
+
     def _rmsnorm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         if self._simd is not None:      # the kernel's: one call, its sum of squares in the products' 4-lane order
             return self._simd.rmsnorm(np.ascontiguousarray(x), w, self.config.norm_eps)
@@ -448,9 +462,6 @@ class ReferenceModel:
     def _rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
         """In place on x (n, heads, head_dim); HF rotate-half over the first rope_dim dims; cos, sin (n, 1, r/2)."""
         h = self.rope_dim // 2
-        if self._simd is not None and h % 4 == 0 and x.strides[2] == 4 and x.strides[1] == 4 * x.shape[2]:
-            self._simd.rope(x, cos.reshape(-1, h), sin.reshape(-1, h))       # the same operations, one call
-            return
         x1 = x[:, :, :h].copy()                                                 # (n, heads, r/2)
         x2 = x[:, :, h: 2 * h].copy()                                           # (n, heads, r/2)
         x[:, :, :h] = x1 * cos - x2 * sin
@@ -516,43 +527,74 @@ class ReferenceModel:
         ffh = np.empty((n, 2 * c.hidden_dim), np.float32)                       # (n, 2 hidden)
         stale = self._written                   # until every layer is done: what may hold values
         self._written = max(stale, end)
+        sm = self._simd
+        if sm is not None:
+            # the kernel's functions by address, each buffer's address taken once a forward (in Pyodide an address
+            # costs ~2 us, a numpy operation a few: ~60 a layer otherwise); the same operations as the numpy path
+            from .simd import address as A
+            x = np.ascontiguousarray(x)
+            xn = np.empty((n, c.dim), np.float32)                               # (n, dim)
+            hact = np.empty((n, c.hidden_dim), np.float32)                      # (n, hidden)
+            ax, axn, aqkv, aatt, aproj, affh, ahact = map(A, (x, xn, qkv, att, proj, ffh, hact))
+            half = self.rope_dim // 2
+            cs, sn = self._cos[start_pos:end], self._sin[start_pos:end]         # (n, r/2) each, contiguous
+            eps, cap, ld = float(c.norm_eps), self._cap, qd + 2 * kd
+            bufs = []
+            for i0, i1, width, lohi in groups:  # per group: scaled queries by KV head, scores, outputs
+                g = i1 - i0
+                qt = np.empty((nkv, g * rep, hd), np.float32)                   # (n_kv, g rep, head_dim)
+                sc = np.empty((nkv, g * rep, width), np.float32)                # (n_kv, g rep, width)
+                ob = np.empty((nkv, g * rep, hd), np.float32)                   # (n_kv, g rep, head_dim)
+                bufs.append((i0, i1, width, qt, ob, A(qt), A(lohi), A(sc), A(ob), lohi, sc))
         for li, L in enumerate(self.layers):
+            if sm is not None:
+                a_norm, f_norm = self._norm_at[li]
+                ak5, av5 = self._kv_at[li]
+                sm.rmsnorm_at(ax, n, c.dim, a_norm, eps, axn)
+                self._matvec_at(L["wqkv"], axn, n, aqkv)
+                qk = qkv[:, : qd + kd].reshape(n, nh + nkv, hd)                 # (n, n_heads + n_kv_heads, head_dim)
+                if half % 4 == 0:
+                    sm.rope_at(aqkv, n, ld, nh + nkv, hd, half, A(cs), A(sn))   # q and k heads at once, in place
+                else:
+                    self._rope(qk, cs[:, None, :], sn[:, None, :])
+                sm.kv_store_at(aqkv + 4 * qd, aqkv + 4 * (qd + kd), n, ld, nkv, hd, cap, start_pos, ak5, av5)
+                if stale > end:                         # stale values past the end (a rollback): exact zeros
+                    _zero_columns(self._vt[li], end, min(width_max, stale))      # (see _attend)
+                for i0, i1, width, qt, ob, aq, alohi, asc, aob, _, _ in bufs:
+                    g = i1 - i0
+                    np.multiply(qk[i0:i1, :nh].reshape(g, nkv, rep, hd).transpose(1, 0, 2, 3), scale,
+                                out=qt.reshape(nkv, g, rep, hd))
+                    sm.attend_at(aq, nkv, g * rep, hd, ak5, 4 * cap * hd, av5, 4 * hd * cap, cap, width, alohi,
+                                 asc, aob)
+                    att[i0:i1] = ob.reshape(nkv, g, rep, hd).transpose(1, 0, 2, 3).reshape(g, qd)
+                self._matvec_at(L["wo"], aatt, n, aproj)
+                np.add(x, proj, out=x)
+                sm.rmsnorm_at(ax, n, c.dim, f_norm, eps, axn)
+                self._matvec_at(L["w13"], axn, n, affh)
+                sm.silu_mul_at(affh, n, c.hidden_dim, ahact)
+                self._matvec_at(L["w2"], ahact, n, aproj)
+                np.add(x, proj, out=x)
+                continue
             xn = self._rmsnorm(x, L["attn_norm"])                               # (n, dim)
             self._matvec(L["wqkv"], xn, qkv)
             qk = qkv[:, : qd + kd].reshape(n, nh + nkv, hd)                     # (n, n_heads + n_kv_heads, head_dim)
             self._rope(qk, cos, sin)                                            # q and k heads at once, in place
             qg = (qk[:, :nh] * scale).reshape(n, nkv, rep, hd)                  # (n, n_kv, rep, head_dim)
-            if self._simd is not None:
-                k5, v5 = self._k[li], self._vt[li]      # (n_kv, cap/2, hd/4, 2, 4), (n_kv, hd/2, cap/4, 2, 4)
-                kn = qk[:, nh:].reshape(n, nkv, hd // 4, 4)                     # (n, n_kv, hd/4, 4)
-                vn = qkv[:, qd + kd:].reshape(n, nkv, hd // 2, 2)               # (n, n_kv, hd/2, 2)
-                for t in range(n):
-                    p = start_pos + t
-                    k5[:, p // 2, :, p % 2, :] = kn[t]
-                    v5[:, :, p // 4, :, p % 4] = vn[t]
-                if stale > end:                         # stale values past the end (a rollback): exact zeros
-                    _zero_columns(v5, end, min(width_max, stale))           # (see _attend)
-                for i0, i1, width, mask in groups:
-                    self._attend_simd(qg[i0:i1], k5, v5, width, mask, att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
-            else:
-                kc, vt = self._k[li], self._vt[li]              # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
-                kc[:, start_pos: end] = qk[:, nh:].transpose(1, 0, 2)
-                vt[:, :, start_pos: end] = qkv[:, qd + kd:].reshape(n, nkv, hd).transpose(1, 2, 0)
-                if stale > end:                                 # stale values past the end (a rollback): exact zeros
-                    vt[:, :, end: min(width_max, stale)] = 0    # (see _attend)
-                for i0, i1, width, mask in groups:
-                    self._attend(qg[i0:i1], kc[:, :width], vt[:, :, :width], mask,
-                                 att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
+            kc, vt = self._k[li], self._vt[li]                  # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
+            kc[:, start_pos: end] = qk[:, nh:].transpose(1, 0, 2)
+            vt[:, :, start_pos: end] = qkv[:, qd + kd:].reshape(n, nkv, hd).transpose(1, 2, 0)
+            if stale > end:                                     # stale values past the end (a rollback): exact zeros
+                vt[:, :, end: min(width_max, stale)] = 0        # (see _attend)
+            for i0, i1, width, mask in groups:
+                self._attend(qg[i0:i1], kc[:, :width], vt[:, :, :width], mask,
+                             att[i0:i1].reshape(i1 - i0, nkv, rep, hd))
             self._matvec(L["wo"], att, proj)
             x = x + proj
             xn = self._rmsnorm(x, L["ffn_norm"])                                # (n, dim)
             self._matvec(L["w13"], xn, ffh)
             g = ffh[:, : c.hidden_dim]                                          # (n, hidden)
             u = ffh[:, c.hidden_dim:]                                           # (n, hidden)
-            if self._simd is not None:                                          # the same bits, one call
-                hact = self._simd.silu_mul(ffh, c.hidden_dim)                   # (n, hidden)
-            else:
-                hact = np.ascontiguousarray((g / (np.float32(1.0) + _exp32(-g))) * u)   # (n, hidden)
+            hact = np.ascontiguousarray((g / (np.float32(1.0) + _exp32(-g))) * u)   # (n, hidden)
             self._matvec(L["w2"], hact, proj)
             x = x + proj
         self._length = end
@@ -611,22 +653,6 @@ class ReferenceModel:
         s[...] = _exp32(s)
         s /= s.sum(axis=-1, keepdims=True)
         np.einsum("gkrt,kdt->gkrd", s, vt, out=out)
-
-    def _attend_simd(self, q: np.ndarray, k5: np.ndarray, v5: np.ndarray, width: int, lohi: np.ndarray,
-                     out: np.ndarray) -> None:
-        """_attend's math in one call of the kernel (simd.Matvec.attend), over the packed cache (k5 keys, v5 values^T:
-        tiles of 2 rows, see _grow). q (g, n_kv, rep, head_dim); lohi (g rep, 2) int32: the keys [lo, hi) each query
-        row sees (its causal prefix, its window); out (g, n_kv, rep, head_dim).
-        Scores: per KV head, (g * rep) query rows times the first `width` keys; probabilities: per row over exactly
-        `width` values (keys outside [lo, hi) weigh exactly 0, as -inf would), the sum in the kernel's 4-lane order;
-        outputs: per KV head, the probability rows times the values' first `width` columns. Each is the kernel's
-        fixed-order dot product or a per-row reduction, so a row's bits depend on its position and prefix only."""
-        g, nkv, rep, hd = q.shape
-        x = np.ascontiguousarray(q.transpose(1, 0, 2, 3)).reshape(nkv, g * rep, hd)   # (n_kv, g rep, head_dim)
-        s = np.empty((nkv, g * rep, width), np.float32)                               # (n_kv, g rep, width)
-        o = np.empty((nkv, g * rep, hd), np.float32)                                  # (n_kv, g rep, head_dim)
-        self._simd.attend(x, k5, v5, width, lohi, s, o)
-        out[...] = o.reshape(nkv, g, rep, hd).transpose(1, 0, 2, 3)
 
     # -- the batched step (exactspec.backend): the same passes one after another, with the same meaning ----------
     ahead_max = 0   # decode_ahead gains nothing on a CPU (no round trips to save): the decode loop leaves it unused

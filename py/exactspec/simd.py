@@ -91,12 +91,26 @@ class Matvec:
         self._fn_threads = fn_threads           # matvec.c's exactspec_matvec_threads (None: one thread only)
         self.threads = threads if fn_threads is not None else 1
         self._elementwise = elementwise
-        self._exp32, self._silu_mul, self._rmsnorm, self._rope, self._attend = elementwise or (None,) * 5
+        self._exp32, self._silu_mul, self._rmsnorm, self._rope, self._attend, self.kv_store_at = \
+            elementwise or (None,) * 6
+        # by address, without checks (the forward's own buffers, their addresses taken once a forward: in Pyodide an
+        # address costs ~2 us and a check more): rmsnorm_at(x, rows, dim, w, eps, out), rope_at(x, n, ld, heads, hd,
+        # half, cos, sin), silu_mul_at(gu, rows, hidden, out), attend_at(q, nkv, m, hd, k5, k_hs, v5, v_hs, cap,
+        # width, lohi, s, out), kv_store_at(kn, vn, n, ld, nkv, hd, cap, start, k5, v5): matvec.c's functions
+        self.rmsnorm_at, self.rope_at, self.silu_mul_at, self.attend_at = \
+            self._rmsnorm, self._rope, self._silu_mul, self._attend
+
+    def at(self, w: int, rows: int, d: int, x: int, n: int, out: int) -> None:
+        """__call__ by address, without checks (see rmsnorm_at)."""
+        if self.threads > 1:
+            self._fn_threads(w, rows, d, d, x, n, out, self.threads)
+        else:
+            self._fn(w, rows, d, d, x, n, out, 1, 0, 0, 0)
 
     def attend(self, q: np.ndarray, k5: np.ndarray, v5: np.ndarray, width: int, lohi: np.ndarray,
                s: np.ndarray, out: np.ndarray) -> None:
-        """Attention of m query rows per KV head over the first `width` keys of a packed cache (reference.py's
-        _attend_simd, one call): q (n_kv, m, head_dim) scaled queries, C-contiguous; k5, v5 the packed keys and
+        """Attention of m query rows per KV head over the first `width` keys of a packed cache (the "simd"
+        forward's, one call): q (n_kv, m, head_dim) scaled queries, C-contiguous; k5, v5 the packed keys and
         values^T of every KV head (see reference._grow); lohi (m, 2) int32, the keys [lo, hi) each row sees;
         s (n_kv, m, width) scratch; out (n_kv, m, head_dim). Scores and outputs are the kernel's products; per row a
         softmax over its keys, its sum in 4 lanes in key order (matvec.c's exactspec_attend)."""
@@ -245,6 +259,10 @@ class Pool:
         Matvec._check(x, out, (n, d), (n, rows))
         self._matvec(handle, rows, d, address(x), n, address(out))
 
+    def at(self, handle: int, rows: int, d: int, x: int, n: int, out: int) -> None:
+        """__call__ by address, without checks (see Matvec.rmsnorm_at)."""
+        self._matvec(handle, rows, d, x, n, out)
+
 
 def load(path: str | Path | None = None) -> Matvec | None:
     """The kernel for this Python, or None where there is none (then reference.py uses "gemv" or "dot"):
@@ -266,10 +284,11 @@ def load(path: str | Path | None = None) -> Matvec | None:
 
 
 def _elementwise(lib, addr, i32):
-    """The kernel's exactspec_exp32, _silu_mul, _rmsnorm, _rope and _attend, typed (addr: the address type)."""
+    """The kernel's exactspec_exp32, _silu_mul, _rmsnorm, _rope, _attend and _kv_store, typed (addr: the address
+    type)."""
     import ctypes
     ex, silu, norm, rope = lib.exactspec_exp32, lib.exactspec_silu_mul, lib.exactspec_rmsnorm, lib.exactspec_rope
-    att = lib.exactspec_attend
+    att, kv = lib.exactspec_attend, lib.exactspec_kv_store
     ex.argtypes, ex.restype = [addr, addr, i32], None                       # x out n
     silu.argtypes, silu.restype = [addr, i32, i32, addr], None              # gu rows hidden out
     norm.argtypes, norm.restype = [addr, i32, i32, addr, ctypes.c_float, addr], None   # x rows dim w eps out
@@ -277,7 +296,8 @@ def _elementwise(lib, addr, i32):
     hs = ctypes.c_int64 if addr is ctypes.c_void_p else addr                # (byte strides: int64 in C, i32 in wasm)
     att.argtypes = [addr, i32, i32, i32, addr, hs, addr, hs, i32, i32, addr, addr, addr]  # q nkv m hd k k_hs v v_hs
     att.restype = None                                                                  # cap width lohi s out
-    return ex, silu, norm, rope, att
+    kv.argtypes, kv.restype = [addr, addr, i32, i32, i32, i32, i32, i32, addr, addr], None   # kn vn n ld nkv hd cap
+    return ex, silu, norm, rope, att, kv                                                    # start k5 v5
 
 
 def native(path: str | Path | None = None) -> Matvec | None:

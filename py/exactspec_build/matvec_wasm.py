@@ -374,6 +374,51 @@ def _attend() -> str:
   )"""
 
 
+def _kv_store() -> str:
+    """exactspec_kv_store(kn, vn, n, ld, nkv, hd, cap, start, k5, v5): matvec.c's (copies into the packed cache)."""
+    return """  ;; the KV cache's writes for n new positions (see matvec.c's exactspec_kv_store)
+  (func (export "exactspec_kv_store") (param $kn i32) (param $vn i32) (param $n i32) (param $ld i32) (param $nkv i32)
+        (param $hd i32) (param $cap i32) (param $start i32) (param $k5 i32) (param $v5 i32)
+    (local $t i32) (local $p i32) (local $h i32) (local $j i32) (local $kr i32) (local $vr i32) (local $kh i32)
+    (local $vh i32)
+    (block $rows_done (loop $each_row
+      (br_if $rows_done (i32.ge_u (local.get $t) (local.get $n)))
+      (local.set $p (i32.add (local.get $start) (local.get $t)))
+      (local.set $h (i32.const 0))
+      (block $heads_done (loop $each_head
+        (br_if $heads_done (i32.ge_u (local.get $h) (local.get $nkv)))
+        (local.set $kr (i32.add (local.get $kn) (i32.shl (i32.add (i32.mul (local.get $t) (local.get $ld))
+                                                                   (i32.mul (local.get $h) (local.get $hd))) (i32.const 2))))
+        (local.set $vr (i32.add (local.get $vn) (i32.shl (i32.add (i32.mul (local.get $t) (local.get $ld))
+                                                                   (i32.mul (local.get $h) (local.get $hd))) (i32.const 2))))
+        (local.set $kh (i32.add (local.get $k5) (i32.shl (i32.mul (i32.mul (local.get $h) (local.get $cap))
+                                                                   (local.get $hd)) (i32.const 2))))
+        (local.set $vh (i32.add (local.get $v5) (i32.shl (i32.mul (i32.mul (local.get $h) (local.get $hd))
+                                                                   (local.get $cap)) (i32.const 2))))
+        (local.set $j (i32.const 0))
+        (block $done (loop $each
+          (br_if $done (i32.ge_u (local.get $j) (local.get $hd)))
+          ;; k5[h, p / 2, j / 4, p % 2, j % 4] = kn[t, h, j]
+          (f32.store (i32.add (local.get $kh) (i32.shl (i32.add (i32.shl (i32.add (i32.shl (i32.add
+              (i32.mul (i32.shr_u (local.get $p) (i32.const 1)) (i32.shr_u (local.get $hd) (i32.const 2)))
+              (i32.shr_u (local.get $j) (i32.const 2))) (i32.const 1)) (i32.and (local.get $p) (i32.const 1)))
+              (i32.const 2)) (i32.and (local.get $j) (i32.const 3))) (i32.const 2)))
+            (f32.load (i32.add (local.get $kr) (i32.shl (local.get $j) (i32.const 2)))))
+          ;; v5[h, j / 2, p / 4, j % 2, p % 4] = vn[t, h, j]
+          (f32.store (i32.add (local.get $vh) (i32.shl (i32.add (i32.shl (i32.add (i32.shl (i32.add
+              (i32.mul (i32.shr_u (local.get $j) (i32.const 1)) (i32.shr_u (local.get $cap) (i32.const 2)))
+              (i32.shr_u (local.get $p) (i32.const 2))) (i32.const 1)) (i32.and (local.get $j) (i32.const 1)))
+              (i32.const 2)) (i32.and (local.get $p) (i32.const 3))) (i32.const 2)))
+            (f32.load (i32.add (local.get $vr) (i32.shl (local.get $j) (i32.const 2)))))
+          (local.set $j (i32.add (local.get $j) (i32.const 1)))
+          (br $each)))
+        (local.set $h (i32.add (local.get $h) (i32.const 1)))
+        (br $each_head)))
+      (local.set $t (i32.add (local.get $t) (i32.const 1)))
+      (br $each_row)))
+  )"""
+
+
 def wat(shared: bool = False) -> str:
     """The module's text (shared: importing a shared memory, for app/cpu_pool.js)."""
     parts = [HEADER, "(module", "  " + (SHARED_MEMORY if shared else MEMORY)]
@@ -412,6 +457,7 @@ def wat(shared: bool = False) -> str:
     parts.append(_rmsnorm())
     parts.append(_rope())
     parts.append(_attend())
+    parts.append(_kv_store())
     parts.append(")")
     return "\n".join(parts) + "\n"
 
