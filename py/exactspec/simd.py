@@ -86,19 +86,18 @@ class Matvec:
     `threads`: how many threads multiply one product (CPython's matvec.c; see `with_threads`). 1 in Pyodide, whose
     threads are the browser's (`Pool`)."""
 
-    def __init__(self, fn, fn_threads=None, threads: int = 1, *elementwise):
+    def __init__(self, fn, fn_threads=None, threads: int = 1, *layer):
         self._fn = fn
         self._fn_threads = fn_threads           # matvec.c's exactspec_matvec_threads (None: one thread only)
         self.threads = threads if fn_threads is not None else 1
-        self._elementwise = elementwise
-        self._exp32, self._silu_mul, self._rmsnorm, self._rope, self._attend, self.kv_store_at = \
-            elementwise or (None,) * 6
-        # by address, without checks (the forward's own buffers, their addresses taken once a forward: in Pyodide an
-        # address costs ~2 us and a check more): rmsnorm_at(x, rows, dim, w, eps, out), rope_at(x, n, ld, heads, hd,
-        # half, cos, sin), silu_mul_at(gu, rows, hidden, out), attend_at(q, nkv, m, hd, k5, k_hs, v5, v_hs, cap,
-        # width, lohi, s, out), kv_store_at(kn, vn, n, ld, nkv, hd, cap, start, k5, v5): matvec.c's functions
-        self.rmsnorm_at, self.rope_at, self.silu_mul_at, self.attend_at = \
-            self._rmsnorm, self._rope, self._silu_mul, self._attend
+        self._layer = layer
+        # the layer's other steps by address, without checks (the forward's own buffers, their addresses taken once
+        # a forward: in Pyodide an address costs ~2 us and a check more; the checked methods below use them):
+        # exp32_at(x, out, n), silu_mul_at(gu, rows, hidden, out), rmsnorm_at(x, rows, dim, w, eps, out),
+        # rope_at(x, n, ld, heads, hd, half, cos, sin), attend_at(q, nkv, m, hd, k5, k_hs, v5, v_hs, cap, width,
+        # lohi, s, out), kv_store_at(kn, vn, n, ld, nkv, hd, cap, start, k5, v5): matvec.c's functions
+        (self.exp32_at, self.silu_mul_at, self.rmsnorm_at, self.rope_at, self.attend_at,
+         self.kv_store_at) = layer or (None,) * 6
 
     def at(self, w: int, rows: int, d: int, x: int, n: int, out: int) -> None:
         """__call__ by address, without checks (see rmsnorm_at)."""
@@ -126,7 +125,7 @@ class Matvec:
                 and k5.size // nkv >= width * hd):
             raise ValueError(f"attend: q {q.shape}, cache {k5.shape} / {v5.shape}, width {width}, scratch {s.shape} "
                              f"and key ranges {lohi.shape} do not fit")
-        self._attend(address(q), nkv, m, hd, address(k5), 4 * (k5.size // nkv), address(v5), 4 * (v5.size // nkv),
+        self.attend_at(address(q), nkv, m, hd, address(k5), 4 * (k5.size // nkv), address(v5), 4 * (v5.size // nkv),
                      cap, width, address(lohi), address(s), address(out))
 
     def rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> None:
@@ -142,7 +141,7 @@ class Matvec:
             raise ValueError(f"rope wants x (n, heads, head_dim) float32 with contiguous heads and cos, sin (n, half) "
                              f"C-contiguous float32, half a multiple of 4, got x {x.dtype} {x.shape} {x.strides}, "
                              f"cos {cos.shape}")
-        self._rope(address(x), n, x.strides[0] // 4, heads, hd, half, address(cos), address(sin))
+        self.rope_at(address(x), n, x.strides[0] // 4, heads, hd, half, address(cos), address(sin))
 
     def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
         """RMS norm of the rows of x (n, dim) float32 C-contiguous, dim a multiple of 4, times w (dim,): a 4-lane sum
@@ -153,7 +152,7 @@ class Matvec:
         if dim % 4:
             raise ValueError(f"rmsnorm wants a width that is a multiple of 4, got {dim}")
         out = np.empty((n, dim), np.float32)                                        # (n, dim)
-        self._rmsnorm(address(x), n, dim, address(w), float(eps), address(out))
+        self.rmsnorm_at(address(x), n, dim, address(w), float(eps), address(out))
         return out
 
     def exp32(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -165,7 +164,7 @@ class Matvec:
                 and x.shape == out.shape):
             raise ValueError(f"exp32 wants float32 C-contiguous x and out of one shape, got {x.dtype} {x.shape} "
                              f"and {out.dtype} {out.shape}")
-        self._exp32(address(x), address(out), x.size)
+        self.exp32_at(address(x), address(out), x.size)
         return out
 
     def silu_mul(self, gu: np.ndarray, hidden: int) -> np.ndarray:
@@ -174,7 +173,7 @@ class Matvec:
         n = gu.shape[0]
         self._check(gu, gu, (n, 2 * hidden), (n, 2 * hidden))
         out = np.empty((n, hidden), np.float32)                                     # (n, hidden)
-        self._silu_mul(address(gu), n, hidden, address(out))
+        self.silu_mul_at(address(gu), n, hidden, address(out))
         return out
 
     def with_threads(self, threads: int) -> "Matvec":
@@ -183,7 +182,7 @@ class Matvec:
         one thread in the kernel's one order, so the same bits as one thread (tests/test_simd.py)."""
         if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= THREADS_MAX:
             raise ValueError(f"threads must be an integer 1..{THREADS_MAX}, got {threads!r}")
-        return Matvec(self._fn, self._fn_threads, threads, *self._elementwise)
+        return Matvec(self._fn, self._fn_threads, threads, *self._layer)
 
     @staticmethod
     def _check(x: np.ndarray, out: np.ndarray, xs: tuple, outs: tuple) -> None:
@@ -280,10 +279,10 @@ def load(path: str | Path | None = None) -> Matvec | None:
     u32, i32 = ctypes.c_uint32, ctypes.c_int32      # addresses: wasm32 offsets up to 4 GiB
     fn.argtypes = [u32, i32, i32, i32, u32, i32, u32, i32, u32, u32, u32]   # w rows d ld x n out heads w_hs x_hs out_hs
     fn.restype = None
-    return Matvec(fn, None, 1, *_elementwise(lib, u32, i32))
+    return Matvec(fn, None, 1, *_layer_functions(lib, u32, i32))
 
 
-def _elementwise(lib, addr, i32):
+def _layer_functions(lib, addr, i32):
     """The kernel's exactspec_exp32, _silu_mul, _rmsnorm, _rope, _attend and _kv_store, typed (addr: the address
     type)."""
     import ctypes
@@ -349,4 +348,4 @@ def native(path: str | Path | None = None) -> Matvec | None:
     ft = lib.exactspec_matvec_threads
     ft.argtypes = [p, i32, i32, i32, p, i32, p, i32]                       # w rows d ld x n out threads
     ft.restype = i32                                                        # the threads that took part
-    return Matvec(fn, ft, 1, *_elementwise(lib, p, i32))
+    return Matvec(fn, ft, 1, *_layer_functions(lib, p, i32))
