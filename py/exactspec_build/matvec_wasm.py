@@ -139,7 +139,8 @@ def _exp32(xf: str, out: str) -> str:
     return "\n".join("        " + x for x in L)
 
 
-X4_LOCALS = "(local $x4 v128) (local $y4 v128) (local $lo2 v128) (local $v2 v128) (local $k2 v128) (local $r2 v128) (local $p2 v128)"
+X4_LOCALS = ("(local $x4 v128) (local $y4 v128) (local $lo2 v128) (local $v2 v128) (local $k2 v128) (local $r2 v128) "
+             "(local $p2 v128)")     # _exp32x4's locals
 
 
 def _exp32x4(x4: str, y4: str) -> str:
