@@ -538,6 +538,7 @@ class ReferenceModel:
             ax, axn, aqkv, aatt, aproj, affh, ahact = map(A, (x, xn, qkv, att, proj, ffh, hact))
             half = self.rope_dim // 2
             cs, sn = self._cos[start_pos:end], self._sin[start_pos:end]         # (n, r/2) each, contiguous
+            acs, asn = A(cs), A(sn)
             eps, cap, ld = float(c.norm_eps), self._cap, qd + 2 * kd
             bufs = []
             for i0, i1, width, lohi in groups:  # per group: scaled queries by KV head, scores, outputs
@@ -554,7 +555,7 @@ class ReferenceModel:
                 self._matvec_at(L["wqkv"], axn, n, aqkv)
                 qk = qkv[:, : qd + kd].reshape(n, nh + nkv, hd)                 # (n, n_heads + n_kv_heads, head_dim)
                 if half % 4 == 0:
-                    sm.rope_at(aqkv, n, ld, nh + nkv, hd, half, A(cs), A(sn))   # q and k heads at once, in place
+                    sm.rope_at(aqkv, n, ld, nh + nkv, hd, half, acs, asn)       # q and k heads at once, in place
                 else:
                     self._rope(qk, cs[:, None, :], sn[:, None, :])
                 sm.kv_store_at(aqkv + 4 * qd, aqkv + 4 * (qd + kd), n, ld, nkv, hd, cap, start_pos, ak5, av5)
