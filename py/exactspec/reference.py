@@ -530,7 +530,8 @@ class ReferenceModel:
         sm = self._simd
         if sm is not None:
             # the kernel's functions by address, each buffer's address taken once a forward (in Pyodide an address
-            # costs ~2 us, a numpy operation a few: ~60 a layer otherwise); the same operations as the numpy path
+            # costs ~2 us, a numpy operation a few: ~60 a layer otherwise); the numpy path's math, with the RMS norm's
+            # and the softmax's sums in the kernel's 4-lane order
             from .simd import address as A
             x = np.ascontiguousarray(x)
             xn = np.empty((n, c.dim), np.float32)                               # (n, dim)
