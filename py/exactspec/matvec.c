@@ -120,44 +120,37 @@ void exactspec_matvec(const char *w0, int rows, int d, int ld, const char *x0, i
 }
 
 /* ---- exp and the feed-forward's gate (exactspec.simd: EXP_CLAMP .. EXP_POLY, the same constants and order) ------ */
+#define EXP_CLAMP 200.0
+#define INV_LN2 1.4426950408889634
+#define LN2_HI 0.6931471803691238
+#define LN2_LO 1.9082149292705877e-10
+static const double EXP_POLY[12] = {2.505210838544172e-08, 2.755731922398589e-07, 2.7557319223985893e-06,
+                                    2.48015873015873e-05, 0.0001984126984126984, 0.001388888888888889,
+                                    0.008333333333333333, 0.041666666666666664, 0.16666666666666666, 0.5, 1.0, 1.0};
+
+/* exp32 of one float (exp32x4's remainders) */
 static inline float exp32(float xf) {
+    if (xf != xf) return xf;                                             /* NaN stays NaN */
     double x = xf;
-    int nan = x != x;                                   /* (branch-free, so that GCC vectorizes the loops below) */
-    x = nan ? 0.0 : x;
-    x = x < -200.0 ? -200.0 : (x > 200.0 ? 200.0 : x);
-    double k = floor(x * 1.4426950408889634 + 0.5);
-    double r = (x - k * 0.6931471803691238) - k * 1.9082149292705877e-10;
-    double p = 2.505210838544172e-08;
-    p = p * r + 2.755731922398589e-07;
-    p = p * r + 2.7557319223985893e-06;
-    p = p * r + 2.48015873015873e-05;
-    p = p * r + 0.0001984126984126984;
-    p = p * r + 0.001388888888888889;
-    p = p * r + 0.008333333333333333;
-    p = p * r + 0.041666666666666664;
-    p = p * r + 0.16666666666666666;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    x = x < -EXP_CLAMP ? -EXP_CLAMP : (x > EXP_CLAMP ? EXP_CLAMP : x);
+    double k = floor(x * INV_LN2 + 0.5);
+    double r = (x - k * LN2_HI) - k * LN2_LO;
+    double p = EXP_POLY[0];
+    UNROLLED for (int i = 1; i < 12; i++) p = p * r + EXP_POLY[i];
     union { int64_t i; double d; } s = { .i = ((int64_t)k + 1023) << 52 };   /* 2^k, |k| <= 289 */
-    float y = (float)(p * s.d);
-    return nan ? xf : y;                                                 /* NaN stays NaN */
+    return (float)(p * s.d);
 }
 
 /* exp32 of 4 floats at once: the same operations on 4 float64 lanes (AVX; 2^k built with SSE2 integer operations) */
 static inline __m128 exp32x4(__m128 xf) {
     __m128 nan = _mm_cmpunord_ps(xf, xf);
     __m256d x = _mm256_cvtps_pd(_mm_andnot_ps(nan, xf));                 /* NaN -> 0, restored at the end */
-    x = _mm256_min_pd(_mm256_max_pd(x, _mm256_set1_pd(-200.0)), _mm256_set1_pd(200.0));
-    __m256d k = _mm256_floor_pd(_mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
-                                              _mm256_set1_pd(0.5)));
-    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, _mm256_set1_pd(0.6931471803691238))),
-                              _mm256_mul_pd(k, _mm256_set1_pd(1.9082149292705877e-10)));
-    static const double c[12] = {2.505210838544172e-08, 2.755731922398589e-07, 2.7557319223985893e-06,
-                                 2.48015873015873e-05, 0.0001984126984126984, 0.001388888888888889,
-                                 0.008333333333333333, 0.041666666666666664, 0.16666666666666666, 0.5, 1.0, 1.0};
-    __m256d p = _mm256_set1_pd(c[0]);
-    UNROLLED for (int i = 1; i < 12; i++) p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(c[i]));
+    x = _mm256_min_pd(_mm256_max_pd(x, _mm256_set1_pd(-EXP_CLAMP)), _mm256_set1_pd(EXP_CLAMP));
+    __m256d k = _mm256_floor_pd(_mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(INV_LN2)), _mm256_set1_pd(0.5)));
+    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, _mm256_set1_pd(LN2_HI))),
+                              _mm256_mul_pd(k, _mm256_set1_pd(LN2_LO)));
+    __m256d p = _mm256_set1_pd(EXP_POLY[0]);
+    UNROLLED for (int i = 1; i < 12; i++) p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(EXP_POLY[i]));
     __m128i e = _mm_slli_epi32(_mm_add_epi32(_mm256_cvtpd_epi32(k), _mm_set1_epi32(1023)), 20);   /* k exact */
     __m128i z = _mm_setzero_si128();
     __m256d s = _mm256_castsi256_pd(_mm256_insertf128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi32(z, e)),

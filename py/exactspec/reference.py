@@ -494,8 +494,7 @@ class ReferenceModel:
         scale = np.float32(1.0 / np.sqrt(hd))
         end = start_pos + n
         pos = np.arange(start_pos, end)                                          # (n,)
-        cos = self._cos[pos][:, None, :]                                        # (n, 1, r/2)
-        sin = self._sin[pos][:, None, :]                                        # (n, 1, r/2)
+        cs, sn = self._cos[start_pos:end], self._sin[start_pos:end]             # (n, r/2) each, contiguous views
         # attention groups: rows whose bucket (see _bucket_end) is the same, each with its causal mask
         groups = []
         i0 = 0
@@ -538,7 +537,6 @@ class ReferenceModel:
             hact = np.empty((n, c.hidden_dim), np.float32)                      # (n, hidden)
             ax, axn, aqkv, aatt, aproj, affh, ahact = map(A, (x, xn, qkv, att, proj, ffh, hact))
             half = self.rope_dim // 2
-            cs, sn = self._cos[start_pos:end], self._sin[start_pos:end]         # (n, r/2) each, contiguous
             acs, asn = A(cs), A(sn)
             eps, cap, ld = float(c.norm_eps), self._cap, qd + 2 * kd
             bufs = []
@@ -547,7 +545,7 @@ class ReferenceModel:
                 qt = np.empty((nkv, g * rep, hd), np.float32)                   # (n_kv, g rep, head_dim)
                 sc = np.empty((nkv, g * rep, width), np.float32)                # (n_kv, g rep, width)
                 ob = np.empty((nkv, g * rep, hd), np.float32)                   # (n_kv, g rep, head_dim)
-                bufs.append((i0, i1, width, qt, ob, A(qt), A(lohi), A(sc), A(ob), lohi, sc))
+                bufs.append((i0, i1, width, qt, ob, A(qt), A(lohi), A(sc), A(ob), sc))   # (sc: kept alive)
         for li, L in enumerate(self.layers):
             if sm is not None:
                 a_norm, f_norm = self._norm_at[li]
@@ -562,7 +560,7 @@ class ReferenceModel:
                 sm.kv_store_at(aqkv + 4 * qd, aqkv + 4 * (qd + kd), n, ld, nkv, hd, cap, start_pos, ak5, av5)
                 if stale > end:                         # stale values past the end (a rollback): exact zeros
                     _zero_columns(self._vt[li], end, min(width_max, stale))      # (see _attend)
-                for i0, i1, width, qt, ob, aq, alohi, asc, aob, _, _ in bufs:
+                for i0, i1, width, qt, ob, aq, alohi, asc, aob, _ in bufs:
                     g = i1 - i0
                     np.multiply(qk[i0:i1, :nh].reshape(g, nkv, rep, hd).transpose(1, 0, 2, 3), scale,
                                 out=qt.reshape(nkv, g, rep, hd))
@@ -580,7 +578,7 @@ class ReferenceModel:
             xn = self._rmsnorm(x, L["attn_norm"])                               # (n, dim)
             self._matvec(L["wqkv"], xn, qkv)
             qk = qkv[:, : qd + kd].reshape(n, nh + nkv, hd)                     # (n, n_heads + n_kv_heads, head_dim)
-            self._rope(qk, cos, sin)                                            # q and k heads at once, in place
+            self._rope(qk, cs[:, None, :], sn[:, None, :])                      # q and k heads at once, in place
             qg = (qk[:, :nh] * scale).reshape(n, nkv, rep, hd)                  # (n, n_kv, rep, head_dim)
             kc, vt = self._k[li], self._vt[li]                  # (n_kv_heads, cap, head_dim), (n_kv, head_dim, cap)
             kc[:, start_pos: end] = qk[:, nh:].transpose(1, 0, 2)

@@ -99,12 +99,12 @@ class Matvec:
         (self.exp32_at, self.silu_mul_at, self.rmsnorm_at, self.rope_at, self.attend_at,
          self.kv_store_at) = layer or (None,) * 6
 
-    def at(self, w: int, rows: int, d: int, x: int, n: int, out: int) -> None:
-        """__call__ by address, without checks (see rmsnorm_at)."""
+    def at(self, w: int, rows: int, d: int, x: int, n: int, out: int) -> int:
+        """__call__ by address, without checks (see rmsnorm_at); returns how many threads took part."""
         if self.threads > 1:
-            self._fn_threads(w, rows, d, d, x, n, out, self.threads)
-        else:
-            self._fn(w, rows, d, d, x, n, out, 1, 0, 0, 0)
+            return self._fn_threads(w, rows, d, d, x, n, out, self.threads)
+        self._fn(w, rows, d, d, x, n, out, 1, 0, 0, 0)
+        return 1
 
     def attend(self, q: np.ndarray, k5: np.ndarray, v5: np.ndarray, width: int, lohi: np.ndarray,
                s: np.ndarray, out: np.ndarray) -> None:
@@ -199,11 +199,8 @@ class Matvec:
         self._check(x, out, (n, d), (n, rows))
         if packed.size != rows * d:
             raise ValueError(f"packed weights hold {packed.size} floats, not {rows} x {d}")
-        w = address(packed) if packed_address is None else packed_address
-        if self.threads > 1:
-            return self._fn_threads(w, rows, d, d, address(x), n, address(out), self.threads)
-        self._fn(w, rows, d, d, address(x), n, address(out), 1, 0, 0, 0)
-        return 1
+        return self.at(address(packed) if packed_address is None else packed_address, rows, d, address(x), n,
+                       address(out))
 
     def heads(self, packed: np.ndarray, rows: int, d: int, ld: int, x: np.ndarray, out: np.ndarray) -> None:
         """For each h: out[h] (n, rows) = x[h] (n, d) @ W_h[:, :d].T, where W_h (rows_h >= rows, ld) is packed[h] in
@@ -256,7 +253,7 @@ class Pool:
     def __call__(self, handle: int, rows: int, d: int, x: np.ndarray, out: np.ndarray) -> None:
         n = x.shape[0]
         Matvec._check(x, out, (n, d), (n, rows))
-        self._matvec(handle, rows, d, address(x), n, address(out))
+        self.at(handle, rows, d, address(x), n, address(out))
 
     def at(self, handle: int, rows: int, d: int, x: int, n: int, out: int) -> None:
         """__call__ by address, without checks (see Matvec.rmsnorm_at)."""
