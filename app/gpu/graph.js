@@ -57,7 +57,7 @@ async function fusedForward(g, W) {
       if (i === 0) await g.matmul('blk.0.qkv', L.qkv, { x: r, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
       else {                                                                              // x = r + sum_s P_ffn[s]; q|k|v
         await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv',
-          pairs: g.plan.fuseQkvPairs });
+          pairs: g.plan.fuseQkvPairs, rows: { wg: g.plan.fuseMatmulWgRows, pairs: g.plan.fuseQkvPairsRows } });
       }
       await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                               // P_attn[h] = att_h @ W_o[:, h]
     });
@@ -104,16 +104,21 @@ export class GraphBuilder {
    * dispatches of up to rowTilesMax rows row-parallel instead: 1-row tiles, every row its own workgroup, rowGrid(rows).
    * op.rowSelect(rows): that row-parallel dispatch for any kind (an n-gram chain's pass whose rows the GPU decides:
    * model.js chainRowwise); subgroup kernels only (matmul.wgsl's workgroups each walk every row). */
-  async tiled(label, bindGroup, tiles, make, grid, rowGrid) {
+  async tiled(label, bindGroup, tiles, make, grid, rowGrid, multi = null) {
     const row = this.plan.rowTiles.has(kindOf(label));
     const pipes = {};
     for (const t of new Set([tiles.t1, tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipes[t] = await make(t);
+    // multi {make, grid, rowGrid}: the pipelines and grids of dispatches of more than one row (their own workgroup
+    // size / row pairs: the same arithmetic per row, so the same bits)
+    const pipesM = {};
+    if (multi) for (const t of new Set([tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipesM[t] = await multi.make(t);
     const max = row ? this.plan.rowTilesMax : 0;
     const one = pipes[1] ?? pipes[tiles.t1];
     return this.push({ label, bindGroup, select: (rows) => {
-      if (rows <= max) return { pipeline: pipes[1], grid: rowGrid(rows) };
+      const [P, G, RG] = multi && rows > 1 ? [pipesM, multi.grid, multi.rowGrid] : [pipes, grid, rowGrid];
+      if (rows <= max) return { pipeline: P[1], grid: RG(rows) };
       const t = tileFor(tiles, rows);
-      return { pipeline: pipes[t], grid: grid(rows, t) };
+      return { pipeline: P[t], grid: G(rows, t) };
     }, rowSelect: this.plan.sgKernel ? (rows) => ({ pipeline: one, grid: rowGrid(rows) }) : undefined });
   }
 
@@ -168,7 +173,7 @@ export class GraphBuilder {
   /** matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg.wgsl, PRO); part 0 of the first linear writes
    * that sum to r_out. pairs / wg: row pairs per subgroup and workgroup size (the head's are larger). */
   async matmulPro(label, lins, { r_in, parts, r_out = null, gamma = null, out, kv = null, mode, window = 0,
-    pairs = 1, wg = this.plan.fuseMatmulWg }) {
+    pairs = 1, wg = this.plan.fuseMatmulWg, rows = null }) {
     const K = this.kernels.matmul_pro;
     const { lanes, maxRows } = this.plan;
     const npart = parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads;
@@ -181,10 +186,15 @@ export class GraphBuilder {
         const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: part.buffer,
           r_in: this.buf(r_in), gamma: this.buf(gamma), rope: mode === 'qkv' ? this.buf('rope') : null, out: this.buf(out),
           kv: this.buf(kv), parts: this.buf(parts), r_out: writeR ? this.buf(r_out) : null });
-        const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / ((wg / lanes) * pairs)));
-        await this.tiled(label, bg, tiles, (t) => K.pipeline({ WG_SIZE: wg, WTYPE: lin.wtype, MODE: MODE[mode],
-          NORM: gamma ? 1 : 0, LANES: lanes, TILE: t, KX: lin.K, PAIRS: pairs, NPART: npart }), () => grid,
-        (rows) => [grid[0], grid[1], rows]);
+        const variant = (w, p) => {   // pipelines and grids at workgroup size w, p row pairs per subgroup
+          const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / ((w / lanes) * p)));
+          return { make: (t) => K.pipeline({ WG_SIZE: w, WTYPE: lin.wtype, MODE: MODE[mode], NORM: gamma ? 1 : 0,
+            LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
+        };
+        const one = variant(wg, pairs);
+        // rows {wg, pairs}: dispatches of more than one row run that variant (the qkv matmul: fuseMatmulWgRows, fuseQkvPairsRows)
+        const multi = rows && (rows.wg !== wg || rows.pairs !== pairs) ? variant(rows.wg, rows.pairs) : null;
+        await this.tiled(label, bg, tiles, one.make, one.grid, one.rowGrid, multi);
       }
     }
   }
@@ -262,9 +272,13 @@ export class GraphBuilder {
       r_in: this.buf(r_in), gamma: L.ffnNorm, parts: this.buf('p_attn'), r_out: this.buf(r_out), wd: L.down.parts[0].buffer,
       pffn: this.buf('p_ffn'), ...(copy ? { scores: this.buf('scores'), kv: L.kv } : {}) });
     // one workgroup row per tile of chunk rows
-    await this.tiled(label, bg, this.stagedTiles(plan.fuseSlice), (t) => K.pipeline({ WG_SIZE: plan.fuseWg, WTYPE: L.gateUp.wtype,
-      WTYPE_D: L.down.wtype, LANES: plan.lanes, TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads }),
-    (rows, t) => [this.nSlices, Math.ceil(rows / t), 1], (rows) => [this.nSlices, rows, 1]);
+    const make = (wg) => (t) => K.pipeline({ WG_SIZE: wg, WTYPE: L.gateUp.wtype, WTYPE_D: L.down.wtype, LANES: plan.lanes,
+      TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads });
+    const grid = (rows, t) => [this.nSlices, Math.ceil(rows / t), 1];
+    const rowGrid = (rows) => [this.nSlices, rows, 1];
+    // dispatches of more than one row at their own workgroup size (fuseWgRows)
+    const multi = plan.fuseWgRows !== plan.fuseWg ? { make: make(plan.fuseWgRows), grid, rowGrid } : null;
+    await this.tiled(label, bg, this.stagedTiles(plan.fuseSlice), make(plan.fuseWg), grid, rowGrid, multi);
   }
 
   /** After the layers, per chunk: the final residual summed once (x = r + sum_s P_ffn[s] -> 'x_final', when the fused

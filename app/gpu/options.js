@@ -59,26 +59,33 @@ function fusePlan(opts, m, device, cpu) {
     fuseHeadPairs: opts.fuseHeadPairs ?? 4, fuseHeadWg: opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256)),
     fuseMatmulWg: opts.fuseMatmulWg ?? (tunedFused(opts, m, fuse) ? fitWg(256) : m.matmulWg),
     fuseQkvPairs: opts.fuseQkvPairs ?? 1,
+    // dispatches of more than one row (verify blocks, prefill) may run the FFN and the qkv prologue matmul with their
+    // own workgroup size / row pairs (each row's arithmetic is the same code in the same order: the same bits); default
+    // the one-row values
+    fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null, fuseQkvPairsRows: opts.fuseQkvPairsRows ?? null,
     // a decode pass's qkv + attention in one dispatch (attention.wgsl QKV; 10 storage bindings): off by default, as
     // the H200 measured it slower (bench/h200/results/2026-12-04b, call 3: GPU 1.23 vs 1.05 ms a pass running ahead, with 30
     // dispatches fewer); its workgroup: the qkv rows' subgroups (96 row pairs for SmolLM2's heads of 64: 3 trips a
     // subgroup at 1,024 invocations), of which the attention's own workgroup size (attnWg) runs the attention
     fuseQkvAttn: opts.fuseQkvAttn ?? false,
     fuseQkvAttnWg: opts.fuseQkvAttnWg ?? (cpu ? 64 : fitWg(1024)) };
+  f.fuseWgRows ??= f.fuseWg;
+  f.fuseMatmulWgRows ??= f.fuseMatmulWg;
+  f.fuseQkvPairsRows ??= f.fuseQkvPairs;
   if (typeof f.fuseQkvAttn !== 'boolean') throw new Error(`fuseQkvAttn ${JSON.stringify(f.fuseQkvAttn)} must be true or false`);
   if (!fuse) return { ...f, fuseQkvAttn: false };
   if (f.fuseQkvAttn && fuse !== true) throw new Error("fuseQkvAttn needs fuse true (the fused engine's 3 kernels a layer)");
   if (f.fuseQkvAttn && device.limits.maxStorageBuffersPerShaderStage < QKV_ATTN_STORAGE) {
     throw new Error(`fuseQkvAttn needs ${QKV_ATTN_STORAGE} storage buffers per shader stage; the device has ${device.limits.maxStorageBuffersPerShaderStage}`);
   }
-  for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg', 'fuseQkvAttnWg']) {
+  for (const k of ['fuseWg', 'fuseHeadWg', 'fuseMatmulWg', 'fuseQkvAttnWg', 'fuseWgRows', 'fuseMatmulWgRows']) {
     const v = f[k];
     if (!Number.isInteger(v) || v < m.lanes || v % m.lanes || v > maxInv) {
       throw new Error(`${k} ${v} must be a multiple of the subgroup size ${m.lanes} within the device's workgroup limit`);
     }
   }
   if (!Number.isInteger(f.fuseSlice) || f.fuseSlice < 32 || f.fuseSlice % 32) throw new Error(`fuseSlice ${f.fuseSlice} must be a positive multiple of 32`);
-  for (const k of ['fuseHeadPairs', 'fuseQkvPairs']) {
+  for (const k of ['fuseHeadPairs', 'fuseQkvPairs', 'fuseQkvPairsRows']) {
     if (!Number.isInteger(f[k]) || f[k] < 1 || f[k] > 64) throw new Error(`${k} ${f[k]} must be in 1..64`);
   }
   return f;
@@ -149,7 +156,8 @@ export const MAX_PASSES = 64;
 export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto,
-    fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg } : false;
+    fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg, fuseWgRows: plan.fuseWgRows,
+    fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
     head_sum: plan.headSum };

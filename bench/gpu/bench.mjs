@@ -7,7 +7,8 @@
 // kernels with one-lane subgroups (a check that they run on llvmpipe here, not a speed figure). AHEAD_NS (default
 // 4,8,16,32): decodeAhead sizes; DRAFT_LAYERS (default 2): the synthetic draft of the specRound measurement;
 // SYNTH_LAYERS (default 30): layers of the synthetic model (fewer: dry runs of the scripts here). CHAIN=1: also the
-// n-gram chain's GPU time per round (benchChain).
+// n-gram chain's GPU time per round (benchChain). VERIFY_ONLY=1: stop after T_single, T_verify(k) and the GPU time per kind.
+// EXACTSPEC_ENGINE_OPTS (JSON): any createEngine option (e.g. fuseWgRows).
 // Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
@@ -286,6 +287,12 @@ async function main() {
       out[`profile_n${n}_pos${pos}`] = prof;
       log(`GPU us per kind (n=${n}, pos ${pos}, one pass per dispatch): ` + Object.entries(prof).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ') + ` | total ${tot.toFixed(0)}`);
     }
+  }
+  if (process.env.VERIFY_ONLY === '1') {   // the pass and verify timings only (bench/h200/verify_rows.sh)
+    console.log('JSON ' + JSON.stringify(out));
+    model.destroy();
+    engine.destroy();
+    return;
   }
   // sequential decoding alone: one token per forward, logits read back each step
   const nDec = quick ? 8 : 200;

@@ -1,0 +1,49 @@
+#!/bin/bash
+# ONE H200 call (Dawn over Vulkan): what a verify block costs with the FFN and the qkv matmul run, for dispatches of
+# more than one row, at their own workgroup size / row pairs per subgroup (engine options fuseWgRows,
+# fuseMatmulWgRows, fuseQkvPairsRows; one-row passes keep the defaults, so T_single does not move). Each variant is
+# bench/gpu/bench.mjs --model-only with VERIFY_ONLY=1 (SmolLM2-135M-shaped synthetic weights, KV at 64): T_single,
+# T_verify(k) / T_single for k = 1..8 in GPU time, the GPU time per kind of dispatch for 1 and 5 rows; ROUNDS (default
+# 2) rounds with the variants alternating. Then the bitwise checks with the chosen variant on the H200's 32-lane
+# subgroups (CHECK_OPTS, JSON): invariance + parity + the tile policies.
+#   here:  bash bench/h200/h200_prep.sh   (node, Dawn, the Vulkan loader -> .devcarry/gpu)
+#   there: run(command="bash bench/h200/verify_rows.sh", carry=[".devcarry/gpu"])   (~4-6 minutes)
+#   -> $OUT/verify_rows.txt (per run: the kernels line, T_single, T_verify, GPU us per kind), $OUT/verify_rows.json,
+#      $OUT/verify_rows_pytest.txt
+# Why (bench/h200/results/2026-12-04/bench_ablate.txt): T_verify(k)/T_single steps up at 3, 5, 6 and 9 rows (1.01,
+# 1.11, 1.13, 1.30, 1.44, 1.45, 1.47, 1.78 for k = 1..8), as if the row-parallel workgroups (FFN: 48 of 512
+# invocations a row; qkv: 60 of 256) ran in more than one wave once their count passes what the SMs hold at once.
+# Dry run here: SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 SYNTH_LAYERS=1" ROUNDS=1 PYTEST=0 OUT=/tmp bash bench/h200/verify_rows.sh
+O=${OUT:-/tmp}
+B=${BACKEND:-vulkan}
+[ "${SETUP:-1}" = 1 ] && source bench/h200/h200_setup.sh
+export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=$B
+: > $O/verify_rows.txt
+: > $O/verify_rows.json
+declare -A V=(
+  [default]='{}'
+  [ffn256]='{"fuseWgRows":256}'
+  [ffn1024]='{"fuseWgRows":1024}'
+  [qkvp2]='{"fuseQkvPairsRows":2}'
+  [qkv128]='{"fuseMatmulWgRows":128}'
+  [qkv512]='{"fuseMatmulWgRows":512}'
+  [ffn256_qkvp2]='{"fuseWgRows":256,"fuseQkvPairsRows":2}'
+  [ffn256_qkv128]='{"fuseWgRows":256,"fuseMatmulWgRows":128}'
+)
+ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
+for r in $(seq 1 ${ROUNDS:-2}); do
+  for v in $ORDER; do
+    echo "== round $r variant $v: ${V[$v]}" | tee -a $O/verify_rows.txt
+    env VERIFY_ONLY=1 EXACTSPEC_ENGINE_OPTS="${V[$v]}" ${EXTRA_ENV:-} timeout ${VTIMEOUT:-60} \
+      node bench/gpu/bench.mjs --backend $B --model-only > /tmp/variant.txt 2>&1
+    echo "rc=$?" >> /tmp/variant.txt
+    grep -E "kernels:|T_single|T_verify|GPU us per kind|Error|rc=" /tmp/variant.txt | tee -a $O/verify_rows.txt
+    grep '^JSON' /tmp/variant.txt | sed "s/^JSON /{\"round\": $r, \"variant\": \"$v\", \"result\": /; s/\$/}/" >> $O/verify_rows.json
+  done
+done
+[ "${PYTEST:-1}" = 1 ] || exit 0
+{
+  echo "== invariance + parity + tile policies with EXACTSPEC_ENGINE_OPTS=${CHECK_OPTS:-${V[ffn256_qkvp2]}}"
+  EXACTSPEC_ENGINE_OPTS="${CHECK_OPTS:-${V[ffn256_qkvp2]}}" timeout 150 python3 -m pytest -q -p no:cacheprovider \
+    tests/gpu/test_gpu_engine.py -k "invariance_parity_truncate or test_micro_gqa_partial_rope_untied or tile_polic" 2>&1 | tail -4
+} | tee $O/verify_rows_pytest.txt
