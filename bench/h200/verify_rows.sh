@@ -7,7 +7,9 @@
 # 2) rounds with the variants alternating. Then the bitwise checks with the chosen variant on the H200's 32-lane
 # subgroups (CHECK_OPTS, JSON): invariance + parity + the tile policies.
 #   here:  bash bench/h200/h200_prep.sh   (node, Dawn, the Vulkan loader -> .devcarry/gpu)
-#   there: run(command="bash bench/h200/verify_rows.sh", carry=[".devcarry/gpu"])   (~4-6 minutes)
+#   there, two calls back to back (the tree and all of .devcarry/gpu exceed a call's 64 MiB):
+#     run(command="mkdir -p /tmp/nb && xz -T4 -dc .devcarry/gpu_node/node.xz > /tmp/nb/node && chmod +x /tmp/nb/node", carry=[".devcarry/gpu_node"])
+#     run(command="GPU_CARRY=.devcarry/gpu_rest bash bench/h200/verify_rows.sh", carry=[".devcarry/gpu_rest"])   (~4-6 minutes)
 #   -> $OUT/verify_rows.txt (per run: the kernels line, T_single, T_verify, GPU us per kind), $OUT/verify_rows.json,
 #      $OUT/verify_rows_pytest.txt
 # Why (bench/h200/results/2026-12-04/bench_ablate.txt): T_verify(k)/T_single steps up at 3, 5, 6 and 9 rows (1.01,
