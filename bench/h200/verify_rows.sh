@@ -31,8 +31,15 @@ declare -A V=(
   [qkv512]='{"fuseMatmulWgRows":512}'
   [ffn256_qkvp2]='{"fuseWgRows":256,"fuseQkvPairsRows":2}'
   [ffn256_qkv128]='{"fuseWgRows":256,"fuseMatmulWgRows":128}'
+  [rows_qkv]='{"rowTiles":["qkv"]}'
+  [rows_ffn]='{"rowTiles":["ffn"]}'
+  [rowmax4]='{"rowTilesMax":4}'
+  [rowmax4_t4]='{"rowTilesMax":4,"tile8":false}'
+  [rowmax2]='{"rowTilesMax":2}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
+# (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,
+# i.e. which kinds run every row in its own workgroup, up to how many rows, and tiles of 4 or 8 rows past that)
 for r in $(seq 1 ${ROUNDS:-2}); do
   for v in $ORDER; do
     echo "== round $r variant $v: ${V[$v]}" | tee -a $O/verify_rows.txt
