@@ -50,7 +50,7 @@
 //            256 with fuse true on real subgroups, else matmulWg: fewer, larger workgroups stage x fewer times), fuseQkvPairs?: row pairs per subgroup of the qkv
 //            prologue matmul (fuse true; default 1): each workgroup stages x (the residual + every FFN partial) once
 //            for 2 * pairs * (workgroup / lanes) weight rows, so more pairs means fewer stagings,
-//            fuseWgRows? / fuseMatmulWgRows? / fuseQkvPairsRows?: the same three for dispatches of more than one row
+//            fuseWgRows? / fuseMatmulWgRows? / fuseQkvPairsRows?: fuseWg, fuseMatmulWg, fuseQkvPairs for dispatches of more than one row
 //            (verify blocks, prefill chunks; default: the one-row values; the same bits, tests/gpu; the H200 measured
 //            no gain, README "verify blocks at other workgroup shapes"),
 //            fuseQkvAttn?: (fuse true) a chunk of ONE row (a decode pass, a draft's pass) runs the qkv matmul and
