@@ -104,7 +104,7 @@ class Kernel {
 /** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
 export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
-    residual: 'residual', chain: 'chain' };
+    residual: 'residual', chain: 'chain', draft_chain: 'draft_chain' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
   if (fuse && qkvAttn) Object.assign(files, { qkv_attn: 'attention', ffn_kv: 'ffn_sg' });
   // a kernel's variant of its file

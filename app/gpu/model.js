@@ -174,8 +174,13 @@ export class EngineModel {
       this.bufs.chain_slot = mem.create('chain_slot', this.slotBytes);                  // (slot words) the next Step
       this.bufs.chain_rec = mem.create('chain_rec', MAX_PASSES * (MAX_PASSES + 2) * 4); // (rounds, 2 + k)
       this.bufs.chain_params = mem.create('chain_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+      // specChain (shaders/draft_chain.wgsl; chain_state, chain_hist and chain_rec shared with ngramChain)
+      this.bufs.chain_slots = mem.create('chain_slots', (this.chainMaxK + 1) * this.slotBytes);   // (k + 1, slot words)
+      this.bufs.chain_feed = mem.create('chain_feed', (this.chainMaxK + 1) * 4);                  // (k + 1)
+      this.bufs.dchain_params = mem.create('dchain_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
     } else {
       this.ngramChain = undefined;           // not offered (py/exactspec/bridge.py offers)
+      this.specChain = undefined;
     }
     this.length = 0;
     this.destroyed = false;
@@ -216,6 +221,11 @@ export class EngineModel {
         tokens: b.tokens, ids: b.ids, slot: b.chain_slot, rec: b.chain_rec });
       const pipeline = await K.pipeline({ WG_SIZE: Math.min(256, this.device.limits.maxComputeInvocationsPerWorkgroup) });
       this.chainOps = [{ label: 'chain', kind: 'chain', bindGroup: bg, select: () => ({ pipeline, grid: [1, 1, 1] }) }];
+      const D = this.eng.kernels.draft_chain;
+      const dbg = D.bind('draft_chain', { params: b.dchain_params, step: this.stepBuf, state: b.chain_state,
+        hist: b.chain_hist, tokens: b.tokens, ids: b.ids, slots: b.chain_slots, feed: b.chain_feed, rec: b.chain_rec });
+      const dpipe = await D.pipeline({});
+      this.draftChainOps = [{ label: 'draft_chain', kind: 'chain', bindGroup: dbg, select: () => ({ pipeline: dpipe, grid: [1, 1, 1] }) }];
     }
     await this.ensureOut(1);
   }
@@ -289,6 +299,10 @@ export class EngineModel {
 
   ngramChain(seq, startPos, rounds, k, pick, ngram = [2, 3], then = 0, stop = null) {
     return this.eng.locked(() => this.chainNow(seq, startPos, rounds, k, pick, ngram, then, stop));
+  }
+
+  specChain(draft, seq, draftStart, rounds, k, pick, restart = false) {
+    return this.settled(() => this.specChainNow(draft, seq, draftStart, rounds, k, pick, restart));
   }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
@@ -587,6 +601,80 @@ export class EngineModel {
     return sub;
   }
 
+  /** specChain: `rounds` greedy rounds of `draft` (a draft model or head of this engine) in one submission
+   * (shaders/draft_chain.wgsl opens and closes them between the verify passes). seq: every token so far, its last at
+   * start_pos = seq.length - 1 = this.length not yet in the cache; the draft holds draftStart positions and is fed
+   * seq[draftStart ..] (1 to k + 1 tokens) in the first round. Afterwards this model's length is where the grown
+   * sequence's last token goes and the draft's what its update after the last round keeps. Returns the rounds as
+   * ngramChain does ({counts (all k), accepted, proposals, ids}) and draftLength. restart: each round feeds the draft
+   * from the round before it's first position (what a draft head needs; py/exactspec/backend.py spec_chain). */
+  async specChainNow(draft, seq, draftStart, rounds, k, pick, restart) {
+    this.usable();
+    if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specChain: the draft must be another model of the same engine');
+    draft.usable();
+    if (draft.champion && draft.champion !== this) throw new Error('specChain: this draft head reads the features of another champion');
+    await draft.prepare?.();
+    if (draft.config.vocab_size !== this.config.vocab_size) throw new Error(`specChain: draft vocabulary ${draft.config.vocab_size} differs from ${this.config.vocab_size}`);
+    const hist = this.tokenIds('specChain', seq);
+    const startPos = hist.length - 1;
+    for (const [what, v, hi] of [['rounds', rounds, MAX_PASSES], ['k', k, this.chainMaxK]]) {
+      if (!Number.isInteger(v) || v < 1 || v > hi) throw new Error(`specChain: ${what} ${v} must be in 1..${hi}`);
+    }
+    const f = startPos + 1 - draftStart;
+    if (!Number.isInteger(draftStart) || f < 1 || f > k + 1) throw new Error(`specChain: the draft is fed seq[${draftStart}..${startPos}], ${f} tokens; 1 to k + 1 = ${k + 1} may be`);
+    const W = k + 1;
+    this.checkStart('specChain', startPos, rounds * W);
+    draft.checkStart('specChain draft', draftStart, startPos - draftStart + rounds * W);
+    if (rounds * (2 * k + 1) > draft.config.seq_len + 1) throw new Error(`specChain: ${rounds} rounds of ${k} exceed the draft's token list`);
+    if (draft.slotBytes !== this.slotBytes) throw new Error('specChain: the draft\'s step slots differ from the champion\'s');
+    if (k + 1 > draft.plan.maxRows) throw new Error(`specChain: k + 1 = ${k + 1} rows exceed the draft's chunk of ${draft.plan.maxRows}`);
+    if (typeof restart !== 'boolean') throw new Error(`specChain: restart ${JSON.stringify(restart)} must be true or false`);
+    if (draft.isHead && !restart) throw new Error('specChain: a draft head\'s rounds restart (its drafted positions are made again from the champion\'s features)');
+    if (draft.isHead) draft.passesFor(f, draftStart, startPos);      // (its first input reads kept features: checked)
+    const p = checkPick(pick);
+    if (p.temperature !== 0) throw new Error('specChain: greedy picks only (the rounds close on the picks)');
+    await draft.ensureOut(1);
+    await this.ensureOut(rounds * W);
+    const q = this.device.queue;
+    q.writeBuffer(this.bufs.chain_hist, 0, hist);
+    q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, draftStart, 0]));
+    q.writeBuffer(this.bufs.dchain_params, 0, this.eng.kernels.draft_chain.pack('params',
+      { k, rounds, slot_words: this.slotBytes / 4, restart: restart ? 1 : 0 }));
+    draft.setPick(p);
+    this.setPick(p);
+    const sub = new Submission(this);
+    const stepBytes = this.stepKernel.uniformBytes('step');
+    const rowwise = this.plan.chainRowwise;
+    const extra = draft.isHead ? { src_len: 0 } : null;
+    for (let r = 0; r < rounds; r++) {
+      const bd = r * (2 * k + 1);
+      sub.run(this.draftChainOps, 1, 0, 'draft_chain');
+      const ds = sub.steps.get(draft)?.length ?? 0;
+      const vs = sub.steps.get(this)?.length ?? 0;
+      sub.copy(this.bufs.chain_slots, 0, draft.stepBuf, ds * this.slotBytes, (k - 1) * this.slotBytes + stepBytes);
+      sub.copy(this.bufs.chain_slots, k * this.slotBytes, this.stepBuf, vs * this.slotBytes, stepBytes);
+      sub.copy(this.bufs.chain_feed, 0, draft.bufs.tokens, 4 * bd, 4 * W);
+      // the draft's passes (Steps from the kernel: the grid of the first sized for k + 1 rows, f computed)
+      sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra }, 'tokens', rowwise);
+      for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra }, 'tokens');
+      sub.copy(draft.bufs.tokens, 4 * (bd + k + 1), this.bufs.tokens, 4 * (r * W + 1), 4 * k);
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W }, 'ids', rowwise);
+    }
+    sub.run(this.draftChainOps, 1, 0, 'draft_chain');
+    sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
+    sub.read(this.bufs.ids, 0, 4 * rounds * W);                                 // ids (rounds, k + 1)
+    sub.read(this.bufs.chain_state, 0, 16);                                     // state (4,): L, 0, D, 0
+    const out = await this.submit(sub, true);
+    const res = parseChain(out, rounds, k, 'specChain');
+    const st = new Uint32Array(out, 4 * rounds * (2 * k + 3), 4);
+    if (res.counts.some((c) => c !== k) || st[0] !== hist.length + res.advance) throw new Error('specChain: the GPU\'s records disagree with its history length');
+    this.length = startPos + res.advance;
+    draft.length = st[2];
+    if (draft.isHead) draft.ringPos.fill(-1);        // (its predicted features: re-made by the next round's passes)
+    return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
+      proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()), draftLength: st[2] };
+  }
+
   async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specRound: the draft must be another model of the same engine');
@@ -725,7 +813,7 @@ export class EngineModel {
 /** A chain's readback (rec (rounds, k + 2): c, a, proposals; then ids (rounds, k + 1)) as per-round lists, with the
  * tokens it appended (each round's accepted proposals and the pick after them) and how far it moved the length. The
  * acceptance is computed again here by the kernel's rule and must equal the kernel's. */
-function parseChain(bytes, rounds, k) {
+function parseChain(bytes, rounds, k, what = 'ngramChain') {
   const u = new Int32Array(bytes);
   const W = k + 1;
   const RW = k + 2;
@@ -740,7 +828,7 @@ function parseChain(bytes, rounds, k) {
     const picks = Array.from(u.subarray(rounds * RW + r * W, rounds * RW + r * W + c + 1));
     let a = c;
     for (let i = 0; i < c; i++) if (picks[i] !== props[i]) { a = i; break; }
-    if (c < 0 || c > k || a !== u[r * RW + 1]) throw new Error(`ngramChain: round ${r}: the GPU's record (c ${c}, a ${u[r * RW + 1]}) disagrees with its picks (a ${a})`);
+    if (c < 0 || c > k || a !== u[r * RW + 1]) throw new Error(`${what}: round ${r}: the GPU's record (c ${c}, a ${u[r * RW + 1]}) disagrees with its picks (a ${a})`);
     counts.push(c);
     accepted.push(a);
     proposals.push(props);

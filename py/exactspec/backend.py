@@ -91,6 +91,16 @@ class Backend(Protocol):
 #       are the champion's argmax, so the decode loop emits each round's accepted proposals and the pick after them
 #       as its verify would (the proposals only have to be good; the picks decide). A device that offers it says how
 #       many rounds a call should make in `chain_rounds` (>= 1) and the largest k it takes in `chain_k_max`.
+#   spec_chain(draft, seq, draft_start, rounds, k, pick, restart=False) -> Chain   (or an awaitable of it)
+#       spec_round's rounds made by the device, `rounds` of them in ONE submission, greedy picks only: seq is every
+#       token so far, its last at start_pos = len(seq) - 1 == length not yet in the cache; the draft holds draft_start
+#       positions and round 0 feeds it seq[draft_start:] (1 to k + 1 tokens). Each round is spec_round(draft,
+#       seq[D:], D, k, seq[-1], len(seq) - 1, pick) on the sequence as it stands, then appends the a proposals the
+#       picks accept and the pick after them, and keeps of the draft's cache what a drafter's update() keeps: D =
+#       min(draft length, len(grown seq) - 1), with `restart` (a draft head, whose positions from the round's first
+#       on came from its own predicted features) also at most the round's first position. Afterwards length ==
+#       len(grown seq) - 1 and the draft holds D positions. A device that offers it says how many rounds a call should
+#       make in `chain_rounds` and the largest k in `chain_k_max` (as for ngram_chain).
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -246,17 +256,50 @@ async def ngram_chain_by_forwards(model, seq, start_pos: int, rounds: int, k: in
     return Chain(props, picks, acc)
 
 
+async def spec_chain_by_forwards(model, draft, seq, draft_start: int, rounds: int, k: int, pick: Pick,
+                                 restart: bool = False, picker=pick_row) -> Chain:
+    """spec_chain made of spec_round_by_forwards rounds (the numpy reference's implementation; a reference for
+    devices)."""
+    seq = [int(x) for x in seq]
+    L = len(seq)
+    if not pick.greedy:
+        raise ValueError("spec_chain: greedy picks only (the rounds close on the picks)")
+    if not 1 <= L - draft_start <= k + 1:
+        raise ValueError(f"spec_chain: the draft is fed seq[{draft_start}:], {L - draft_start} tokens; 1 to k + 1 = "
+                         f"{k + 1} may be")
+    if L - 1 + rounds * (k + 1) > model.config.seq_len:
+        raise ValueError(f"spec_chain: {rounds} rounds of {k + 1} rows from {L - 1} exceed seq_len "
+                         f"{model.config.seq_len}")
+    D = draft_start
+    props, picks, acc = [], [], []
+    for _ in range(rounds):
+        L = len(seq)
+        draft.truncate(D)
+        r = await spec_round_by_forwards(model, draft, seq[D:], D, k, seq[-1], L - 1, pick, False, picker=picker)
+        a = accepted_by_picks(r.proposals, r.ids)
+        seq += [int(x) for x in r.proposals[:a]] + [int(r.ids[a])]
+        model.truncate(len(seq) - 1)
+        D = min(draft.length, len(seq) - 1, L if restart else len(seq))
+        props.append([int(x) for x in r.proposals])
+        picks.append([int(x) for x in r.ids])
+        acc.append(a)
+    draft.truncate(D)
+    return Chain(props, picks, acc)
+
+
 class RunsAhead:
     """A backend with decode_ahead made of its forwards (decode_ahead_by_forwards; the hint `then` ignored), as a
     device that likes to run ahead `ahead_max` passes: how CPython drives the decode loop's run-ahead path (tests,
     bench ngram_tau). `calls`: (token, start_pos, n, then) of every decode_ahead."""
 
-    def __init__(self, inner, ahead_max: int = 8, picker=pick_row, chain_rounds: int = 0):
+    def __init__(self, inner, ahead_max: int = 8, picker=pick_row, chain_rounds: int = 0, rounds: bool = False):
         self.inner, self.config, self.ahead_max, self.picker = inner, inner.config, ahead_max, picker
         self.chain_rounds = chain_rounds
         self.chain_k_max = 64
+        self.rounds = rounds         # also spec_round, and with chain_rounds spec_chain (a draft's rounds on the device)
         self.calls: list[tuple[int, int, int, int]] = []
         self.chain_calls: list[tuple[int, int, int, int]] = []    # (start_pos, rounds, k, then) of every ngram_chain
+        self.spec_chain_calls: list[tuple[int, int, int, int]] = []   # (start_pos, draft_start, rounds, k) of spec_chain
 
     @property
     def length(self) -> int:
@@ -275,6 +318,10 @@ class RunsAhead:
     def offers(self, method: str) -> bool:
         if method == "ngram_chain":
             return self.chain_rounds > 0
+        if method == "spec_chain":
+            return self.chain_rounds > 0 and self.rounds
+        if method == "spec_round":
+            return self.rounds
         return callable(getattr(self, method, None))
 
     def ngram_chain(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()):
@@ -282,10 +329,19 @@ class RunsAhead:
         return ngram_chain_by_forwards(self.inner, seq, start_pos, rounds, k, pick, min_ngram, max_ngram,
                                        picker=self.picker)
 
+    def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
+        return spec_round_by_forwards(self.inner, draft, feed, draft_start, k, token, start_pos, pick, rows,
+                                      picker=self.picker)
+
+    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
+        self.spec_chain_calls.append((len(seq) - 1, draft_start, rounds, k))
+        return spec_chain_by_forwards(self.inner, draft, seq, draft_start, rounds, k, pick, restart,
+                                      picker=self.picker)
+
 
 def offers(backend, method: str) -> bool:
     """Does the backend (or what a wrapper wraps) offer `method` ('decode_ahead', 'spec_round', 'verify',
-    'ngram_chain')?"""
+    'ngram_chain', 'spec_chain')?"""
     if backend is None:
         return False
     f = getattr(backend, "offers", None)

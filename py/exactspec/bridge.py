@@ -107,7 +107,7 @@ class _JsBatched:
 
     def offers(self, method: str) -> bool:
         name = {"decode_ahead": "decodeAhead", "spec_round": "specRound", "verify": "verify",
-                "ngram_chain": "ngramChain"}.get(method)
+                "ngram_chain": "ngramChain", "spec_chain": "specChain"}.get(method)
         return name is not None and getattr(self._js, name, None) is not None
 
     @property
@@ -166,6 +166,24 @@ class _JsBatched:
         pending = self._js.ngramChain(_to_js_int32(seq), int(start_pos), int(rounds), int(k), _pick_to_js(pick),
                                       _to_js_int32([int(min_ngram), int(max_ngram)]), int(then),
                                       _to_js_int32(list(stop)))
+
+        async def finish():
+            r = await pending if inspect.isawaitable(pending) else pending
+            counts = _ids_from_js(_get(r, "counts"), rounds, "counts")
+            accepted = _ids_from_js(_get(r, "accepted"), rounds, "accepted")
+            props = _ids_from_js(_get(r, "proposals"), sum(counts), "proposals")
+            ids = _ids_from_js(_get(r, "ids"), sum(counts) + rounds, "ids")
+            return chain_from_flat(counts, accepted, props, ids, k)
+        return finish()
+
+
+    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
+        from .backend import chain_from_flat
+        if not isinstance(draft, JsBackend):
+            raise TypeError("spec_chain needs a draft on the same device (a JsBackend)")
+        self._check_start("spec_chain", len(seq) - 1)
+        pending = self._js.specChain(draft._js, _to_js_int32(seq), int(draft_start), int(rounds), int(k),
+                                     _pick_to_js(pick), bool(restart))
 
         async def finish():
             r = await pending if inspect.isawaitable(pending) else pending

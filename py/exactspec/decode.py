@@ -124,7 +124,7 @@ class _Counters:
     ahead_passes: int = 0       # champion passes run ahead by decode_ahead (confirmed or not)
     wasted_passes: int = 0      # of those, passes whose rows were not used (past a mismatch, EOS, stop)
     forced_proposed: int = 0    # JSON mode: proposals the grammar forced (no draft pass)
-    chain_rounds: int = 0       # rounds made by the device's chains (backend.ngram_chain), used
+    chain_rounds: int = 0       # rounds made by the device's chains (backend.ngram_chain, spec_chain), used
     chain_proposed: int = 0     # the proposals those rounds verified
     forced_accepted: int = 0
 
@@ -308,6 +308,13 @@ async def generate_async(
     # scheduler chooses between chains and plain decoding by their measured time per token (SpecScheduler chain=True)
     chain_max = champion.chain_rounds if cfg.drafter == "ngram" and batched and params.greedy and gram is None \
         and champion.offers("ngram_chain") and k_hi <= champion.chain_k_max else 0
+    # rounds one spec_chain makes (a draft model's or head's greedy rounds on the device, several a submission; 0:
+    # one spec_round a submission): where the device offers it, for a fixed k it takes (the confidence stop needs
+    # the draft's rows here); the scheduler prices its rounds as spec_round's
+    d_seq_len = getattr(getattr(draft, "config", None), "seq_len", 0) or 0
+    spec_chain_max = champion.chain_rounds if batched and params.greedy and isinstance(drafter, ModelDrafter) \
+        and not drafter.stop and cfg.k_schedule == "fixed" and champion.offers("spec_chain") \
+        and 0 < k_hi <= champion.chain_k_max else 0
 
     def k_cap_at(remaining: int, t0: int) -> int:
         """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer."""
@@ -409,6 +416,16 @@ async def generate_async(
             n_chain = chain_hint[0] if chain_hint else \
                 min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) if chain_max and k > 0 and not hinted else 0
             chain_hint = None
+            # a draft's rounds on the device, several a submission: the draft's first input fits a round's rows, and
+            # every round would have had this k one by one (k_cap_at: each leaves k + 1 tokens to the answer and room
+            # for k + 1 rows in both caches, even if every round before it accepts all), so the rounds, passes and
+            # acceptance are those of one round a submission
+            m_chain = min(spec_chain_max, remaining // (k + 1), (min(C.seq_len, d_seq_len) - t0) // (k + 1),
+                          (d_seq_len + 1) // (2 * k + 1)) \
+                if spec_chain_max and on_device and k > 0 and len(seq) - min(draft.length, len(seq) - 1) <= k + 1 \
+                else 0
+            if m_chain < 2:
+                m_chain = 0
             proposals, q_rows = [], None
             if (k > 0 or gram is not None) and not on_device and not n_chain:   # (JSON mode: forced tokens at k = 0)
                 try:
@@ -469,6 +486,41 @@ async def generate_async(
                 since_chain = 0
                 t_mark = clock()
                 sched.observe_chain(t_mark - t_a, len(emitted))
+            elif m_chain:
+                # the draft's k passes and the champion's verify, m_chain rounds of them in one submission; each
+                # round's tokens confirmed here from the champion's picks (greedy: its argmax), as a spec_round's
+                feed, d_start = drafter.catch_up(seq)
+                try:
+                    hit("draft")
+                except DraftFault as e:
+                    raise BackendError(f"draft forward failed: {e}", "draft") from e
+                hit("verify")
+                try:
+                    res = await champion.spec_chain(draft, seq, d_start, m_chain, k, pick, restart=drafter.restarts)
+                except Exception as e:
+                    raise BackendError(f"speculative rounds failed: {e}", "round") from e
+                n.submissions += 1
+                n.readback_bytes += 4 * m_chain * (2 * k + 3) + 16
+                emitted, counted = [], []
+                for r in range(m_chain):
+                    props, picks = res.proposals[r], res.ids[r]
+                    got = verify.accept_while_equal(props, lambda i: picks[i])   # (greedy: the device's argmax)
+                    if len(got) != res.accepted[r] + 1:
+                        raise BackendError(f"the device's speculative round {r} disagrees with its own picks", "round")
+                    drafter.chain_round(len(seq) + len(emitted))
+                    counted.append(tally(got, range(len(props))))
+                    drafter.passes += k
+                    n.draft_passes += k
+                    n.target_passes += 1
+                    n.rounds += 1
+                    n.chain_rounds += 1
+                    n.chain_proposed += len(props)
+                    emitted += got
+                    if any(t in eos for t in got) or len(emitted) >= remaining:
+                        break
+                t_mark = clock()
+                for n_cnt in counted:        # (the chain's time shared by its rounds)
+                    sched.observe(k, (t_mark - t_a) / len(counted), n_cnt)
             elif not on_device and not proposals and batched and champion.ahead_max >= 2:
                 # nothing to verify: the champion alone, run ahead on the device (n passes, one submission), Python
                 # confirms each row; a mismatch (or EOS) ends the run and the passes after it are rolled back

@@ -98,6 +98,26 @@ class TrackedCache(PassThrough):
         self._record(start_pos, [toks[start_pos]] + res.appended()[:-1])   # what the rounds' kept rows were fed
         return res
 
+    async def spec_chain(self, draft, seq: Sequence[int], draft_start: int, rounds: int, k: int, pick,
+                         restart: bool = False):
+        toks = [int(t) for t in seq]
+        start_pos = len(toks) - 1
+        inner_draft = draft.backend if isinstance(draft, TrackedCache) else draft
+        try:
+            res = self.backend.spec_chain(inner_draft, toks, draft_start, rounds, k, pick, restart)
+            if inspect.isawaitable(res):
+                res = await res
+        except Exception:
+            self.invalidate()
+            if isinstance(draft, TrackedCache):
+                draft.invalidate()
+            raise
+        grown = toks + res.appended()
+        self._record(start_pos, grown[start_pos:-1])                 # what the rounds' kept rows were fed
+        if isinstance(draft, TrackedCache):
+            draft._record(draft_start, grown[draft_start:draft.backend.length])   # the draft keeps committed tokens
+        return res
+
     def invalidate(self) -> None:
         """Forget what the cache holds (after a fault): the next use prefills from scratch."""
         self.tokens = []

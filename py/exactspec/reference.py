@@ -673,3 +673,7 @@ class ReferenceModel:
                     stop=()):
         from .backend import ngram_chain_by_forwards
         return ngram_chain_by_forwards(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram)
+
+    def spec_chain(self, draft, seq, draft_start: int, rounds: int, k: int, pick, restart: bool = False):
+        from .backend import spec_chain_by_forwards
+        return spec_chain_by_forwards(self, draft, seq, draft_start, rounds, k, pick, restart)

@@ -97,6 +97,12 @@ class YieldingBackend(PassThrough):
         r = self.inner.ngram_chain(seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=then, stop=stop)
         return (await r) if inspect.isawaitable(r) else r
 
+    async def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
+        from .backend import base_of
+        await asyncio.sleep(0)
+        r = self.inner.spec_chain(base_of(draft, YieldingBackend), seq, draft_start, rounds, k, pick, restart)
+        return (await r) if inspect.isawaitable(r) else r
+
 
 def inspect_model(path: str, gguf=None) -> dict:
     """Validate a stored model without loading weights: a GGUF file (header, tensor extents, config, tokenizer) or a

@@ -74,6 +74,7 @@ class EngineModelProxy:
         self.chainMaxK = loaded.get("chainMaxK", 0) or 0
         if not self.chainRounds:
             self.ngramChain = None                      # not offered (as the engine's model object)
+            self.specChain = None
         self.calls = {"forward": 0, "decodeAhead": 0, "specRound": 0, "verify": 0}
 
     def _call(self, cmd, **kw):
@@ -105,6 +106,12 @@ class EngineModelProxy:
         r = self._call("ngramChain", seq=_ints(seq), start_pos=int(start_pos), rounds=int(rounds), k=int(k),
                        pick=dict(pick), ngram=_ints(ngram), then=int(then), stop=_ints(stop))
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
+        return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
+
+    def specChain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
+        r = self._call("specChain", draft=draft.name, seq=_ints(seq), draft_start=int(draft_start), rounds=int(rounds),
+                       k=int(k), pick=dict(pick), restart=bool(restart))
+        draft.length = r["draft_length"]
         return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
     def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows):

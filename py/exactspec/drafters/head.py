@@ -388,6 +388,7 @@ class HeadDrafter(ModelDrafter):
     """ModelDrafter over a head; after a round it drops what the head computed from predicted features."""
 
     name = "head"
+    restarts = True    # spec_chain: each round re-makes the positions the round before drafted from predicted features
 
     def __init__(self, draft, **kw):
         super().__init__(draft, **kw)
@@ -396,6 +397,9 @@ class HeadDrafter(ModelDrafter):
     def catch_up(self, seq):
         self.round_start = len(seq)     # positions >= this one will use predicted features in this round
         return super().catch_up(seq)
+
+    def chain_round(self, t0: int) -> None:
+        self.round_start = t0
 
     def update(self, committed_len: int) -> None:
         keep = min(self.draft.length, committed_len - 1)

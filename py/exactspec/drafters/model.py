@@ -27,6 +27,7 @@ class ModelDrafter:
     its own top probability at a row falls below `stop`; that row's token is not proposed."""
 
     name = "model"
+    restarts = False   # spec_chain's `restart`: a round feeds the draft from what update() kept, not earlier
 
     def __init__(self, draft, stop: float = 0.0):
         self.draft = draft  # Backend
@@ -66,6 +67,10 @@ class ModelDrafter:
             feed = [int(tok)]
         q_arr = np.stack(q_rows) if q_rows else None  # (k, vocab)
         return proposals, q_arr
+
+    def chain_round(self, t0: int) -> None:
+        """A round of a chain made by the device (backend spec_chain) emits from absolute position t0, as catch_up
+        at that point would have said; the draft's cache is the device's."""
 
     def update(self, committed_len: int) -> None:
         keep = min(self.draft.length, committed_len - 1)

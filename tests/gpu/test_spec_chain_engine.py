@@ -1,0 +1,180 @@
+"""A draft model's or draft head's greedy rounds on the engine, several a submission (champion.specChain,
+shaders/draft_chain.wgsl: the rounds opened and closed on the GPU between the verify passes) under Node + Dawn, against
+the same rounds made one specRound each on the same engine with the decode loop's own drafters keeping the draft
+(catch_up / update): the same proposals, BITWISE the same picks, the same champion KV cache afterwards; the decode
+loop with chains gives the champion's own greedy answer with the same passes and acceptance in fewer submissions;
+bad calls are refused with errors naming the problem."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dawn_harness import probe
+
+_why = probe()
+pytestmark = pytest.mark.skipif(_why is not None, reason=f"WebGPU engine cannot run here: {_why}")
+
+COUNTS = ("target_passes", "draft_passes", "rounds", "proposed", "accepted", "acceptance_by_position")
+PROMPTS = [[1, 20, 30, 40, 50, 60, 70], [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 250, 251]]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from exactspec.drafters.head import HeadConfig, random_head_weights, write_head_gguf
+    from exactspec.formats import describe
+    from exactspec.micro import micro_config, micro_weights, write_micro_gguf
+    from exactspec_train.data import sha256_file
+    from test_head_decode_on_engine import near_oracle
+
+    td = tmp_path_factory.mktemp("spec_chain")
+    cfg = micro_config(vocab_size=300, n_layers=1, seq_len=128)
+    champ, draft = td / "champ.gguf", td / "draft.gguf"
+    write_micro_gguf(champ, cfg, seed=1, tensor_type="F32")
+    write_micro_gguf(draft, micro_config(vocab_size=300, n_layers=1, seq_len=128), seed=1, tensor_type="Q8_0")
+    sha = sha256_file(champ)
+    out = {"champion": (champ, describe(champ)), "draft": (draft, describe(draft))}
+    hc, hw = near_oracle(cfg, micro_weights(cfg, 1), 2.0, 1)          # (its predicted features matter)
+    p = td / "oracle.gguf"
+    write_head_gguf(p, replace(hc, champion_sha256=sha), hw, tensor_type="F32")
+    out["oracle"] = (p, describe(p))
+    hc = HeadConfig.for_champion(cfg, window=6, champion_sha256=sha)
+    p = td / "random.gguf"
+    write_head_gguf(p, hc, random_head_weights(hc, 4, feature_scale=2.0), tensor_type="Q8_0",
+                    vocab_ids=np.arange(0, 300, 2))
+    out["random"] = (p, describe(p))
+    return out
+
+
+@pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}, {"max_rows": 3},
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "chainRowwise": True}}],
+                ids=["plain", "fused", "chunks3", "fused_rowwise"])
+def engine(request, files):
+    from engine_rpc import EngineProcess
+    from exactspec.bridge import JsBackend, JsHead
+
+    opts = request.param
+    proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8, "chainRounds": 4}})
+    c = proc.load("champion", *files["champion"], seq_len=128)
+    champ = JsBackend(c)
+    d = proc.load("draft", *files["draft"], seq_len=128)
+    drafts = {"model": (JsBackend(d), d, False)}
+    for name in ("oracle", "random"):
+        h = proc.load_head(name, *files[name], c)
+        drafts[name] = (JsHead(h, champion=champ), h, True)
+    yield champ, c, drafts
+    proc.close()
+
+
+def run(x):
+    return asyncio.run(x) if asyncio.iscoroutine(x) else x
+
+
+def start(champ, draft, prompt, k):
+    """The champion holds the prompt but its last token; the draft all but the last k + 1 (or fewer) of it."""
+    champ.truncate(0)
+    draft.truncate(0)
+    if len(prompt) > 1:
+        run(champ.forward(prompt[:-1], 0))
+    s = max(0, len(prompt) - 1 - k)
+    if s:
+        run(draft.forward(prompt[:s], 0, 1))
+    return s
+
+
+def replay(champ, draft, prompt, s, rounds, k, restart):
+    """The same rounds one specRound each, the draft kept by the decode loop's drafter: [(proposals, picks, a)]."""
+    from exactspec.backend import Pick, accepted_by_picks
+    from exactspec.drafters.head import HeadDrafter
+    from exactspec.drafters.model import ModelDrafter
+
+    d = (HeadDrafter if restart else ModelDrafter)(draft)
+    seq, out = list(prompt), []
+    for _ in range(rounds):
+        feed, d_start = d.catch_up(seq)
+        r = run(champ.spec_round(draft, feed, d_start, k, seq[-1], len(seq) - 1, Pick(), False))
+        a = accepted_by_picks(r.proposals, r.ids)
+        seq += list(r.proposals[:a]) + [int(r.ids[a])]
+        champ.truncate(len(seq) - 1)
+        d.update(len(seq))
+        out.append(([int(x) for x in r.proposals], [int(x) for x in r.ids], a))
+    return out, seq
+
+
+def test_chain_equals_rounds_one_by_one(engine):
+    from exactspec.backend import Pick
+
+    champ, c, drafts = engine
+    accepted = 0
+    for name, (draft, js, restart) in drafts.items():
+        for k in (1, 3):
+            k = min(k, c.chainMaxK)                     # (chunks of 3 rows: a round verifies at most 2)
+            for prompt in PROMPTS:
+                s = start(champ, draft, prompt, k)
+                ch = run(champ.spec_chain(draft, prompt, s, 5, k, Pick(), restart))
+                n_chain, d_chain = champ.length, draft.length
+                after_chain = np.asarray(run(champ.forward([7], n_chain)))           # (1, vocab) reads the chain's KV
+                s = start(champ, draft, prompt, k)
+                want, seq = replay(champ, draft, prompt, s, 5, k, restart)
+                assert [(p, i, a) for p, i, a in zip(ch.proposals, ch.ids, ch.accepted)] == want, (name, k, prompt)
+                assert seq[len(prompt):] == ch.appended() and n_chain == len(seq) - 1 == champ.length
+                assert d_chain == draft.length, (name, k)
+                after_replay = np.asarray(run(champ.forward([7], n_chain)))
+                assert np.array_equal(after_chain.view(np.uint32), after_replay.view(np.uint32)), "the KV cache differs"
+                accepted += sum(ch.accepted)
+    assert accepted > 0
+
+
+def generate(champ, prompt, draft=None, **kw):
+    from exactspec.decode import GenerateConfig, generate as gen
+    return gen(champ, prompt, GenerateConfig(**{"adaptive": False, "max_new_tokens": 24, **kw}), draft=draft, eos_ids=[])
+
+
+def test_decode_loop_with_spec_chains(engine, files):
+    """The champion's own greedy answer with the chains, and the passes and acceptance of one round a submission
+    (the numpy champion with the numpy drafts) in fewer submissions."""
+    from exactspec.drafters.head import HeadModel
+    from exactspec.reference import ReferenceModel
+
+    champ, c, drafts = engine
+    base = {}
+    for name, (draft, js, restart) in drafts.items():
+        for k in (1, 2):
+            k = min(k, c.chainMaxK)
+            for prompt in PROMPTS[:2]:
+                key = tuple(prompt)
+                if key not in base:
+                    base[key] = generate(champ, prompt, drafter="none").token_ids
+                before = c.calls.get("specChain", 0)
+                got = generate(champ, prompt, draft, drafter="head" if restart else "model", k=k)
+                rc = ReferenceModel.from_file(files["champion"][0], keep_features=True)
+                rd = HeadModel.from_file(files[name][0], rc) if restart else ReferenceModel.from_file(files["draft"][0])
+                ref = generate(rc, prompt, rd, drafter="head" if restart else "model", k=k)
+                assert got.token_ids == base[key] == ref.token_ids, (name, k)
+                for key_ in COUNTS:
+                    assert got.stats[key_] == ref.stats[key_], (name, k, key_)
+                assert c.calls.get("specChain", 0) > before and got.stats["chain_rounds"] > 0
+                assert got.stats["submissions"] < got.stats["rounds"]
+
+
+def test_spec_chain_refusals(engine):
+    from exactspec.backend import Pick
+
+    champ, c, drafts = engine
+    draft, js, _ = drafts["model"]
+    head, hjs, _ = drafts["oracle"]
+    prompt = PROMPTS[0]
+    bad = [
+        (lambda: c.specChain(js, prompt, 4, 2, 2, {"temperature": 0.7, "seed": 1}), "greedy picks only"),
+        (lambda: c.specChain(js, prompt, 0, 2, 1, {"temperature": 0, "seed": 0}), "1 to k \\+ 1 = 2 may be"),
+        (lambda: c.specChain(hjs, prompt, 4, 2, 2, {"temperature": 0, "seed": 0}, False), "rounds restart"),
+        (lambda: c.specChain(js, prompt, 4, 0, 2, {"temperature": 0, "seed": 0}), "rounds 0 must be in"),
+        (lambda: c.specChain(js, prompt, 4, 2, 99, {"temperature": 0, "seed": 0}), "k 99 must be in"),
+    ]
+    for call, msg in bad:
+        start(champ, draft, prompt, 2)
+        start(champ, head, prompt, 2)
+        with pytest.raises(RuntimeError, match=msg):
+            call()
