@@ -114,7 +114,7 @@ def test_decode_loop_chains_give_the_champions_answer_with_the_same_passes(micro
     """Greedy with a draft model or head on a device that offers spec_chain: the champion's own answer, and the same
     rounds, passes and acceptance as one spec_round a submission, in fewer submissions."""
     champ, ds = models(micro)
-    chained = 0
+    chained = hinted = 0
     for name, (draft, _) in ds.items():
         drafter = "head" if "head" in name else "model"
         for prompt in PROMPTS:
@@ -129,9 +129,15 @@ def test_decode_loop_chains_give_the_champions_answer_with_the_same_passes(micro
             assert got.stats["submissions"] < one.stats["submissions"], (name, k)
             for c in ("target_passes", "rounds", "proposed", "accepted", "acceptance_by_position", "draft_passes"):
                 assert got.stats[c] == one.stats[c], (name, k, c, got.stats[c], one.stats[c])
-            for pos, d_start, r, kk in dev.spec_chain_calls:
+            prev = None
+            for pos, d_start, r, kk, then in dev.spec_chain_calls:
                 assert kk == k and 2 <= r <= 4 and 1 <= pos + 1 - d_start <= k + 1
-    assert chained > 0
+                assert then == 0 or 2 <= then <= 4
+                if prev and prev[4]:                       # the chain the last one hinted: taken as hinted
+                    assert r == prev[4]
+                    hinted += 1
+                prev = (pos, d_start, r, kk, then)
+    assert chained > 0 and hinted > 0
 
 
 def test_eos_and_max_tokens_inside_a_chain(micro):

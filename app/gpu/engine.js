@@ -26,8 +26,8 @@
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
 //            further pass of a batched step (default 1),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
-//            chainRounds?: rounds of the n-gram drafter one ngramChain may run (default 4 on GPUs; 0 on CPU adapters:
-//            ngramChain not offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes
+//            chainRounds?: rounds of the n-gram drafter one ngramChain, or of a draft one specChain, may run (default
+//            4 on GPUs; 0 on CPU adapters: neither offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes
 //            dispatch every op row-parallel (1-row tiles, a workgroup per row: rows past the GPU's count cost only
 //            their launch) instead of the tiles their grid's k + 1 rows pick (default false)
 //            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
@@ -123,6 +123,15 @@
 //          one ends (history and length stay on the GPU), taken by the next ngramChain(seq + appended, ...) with the
 //          same k, pick and n-gram sizes; any other call or a truncate drops it; none after a chain that appended a
 //          `stop` id. Ids only (no rows): the decode loop chains greedy rounds.
+//   await champion.specChain(draft, seq, draft_start, rounds, k, pick, restart = false, then = 0, stop = null)
+//       -> {counts (all k), accepted, proposals, ids, draftLength}: specRound's greedy rounds, `rounds` of them in one
+//          submission (shaders/draft_chain.wgsl opens and closes them between the verify passes, so the GPU never waits
+//          for the host within a chain): seq = every token so far (its last, at start_pos, not yet in the cache); the
+//          draft holds draft_start positions and is fed seq[draft_start ..] (1 to k + 1 tokens) in the first round,
+//          later rounds from what a drafter's update() keeps (restart: a draft head, refused without it, from the
+//          round before's first position). Lengths become the grown sequence's less one (champion) and what the
+//          draft keeps. then / stop: ngramChain's continuation, taken by the next specChain(draft, grown seq,
+//          draftLength, then, k, pick, restart). Offered where ngramChain is (chainRounds, chainMaxK).
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
 //   await model.enableFeatures()   keep the features from now on (a draft head's bind calls it); positions computed
 //                            before have none (model.featFrom: the first position whose features are kept).

@@ -412,6 +412,8 @@ export class EngineHead extends EngineModel {
 
   specRound() { return Promise.reject(new Error('a draft head is the draft of champion.specRound, not its champion')); }
 
+  specChain() { return Promise.reject(new Error('a draft head is the draft of champion.specChain, not its champion')); }
+
   readFeatures() { return Promise.reject(new Error('a draft head keeps only its predicted features (its ring)')); }
 
   /** Bytes on the GPU: the head's own (weights, KV, scratch) and what it makes the champion keep (its features). */

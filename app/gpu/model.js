@@ -301,8 +301,8 @@ export class EngineModel {
     return this.eng.locked(() => this.chainNow(seq, startPos, rounds, k, pick, ngram, then, stop));
   }
 
-  specChain(draft, seq, draftStart, rounds, k, pick, restart = false) {
-    return this.settled(() => this.specChainNow(draft, seq, draftStart, rounds, k, pick, restart));
+  specChain(draft, seq, draftStart, rounds, k, pick, restart = false, then = 0, stop = null) {
+    return this.eng.locked(() => this.specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop));
   }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
@@ -534,7 +534,7 @@ export class EngineModel {
     const next = startPos + (rounds + then) * W <= this.config.seq_len && this.plan.aheadThen && !this.ts ? then : 0;
     const key = (last, pos, r) => JSON.stringify([last, pos, r, k, p, lo, hiN]);
     const c = this.ahead;
-    const continued = !!(c && !c.stale && c.chain && c.want === key(hist[startPos], startPos, rounds));
+    const continued = !!(c && !c.stale && c.chain === true && c.want === key(hist[startPos], startPos, rounds));
     const params = (r) => this.device.queue.writeBuffer(this.bufs.chain_params, 0, this.eng.kernels.chain.pack('params',
       { k, rounds: r, min_ngram: lo, max_ngram: hiN, seq_len: this.config.seq_len }));
     let run;
@@ -607,42 +607,95 @@ export class EngineModel {
    * seq[draftStart ..] (1 to k + 1 tokens) in the first round. Afterwards this model's length is where the grown
    * sequence's last token goes and the draft's what its update after the last round keeps. Returns the rounds as
    * ngramChain does ({counts (all k), accepted, proposals, ids}) and draftLength. restart: each round feeds the draft
-   * from the round before it's first position (what a draft head needs; py/exactspec/backend.py spec_chain). */
-  async specChainNow(draft, seq, draftStart, rounds, k, pick, restart) {
+   * from the round before it's first position (what a draft head needs; py/exactspec/backend.py spec_chain).
+   * `then` > 0 also submits the next chain of `then` rounds from where this one ends (history, lengths and the draft's
+   * input stay on the GPU), taken by the next specChain(draft, grown seq, its draft start, then, k, pick, restart) as
+   * ngramChain's continuations are; `stop` ids: none after a chain that appended one. */
+  async specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop) {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specChain: the draft must be another model of the same engine');
     draft.usable();
     if (draft.champion && draft.champion !== this) throw new Error('specChain: this draft head reads the features of another champion');
-    await draft.prepare?.();
     if (draft.config.vocab_size !== this.config.vocab_size) throw new Error(`specChain: draft vocabulary ${draft.config.vocab_size} differs from ${this.config.vocab_size}`);
     const hist = this.tokenIds('specChain', seq);
     const startPos = hist.length - 1;
-    for (const [what, v, hi] of [['rounds', rounds, MAX_PASSES], ['k', k, this.chainMaxK]]) {
-      if (!Number.isInteger(v) || v < 1 || v > hi) throw new Error(`specChain: ${what} ${v} must be in 1..${hi}`);
+    for (const [what, v, hi] of [['rounds', rounds, MAX_PASSES], ['k', k, this.chainMaxK], ['then', then, MAX_PASSES]]) {
+      if (!Number.isInteger(v) || v < (what === 'then' ? 0 : 1) || v > hi) throw new Error(`specChain: ${what} ${v} must be in ${what === 'then' ? 0 : 1}..${hi}`);
     }
     const f = startPos + 1 - draftStart;
     if (!Number.isInteger(draftStart) || f < 1 || f > k + 1) throw new Error(`specChain: the draft is fed seq[${draftStart}..${startPos}], ${f} tokens; 1 to k + 1 = ${k + 1} may be`);
-    const W = k + 1;
-    this.checkStart('specChain', startPos, rounds * W);
-    draft.checkStart('specChain draft', draftStart, startPos - draftStart + rounds * W);
-    if (rounds * (2 * k + 1) > draft.config.seq_len + 1) throw new Error(`specChain: ${rounds} rounds of ${k} exceed the draft's token list`);
-    if (draft.slotBytes !== this.slotBytes) throw new Error('specChain: the draft\'s step slots differ from the champion\'s');
-    if (k + 1 > draft.plan.maxRows) throw new Error(`specChain: k + 1 = ${k + 1} rows exceed the draft's chunk of ${draft.plan.maxRows}`);
     if (typeof restart !== 'boolean') throw new Error(`specChain: restart ${JSON.stringify(restart)} must be true or false`);
     if (draft.isHead && !restart) throw new Error('specChain: a draft head\'s rounds restart (its drafted positions are made again from the champion\'s features)');
-    if (draft.isHead) draft.passesFor(f, draftStart, startPos);      // (its first input reads kept features: checked)
     const p = checkPick(pick);
     if (p.temperature !== 0) throw new Error('specChain: greedy picks only (the rounds close on the picks)');
-    await draft.ensureOut(1);
-    await this.ensureOut(rounds * W);
-    const q = this.device.queue;
-    q.writeBuffer(this.bufs.chain_hist, 0, hist);
-    q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, draftStart, 0]));
-    q.writeBuffer(this.bufs.dchain_params, 0, this.eng.kernels.draft_chain.pack('params',
-      { k, rounds, slot_words: this.slotBytes / 4, restart: restart ? 1 : 0 }));
-    draft.setPick(p);
-    this.setPick(p);
-    const sub = new Submission(this);
+    const W = k + 1;
+    this.checkStart('specChain', startPos, rounds * W);
+    draft.checkStart('specChain draft', draftStart, f - 1 + rounds * W);
+    if (Math.max(rounds, then) * (2 * k + 1) > draft.config.seq_len + 1) throw new Error(`specChain: ${Math.max(rounds, then)} rounds of ${k} exceed the draft's token list`);
+    if (draft.slotBytes !== this.slotBytes) throw new Error('specChain: the draft\'s step slots differ from the champion\'s');
+    if (W > draft.plan.maxRows) throw new Error(`specChain: k + 1 = ${W} rows exceed the draft's chunk of ${draft.plan.maxRows}`);
+    const next = startPos + (rounds + then) * W <= Math.min(this.config.seq_len, draft.config.seq_len) && this.plan.aheadThen
+      && !this.ts ? then : 0;
+    const key = (last, pos, dStart, r) => JSON.stringify([draft.id, draft.gen, last, pos, dStart, r, k, restart]);
+    const c = this.ahead;
+    const continued = !!(c && !c.stale && c.chain === 'spec' && c.want === key(hist[startPos], startPos, draftStart, rounds));
+    const params = (r) => this.device.queue.writeBuffer(this.bufs.dchain_params, 0, this.eng.kernels.draft_chain.pack('params',
+      { k, rounds: r, slot_words: this.slotBytes / 4, restart: restart ? 1 : 0 }));
+    let run;
+    let staging = 'staging';
+    if (continued) {
+      this.ahead = null;
+      run = c.run;
+      staging = c.staging;
+      if (next * W > this.outCap) {
+        await run.catch(() => {});
+        await this.ensureOut(next * W);
+      }
+    } else {
+      await this.settleAhead();
+      await draft.prepare?.();
+      if (draft.isHead) draft.passesFor(f, draftStart, startPos);    // (its first input reads kept features: checked)
+      await draft.ensureOut(1);
+      await this.ensureOut(Math.max(rounds, next) * W);
+      const q = this.device.queue;
+      q.writeBuffer(this.bufs.chain_hist, 0, hist);
+      q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, draftStart, 0]));
+      params(rounds);
+      draft.setPick(p);
+      this.setPick(p);
+      run = this.launch(this.specChainSub(draft, rounds, k, staging, false), next === 0);
+    }
+    const other = otherStaging(staging);
+    const contSub = next > 0 ? this.specChainSub(draft, next, k, other, true) : null;
+    if (contSub && !continued) this.pre = { ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true };
+    const follow = (want) => {
+      params(next);                                   // (queued after this chain's commands: it reads its own)
+      const cont = this.launch(contSub, true);
+      cont.catch(() => {});
+      this.ahead = { run: cont, stale: false, staging: other, want, chain: 'spec' };
+    };
+    if (next > 0 && continued) follow(null);
+    const out = await this.ran(run);
+    this.stats = { ...out.stats, continued };
+    const res = parseChain(out.bytes, rounds, k, 'specChain');
+    const st = new Uint32Array(out.bytes, 4 * rounds * (2 * k + 3), 4);
+    if (res.counts.some((x) => x !== k) || st[0] !== hist.length + res.advance) throw new Error('specChain: the GPU\'s records disagree with its history length');
+    this.length = startPos + res.advance;
+    draft.length = st[2];
+    if (draft.isHead) draft.ringPos.fill(-1);        // (its predicted features: re-made by the next round's passes)
+    this.afterRun(res.appended, stop, key(res.appended[res.appended.length - 1], this.length, st[2], next), next,
+      continued, follow);
+    return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
+      proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()), draftLength: st[2] };
+  }
+
+  /** A specChain's submission: per round the draft_chain kernel (closes the last round, opens this one), its Steps
+   * copied into the draft's and this model's slots and the draft's input into its tokens, the draft's k passes (the
+   * first on a grid of k + 1 rows, f computed), the proposals copied into this model's tokens, the verify pass; the
+   * kernel once more (closes the last round); reads back rec (rounds, k + 2), ids (rounds, k + 1), state (4,). */
+  specChainSub(draft, rounds, k, staging, cont) {
+    const sub = new Submission(this, staging);
+    const W = k + 1;
     const stepBytes = this.stepKernel.uniformBytes('step');
     const rowwise = this.plan.chainRowwise;
     const extra = draft.isHead ? { src_len: 0 } : null;
@@ -654,7 +707,6 @@ export class EngineModel {
       sub.copy(this.bufs.chain_slots, 0, draft.stepBuf, ds * this.slotBytes, (k - 1) * this.slotBytes + stepBytes);
       sub.copy(this.bufs.chain_slots, k * this.slotBytes, this.stepBuf, vs * this.slotBytes, stepBytes);
       sub.copy(this.bufs.chain_feed, 0, draft.bufs.tokens, 4 * bd, 4 * W);
-      // the draft's passes (Steps from the kernel: the grid of the first sized for k + 1 rows, f computed)
       sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra }, 'tokens', rowwise);
       for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra }, 'tokens');
       sub.copy(draft.bufs.tokens, 4 * (bd + k + 1), this.bufs.tokens, 4 * (r * W + 1), 4 * k);
@@ -664,15 +716,11 @@ export class EngineModel {
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
     sub.read(this.bufs.ids, 0, 4 * rounds * W);                                 // ids (rounds, k + 1)
     sub.read(this.bufs.chain_state, 0, 16);                                     // state (4,): L, 0, D, 0
-    const out = await this.submit(sub, true);
-    const res = parseChain(out, rounds, k, 'specChain');
-    const st = new Uint32Array(out, 4 * rounds * (2 * k + 3), 4);
-    if (res.counts.some((c) => c !== k) || st[0] !== hist.length + res.advance) throw new Error('specChain: the GPU\'s records disagree with its history length');
-    this.length = startPos + res.advance;
-    draft.length = st[2];
-    if (draft.isHead) draft.ringPos.fill(-1);        // (its predicted features: re-made by the next round's passes)
-    return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
-      proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()), draftLength: st[2] };
+    if (cont) {
+      sub.preStaging = otherStaging(staging);
+      sub.fence = true;
+    }
+    return sub;
   }
 
   async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {

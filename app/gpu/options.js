@@ -134,8 +134,9 @@ export function resolvePlan(opts, info, device) {
   if (!Number.isInteger(aheadMax) || aheadMax < 0 || aheadMax > MAX_PASSES) throw new Error(`aheadMax ${aheadMax} must be in 0..${MAX_PASSES}`);
   const aheadThen = opts.aheadThen ?? true;
   if (typeof aheadThen !== 'boolean') throw new Error(`aheadThen ${JSON.stringify(aheadThen)} must be true or false`);
-  // n-gram rounds on the GPU, R a submission (model.ngramChain): 4 on GPUs, 0 (not offered) on CPU adapters, where
-  // a verify row costs most of a pass and the decode loop verifies only what the host's lookup finds
+  // n-gram rounds on the GPU, R a submission (model.ngramChain), and a draft's (model.specChain): 4 on GPUs, 0 (not
+  // offered) on CPU adapters, where a verify row costs most of a pass and the decode loop verifies only what the
+  // host's lookup finds
   const chainRounds = opts.chainRounds ?? (cpu ? 0 : 4);
   if (!Number.isInteger(chainRounds) || chainRounds < 0 || chainRounds > MAX_PASSES) throw new Error(`chainRounds ${chainRounds} must be in 0..${MAX_PASSES}`);
   const chainRowwise = opts.chainRowwise ?? false;

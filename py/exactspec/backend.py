@@ -91,7 +91,7 @@ class Backend(Protocol):
 #       are the champion's argmax, so the decode loop emits each round's accepted proposals and the pick after them
 #       as its verify would (the proposals only have to be good; the picks decide). A device that offers it says how
 #       many rounds a call should make in `chain_rounds` (>= 1) and the largest k it takes in `chain_k_max`.
-#   spec_chain(draft, seq, draft_start, rounds, k, pick, restart=False) -> Chain   (or an awaitable of it)
+#   spec_chain(draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()) -> Chain   (or an awaitable)
 #       spec_round's rounds made by the device, `rounds` of them in ONE submission, greedy picks only: seq is every
 #       token so far, its last at start_pos = len(seq) - 1 == length not yet in the cache; the draft holds draft_start
 #       positions and round 0 feeds it seq[draft_start:] (1 to k + 1 tokens). Each round is spec_round(draft,
@@ -100,7 +100,9 @@ class Backend(Protocol):
 #       min(draft length, len(grown seq) - 1), with `restart` (a draft head, whose positions from the round's first
 #       on came from its own predicted features) also at most the round's first position. Afterwards length ==
 #       len(grown seq) - 1 and the draft holds D positions. A device that offers it says how many rounds a call should
-#       make in `chain_rounds` and the largest k in `chain_k_max` (as for ngram_chain).
+#       make in `chain_rounds` and the largest k in `chain_k_max` (as for ngram_chain). `then` and `stop` are
+#       ngram_chain's hint: the next call spec_chain(draft, grown seq, the draft's length then, then rounds, same k,
+#       pick, restart) may be started before this returns; none after a chain that appended a stop id.
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -299,7 +301,7 @@ class RunsAhead:
         self.rounds = rounds         # also spec_round, and with chain_rounds spec_chain (a draft's rounds on the device)
         self.calls: list[tuple[int, int, int, int]] = []
         self.chain_calls: list[tuple[int, int, int, int]] = []    # (start_pos, rounds, k, then) of every ngram_chain
-        self.spec_chain_calls: list[tuple[int, int, int, int]] = []   # (start_pos, draft_start, rounds, k) of spec_chain
+        self.spec_chain_calls: list[tuple[int, int, int, int, int]] = []   # (start_pos, draft_start, rounds, k, then)
 
     @property
     def length(self) -> int:
@@ -333,8 +335,8 @@ class RunsAhead:
         return spec_round_by_forwards(self.inner, draft, feed, draft_start, k, token, start_pos, pick, rows,
                                       picker=self.picker)
 
-    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
-        self.spec_chain_calls.append((len(seq) - 1, draft_start, rounds, k))
+    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
+        self.spec_chain_calls.append((len(seq) - 1, draft_start, rounds, k, then))
         return spec_chain_by_forwards(self.inner, draft, seq, draft_start, rounds, k, pick, restart,
                                       picker=self.picker)
 

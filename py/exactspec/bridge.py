@@ -177,13 +177,13 @@ class _JsBatched:
         return finish()
 
 
-    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
+    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
         from .backend import chain_from_flat
         if not isinstance(draft, JsBackend):
             raise TypeError("spec_chain needs a draft on the same device (a JsBackend)")
         self._check_start("spec_chain", len(seq) - 1)
         pending = self._js.specChain(draft._js, _to_js_int32(seq), int(draft_start), int(rounds), int(k),
-                                     _pick_to_js(pick), bool(restart))
+                                     _pick_to_js(pick), bool(restart), int(then), _to_js_int32(list(stop)))
 
         async def finish():
             r = await pending if inspect.isawaitable(pending) else pending

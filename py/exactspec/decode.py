@@ -276,6 +276,7 @@ async def generate_async(
     hints = cfg.drafter in ("none", "ngram")
     hinted = 0                           # passes the last run hinted (0: none): the next round runs exactly those
     chain_hint = None                    # (rounds, k) of the chain the last chain hinted: the next round takes it
+    spec_hint = None                     # (rounds, k) of the spec_chain the last one hinted: the next round takes it
     since_chain = CHAIN_PROBE_GAP        # plain rounds since the last chain (a copy at hand probes one after a gap)
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
     deferred = 0                         # k of proposals set aside for a hinted run: the next round looks up with it
@@ -386,6 +387,8 @@ async def generate_async(
                 k, deferred = max(k, min(deferred, max(0, k_cap))), 0
             if hinted and not hints:     # a model or head: the device runs the hinted run already, take it first
                 k = 0
+            if spec_hint:                # the device runs the draft's rounds the last chain hinted: take them
+                k = spec_hint[1]
             if chain_hint:               # the device runs the chain the last one hinted already: take it as hinted,
                 k = chain_hint[1]        # whatever the scheduler says now (dropped, its work is lost and the next
                                          # call waits for it: switching chains off and on cost 30 ms an answer)
@@ -420,12 +423,14 @@ async def generate_async(
             # every round would have had this k one by one (k_cap_at: each leaves k + 1 tokens to the answer and room
             # for k + 1 rows in both caches, even if every round before it accepts all), so the rounds, passes and
             # acceptance are those of one round a submission
-            m_chain = min(spec_chain_max, remaining // (k + 1), (min(C.seq_len, d_seq_len) - t0) // (k + 1),
-                          (d_seq_len + 1) // (2 * k + 1)) \
+            def chain_rounds_at(remaining: int, t0: int) -> int:
+                m = min(spec_chain_max, remaining // (k + 1), (min(C.seq_len, d_seq_len) - t0) // (k + 1),
+                        (d_seq_len + 1) // (2 * k + 1))
+                return m if m >= 2 else 0
+            m_chain = spec_hint[0] if spec_hint else chain_rounds_at(remaining, t0) \
                 if spec_chain_max and on_device and k > 0 and len(seq) - min(draft.length, len(seq) - 1) <= k + 1 \
                 else 0
-            if m_chain < 2:
-                m_chain = 0
+            spec_hint = None
             proposals, q_rows = [], None
             if (k > 0 or gram is not None) and not on_device and not n_chain:   # (JSON mode: forced tokens at k = 0)
                 try:
@@ -495,8 +500,14 @@ async def generate_async(
                 except DraftFault as e:
                     raise BackendError(f"draft forward failed: {e}", "draft") from e
                 hit("verify")
+                # the next chain may start on the device before this one is confirmed: it starts at most
+                # m_chain (k + 1) positions on, and fits there even then (so it is taken as hinted)
+                then = chain_rounds_at(remaining - m_chain * (k + 1), t0 + m_chain * (k + 1)) \
+                    if not cfg.adaptive or not sched.will_run_plain(k_cap_at(remaining - m_chain, t0 + m_chain)) \
+                    else 0
                 try:
-                    res = await champion.spec_chain(draft, seq, d_start, m_chain, k, pick, restart=drafter.restarts)
+                    res = await champion.spec_chain(draft, seq, d_start, m_chain, k, pick, restart=drafter.restarts,
+                                                    then=then, stop=eos_list)
                 except Exception as e:
                     raise BackendError(f"speculative rounds failed: {e}", "round") from e
                 n.submissions += 1
@@ -518,6 +529,7 @@ async def generate_async(
                     emitted += got
                     if any(t in eos for t in got) or len(emitted) >= remaining:
                         break
+                spec_hint = (then, k) if then else None
                 t_mark = clock()
                 for n_cnt in counted:        # (the chain's time shared by its rounds)
                     sched.observe(k, (t_mark - t_a) / len(counted), n_cnt)

@@ -99,12 +99,12 @@ class TrackedCache(PassThrough):
         return res
 
     async def spec_chain(self, draft, seq: Sequence[int], draft_start: int, rounds: int, k: int, pick,
-                         restart: bool = False):
+                         restart: bool = False, then: int = 0, stop=()):
         toks = [int(t) for t in seq]
         start_pos = len(toks) - 1
         inner_draft = draft.backend if isinstance(draft, TrackedCache) else draft
         try:
-            res = self.backend.spec_chain(inner_draft, toks, draft_start, rounds, k, pick, restart)
+            res = self.backend.spec_chain(inner_draft, toks, draft_start, rounds, k, pick, restart, then=then, stop=stop)
             if inspect.isawaitable(res):
                 res = await res
         except Exception:

@@ -674,6 +674,7 @@ class ReferenceModel:
         from .backend import ngram_chain_by_forwards
         return ngram_chain_by_forwards(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram)
 
-    def spec_chain(self, draft, seq, draft_start: int, rounds: int, k: int, pick, restart: bool = False):
+    def spec_chain(self, draft, seq, draft_start: int, rounds: int, k: int, pick, restart: bool = False, then=0,
+                   stop=()):
         from .backend import spec_chain_by_forwards
         return spec_chain_by_forwards(self, draft, seq, draft_start, rounds, k, pick, restart)

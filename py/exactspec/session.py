@@ -97,10 +97,11 @@ class YieldingBackend(PassThrough):
         r = self.inner.ngram_chain(seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=then, stop=stop)
         return (await r) if inspect.isawaitable(r) else r
 
-    async def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
+    async def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
         from .backend import base_of
         await asyncio.sleep(0)
-        r = self.inner.spec_chain(base_of(draft, YieldingBackend), seq, draft_start, rounds, k, pick, restart)
+        r = self.inner.spec_chain(base_of(draft, YieldingBackend), seq, draft_start, rounds, k, pick, restart,
+                                  then=then, stop=stop)
         return (await r) if inspect.isawaitable(r) else r
 
 

@@ -108,10 +108,11 @@ class EngineModelProxy:
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
         return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
-    def specChain(self, draft, seq, draft_start, rounds, k, pick, restart=False):
+    def specChain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
         r = self._call("specChain", draft=draft.name, seq=_ints(seq), draft_start=int(draft_start), rounds=int(rounds),
-                       k=int(k), pick=dict(pick), restart=bool(restart))
+                       k=int(k), pick=dict(pick), restart=bool(restart), then=int(then), stop=_ints(stop))
         draft.length = r["draft_length"]
+        self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
         return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
     def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows):

@@ -11,7 +11,8 @@
 //   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
 //   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; ngramChain {name, seq,
 //   start_pos, rounds, k, pick, ngram, then?, stop?} -> {counts, accepted, proposals, ids, length, continued};
-//   specChain {name, draft, seq, draft_start, rounds, k, pick, restart?} -> {counts, accepted, proposals, ids, length, draft_length};
+//   specChain {name, draft, seq, draft_start, rounds, k, pick, restart?, then?, stop?} -> {counts, accepted, proposals,
+//   ids, length, draft_length, continued};
 //   info -> {adapter};
 //   load_head {name, model, description, champion, opts?} -> {config, length, aheadMax, memory} (a draft head on the
 //   model named `champion`: engine.loadHead); bind {name, champion} (the head re-pointed). A failed request answers
@@ -63,9 +64,9 @@ async function handle(engine, models, q) {
   }
   if (q.cmd === 'specChain') {
     const d = models.get(q.draft);
-    const r = await m.specChain(d, q.seq, q.draft_start, q.rounds, q.k, q.pick, q.restart ?? false);
+    const r = await m.specChain(d, q.seq, q.draft_start, q.rounds, q.k, q.pick, q.restart ?? false, q.then ?? 0, q.stop ?? null);
     return { counts: Array.from(r.counts), accepted: Array.from(r.accepted), proposals: Array.from(r.proposals),
-      ids: Array.from(r.ids), length: m.length, draft_length: d.length };
+      ids: Array.from(r.ids), length: m.length, draft_length: d.length, continued: m.stats.continued ?? false };
   }
   throw new Error(`unknown command ${q.cmd}`);
 }

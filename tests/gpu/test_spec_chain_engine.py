@@ -157,6 +157,44 @@ def test_decode_loop_with_spec_chains(engine, files):
                     assert got.stats[key_] == ref.stats[key_], (name, k, key_)
                 assert c.calls.get("specChain", 0) > before and got.stats["chain_rounds"] > 0
                 assert got.stats["submissions"] < got.stats["rounds"]
+    assert c.calls.get("continued", 0) > 0               # chains taken from the continuation the one before hinted
+
+
+def test_chain_continuation(engine):
+    """then > 0: the next chain runs from where this one ends without the host; the next call with the grown sequence
+    and the draft's length takes it (continued) and returns what a fresh chain returns; a truncate of the champion
+    below its length drops it."""
+    from exactspec.backend import Pick
+
+    champ, c, drafts = engine
+    K = min(2, c.chainMaxK)
+    prompt = PROMPTS[0]
+    for name, (draft, js, restart) in drafts.items():
+        def chains(then):
+            s = start(champ, draft, prompt, K)
+            seq, out, cont = list(prompt), [], []
+            for i in range(3):
+                before = c.calls.get("continued", 0)
+                ch = run(champ.spec_chain(draft, seq, s, 3, K, Pick(), restart, then=then if i < 2 else 0))
+                cont.append(c.calls.get("continued", 0) - before)
+                seq += ch.appended()
+                s = draft.length
+                out.append(ch)
+            return out, cont, seq, champ.length, draft.length
+
+        a, cont_a, seq_a, la, da = chains(3)
+        b, cont_b, seq_b, lb, db = chains(0)
+        assert seq_a == seq_b and [x.ids for x in a] == [x.ids for x in b] and (la, da) == (lb, db), name
+        assert cont_a == [0, 1, 1] and cont_b == [0, 0, 0], name
+        # dropped by a truncate: the next chain is a fresh one, and still right
+        s = start(champ, draft, prompt, K)
+        ch = run(champ.spec_chain(draft, prompt, s, 3, K, Pick(), restart, then=3))
+        grown = prompt + ch.appended()
+        champ.truncate(len(prompt) - 1)
+        draft.truncate(min(draft.length, s))
+        before = c.calls.get("continued", 0)
+        ch2 = run(champ.spec_chain(draft, prompt, draft.length, 3, K, Pick(), restart))
+        assert c.calls.get("continued", 0) == before and ch2.appended() == grown[len(prompt):][:len(ch2.appended())]
 
 
 def test_spec_chain_refusals(engine):
