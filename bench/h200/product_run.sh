@@ -34,7 +34,9 @@
 #           '{"fuseMatmulWg":64}', the qkv prologue's workgroup before 2026-12-02's sweep), AB_THIRD=1 adds A again,
 #           AB_C_OPTS (JSON) a side C with those options, AB_D_ARGS (bench product options) a side D of the defaults
 #           with them (e.g. "--adaptive on"), AB_SIDES which of A B A2 C D run (default all that are asked for);
-#           AB_DRAFTERS (none,ngram,model); AB_LONG=1: then A and B
+#           AB_DRAFTERS (none,ngram,model; with head: the shipped head, bench product's default --head), AB_KS (2,4),
+#           AB_PER (prompts per stratum, 1), AB_DEADLINE (120 s), AB_TIMEOUT (170 s), AB_PYTEST (test files to run on
+#           this GPU after the sides, e.g. tests/gpu/test_spec_chain_engine.py); AB_LONG=1: then A and B
 #           again with 256-token answers (casual chat, rewrites, repetitive text; none and ngram k 4): long_{A,B}.*;
 #           product_ab_{A,B}.{json,txt}, ab.log                                                     ~5 minutes
 # --diag    stage, check, then bench/gpu/bench.mjs --model-only with ABLATE=1 (GPU time per pass with each kind of
@@ -204,7 +206,7 @@ fi
 if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B), the same bench product run each
   export PYTHONUNBUFFERED=1
   AB_OPTS=${AB_OPTS:-'{"fuseMatmulWg":64}'}   # (JSON without spaces)
-  AB="--strata all --per-stratum 1 --drafters ${AB_DRAFTERS:-none,ngram,model} --ks 2,4 --modes greedy --runs 3 --max-new-tokens 64 --deadline ${AB_DEADLINE:-120}"
+  AB="--strata all --per-stratum ${AB_PER:-1} --drafters ${AB_DRAFTERS:-none,ngram,model} --ks ${AB_KS:-2,4} --modes greedy --runs 3 --max-new-tokens 64 --deadline ${AB_DEADLINE:-120}"
   {
     for side in ${AB_SIDES:-A B A2 C D}; do
       [ "$side" = A2 ] && [ "${AB_THIRD:-0}" != 1 ] && continue
@@ -224,6 +226,12 @@ if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B),
           --runs 3 --max-new-tokens 256 --deadline 80 $opts --out $O/long_$side.json --table $O/long_$side.txt $EXTRA
         echo "product $side, 256 tokens: rc $? $(date -u +%T)"
       done
+    fi
+    if [ -n "${AB_PYTEST:-}" ]; then   # bitwise checks on this GPU (test files named), after the sides
+      echo "== pytest $AB_PYTEST $(date -u +%T)"
+      PATH=$X/node:$PATH EXACTSPEC_DAWN_BACKEND=$BACKEND timeout ${AB_PYTEST_TIMEOUT:-150} python3 -m pytest -q \
+        -p no:cacheprovider $AB_PYTEST 2>&1 | tail -8
+      echo "pytest: rc $? $(date -u +%T)"
     fi
   } 2>&1 | tee $O/ab.log
   exit 0
