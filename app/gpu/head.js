@@ -296,7 +296,7 @@ export class EngineHead extends EngineModel {
     await g.headOut(W.outNorm);                                                               // f_q -> ring; xn
     this.ops = g.ops;
     this.outCap = 0;
-    this.pre = null;
+    this.pres.clear();
     await this.ensureOut(1);
   }
 

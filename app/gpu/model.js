@@ -151,6 +151,9 @@ export async function loadModel(eng, description, readSlice, lopts) {
 
 let nextId = 0;
 
+/** Shapes of pre-encoded commands a model keeps (putPre). */
+const PRE_KEEP = 6;
+
 export class EngineModel {
   constructor(eng, cfg, W, plan, mem, wgMem, keepFeatures) {
     Object.assign(this, { eng, device: eng.device, config: cfg, W, plan, mem, wgMem, keepFeatures });
@@ -186,7 +189,7 @@ export class EngineModel {
     this.destroyed = false;
     this.outCap = 0;         // rows the logits buffer holds
     this.gen = 0;            // bumps when the logits buffer (and so the commands reading it) changes
-    this.pre = null;         // command buffers pre-encoded for the next submission of the same shape
+    this.pres = new Map();   // key -> command buffers pre-encoded for the next submission of that shape (PRE_KEEP)
     this.ahead = null;       // a continuation of decodeAhead already submitted (aheadNow), or null
     this.stats = { dispatches: 0, chunks: 0, encode_ms: 0, gpu_ms: null };
     this.weightBytes = W.bytes;
@@ -240,7 +243,7 @@ export class EngineModel {
     this.keepFeatures = true;
     this.featFrom = this.length;
     this.outCap = 0;          // rebuild the forward (with the residual kernel keeping them) and its head and picks
-    this.pre = null;
+    this.pres.clear();
     await this.build();
   }
 
@@ -429,10 +432,10 @@ export class EngineModel {
     }
     const other = otherStaging(staging);
     const contSub = next > 0 ? this.aheadSub(startPos + n, next, rows, n, other) : null;   // reads back into `other`
-    if (contSub && !continued) {
+    if (contSub && !continued && !this.pres.has(contSub.key())) {
       // encode the continuation while the GPU runs this one, so that it is submitted as soon as this is read back
       // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)
-      this.pre = { ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true };
+      this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
     }
     const follow = (want) => {                        // the continuation
       const cont = this.launch(contSub, true);
@@ -559,7 +562,7 @@ export class EngineModel {
     }
     const other = otherStaging(staging);
     const contSub = next > 0 ? this.chainSub(next, k, other, true) : null;
-    if (contSub && !continued) this.pre = { ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true };
+    if (contSub && !continued && !this.pres.has(contSub.key())) this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
     const follow = (want) => {
       params(next);                                   // (queued after this chain's commands: it reads its own)
       const cont = this.launch(contSub, true);
@@ -667,7 +670,7 @@ export class EngineModel {
     }
     const other = otherStaging(staging);
     const contSub = next > 0 ? this.specChainSub(draft, next, k, other, true) : null;
-    if (contSub && !continued) this.pre = { ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true };
+    if (contSub && !continued && !this.pres.has(contSub.key())) this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
     const follow = (want) => {
       params(next);                                   // (queued after this chain's commands: it reads its own)
       const cont = this.launch(contSub, true);
@@ -787,6 +790,23 @@ export class EngineModel {
     return bytes;
   }
 
+  /** The commands pre-encoded for a submission of this key (taken: a command buffer is submitted once), or null. */
+  takePre(key) {
+    const c = this.pres.get(key);
+    if (!c) return null;
+    this.pres.delete(key);
+    return c;
+  }
+
+  /** Keep pre-encoded commands for their key: the PRE_KEEP most recent shapes (a decode loop alternates a few: an
+   * answer's first round, its chains and their continuations, runs ahead; each is ready when it comes again, the
+   * next answer's first chain included). */
+  putPre(cmd) {
+    this.pres.delete(cmd.key);
+    this.pres.set(cmd.key, cmd);
+    while (this.pres.size > PRE_KEEP) this.pres.delete(this.pres.keys().next().value);
+  }
+
   /** submit's work: everything up to the queue submission happens before the first await (so a caller may launch
    * another submission before awaiting this one); resolves to {bytes, stats}. */
   async launch(sub, preEncode) {
@@ -801,8 +821,7 @@ export class EngineModel {
     const key = sub.key();
     const staging = this.bufs[sub.staging];
     const encode = (into) => this.encode(sub, into);
-    const cmd = this.pre && this.pre.key === key ? this.pre : { ...encode(staging), key };
-    this.pre = null;
+    const cmd = this.takePre(key) ?? { ...encode(staging), key };
     const tSub = performance.now();
     for (const cb of cmd.cbs) q.submit([cb]);
     const st = { submit_ms: performance.now() - tSub, encode_ms: performance.now() - tEnc, dispatches: cmd.dispatches,
@@ -823,7 +842,7 @@ export class EngineModel {
     // and tokens travel in buffers written at submit time, not in the commands).
     // (sub.preStaging: the same shape reading back into another staging buffer, a continuation's next one)
     const pre = sub.preStaging ?? sub.staging;
-    if (preEncode) this.pre = { ...encode(this.bufs[pre]), key: sub.key(pre), pre: true };
+    if (preEncode) this.putPre({ ...encode(this.bufs[pre]), key: sub.key(pre), pre: true });
     await map;
     st.wait_ms = performance.now() - tEnc - st.encode_ms;
     const out = staging.getMappedRange(0, bytes).slice(0);

@@ -50,6 +50,19 @@ async function main() {
     out.champion.verify[k] = await timed(ver);
   }
   const pick = { temperature: 0, seed: 0 };
+  if (!spec.timestamps) {            // the champion alone as the decode loop runs it: decodeAhead runs of 4, continued
+    const n = spec.chain_loop ?? 8;
+    for (let rep = 0; rep < 2; rep++) {
+      let t = tok;
+      const t0 = performance.now();
+      for (let i = 0; i < 2 * n; i++) {
+        const res = await c.decodeAhead(t, P + 4 * i, 4, pick, false, i < 2 * n - 1 ? 4 : 0);
+        t = res.ids[3];
+      }
+      out.champion.ahead_loop = { ms_per_token: (performance.now() - t0) / (8 * n), continued_last: c.stats.continued };
+      c.truncate(P);
+    }
+  }
   for (const h of spec.heads) {
     const head = await engine.loadHead(h.description, fileReader(h.model), c, h.opts ?? {});
     await head.forward(prompt.slice(0, P), 0, 1);                      // the head holds the prompt but its last token
@@ -67,6 +80,47 @@ async function main() {
       };
       await rnd();
       r.round[k] = await timed(rnd);
+    }
+    // specChain: R rounds a submission (one timed alone: wall, GPU with timestamps, the host's share), then chains
+    // back to back as the decode loop runs them (each hinting the next: continuations; without timestamps only)
+    const R = spec.chain_rounds ?? 4;
+    r.chain = {};
+    r.chain_loop = {};
+    for (const k of spec.ks) {
+      let st = null;
+      const once = async () => {
+        await c.specChain(head, prompt, hp, R, k, pick, true);
+        st = { ...c.stats };
+        c.truncate(P);
+        head.truncate(hp);
+        return st;
+      };
+      await once();
+      r.chain[k] = { ...(await timed(once)), rounds: R, dispatches: st.dispatches, encode_ms: st.encode_ms,
+        submit_ms: st.submit_ms, pre_encoded: st.pre_encoded };   // (the host's share: the last timed call's)
+      if (spec.timestamps) continue;
+      const n = spec.chain_loop ?? 8;
+      for (let rep = 0; rep < 2; rep++) {      // (the first: warm-up)
+        let seq = prompt.slice();
+        let rounds = 0;
+        let tokens = 0;
+        const t0 = performance.now();
+        for (let i = 0; i < n; i++) {
+          const res = await c.specChain(head, seq, head.length, R, k, pick, true, i < n - 1 ? R : 0);
+          let o = 0;
+          for (let j = 0; j < R; j++) {
+            const a = res.accepted[j];
+            seq = seq.concat(Array.from(res.proposals.slice(j * k, j * k + a)), [res.ids[o + a]]);
+            o += k + 1;
+            tokens += a + 1;
+          }
+          rounds += R;
+        }
+        r.chain_loop[k] = { ms_per_round: (performance.now() - t0) / rounds, ms_per_token: (performance.now() - t0) / tokens,
+          rounds, tokens, continued_last: c.stats.continued };
+        c.truncate(P);
+        head.truncate(hp);
+      }
     }
     r.head_over_champion = r.forward.ms / out.champion.forward.ms;
     if (spec.timestamps && head.ts) r.profile_us = await head.profile(1);

@@ -103,6 +103,9 @@ def main(argv=None) -> int:
     print(f"adapter: {ad.get('description') or ad.get('device') or ad.get('architecture')} "
           f"(kernels {ad.get('kernels', {}).get('matmul')}, fuse {bool(ad.get('kernels', {}).get('fuse'))})")
     g = lambda t: f" (GPU {t['gpu_ms']:.3f})" if t.get("gpu_ms") is not None else ""   # noqa: E731
+    if c.get("ahead_loop"):
+        print(f"champion alone, decodeAhead runs of 4 back to back with continuations: "
+              f"{c['ahead_loop']['ms_per_token']:.3f} ms a token")
     print(f"champion pass: {c['forward']['ms']:.3f} ms{g(c['forward'])}, {c['dispatches']} dispatches; verify "
           + ", ".join(f"k={k}: {v['ms']:.3f} ms" for k, v in c["verify"].items()))
     for name, h in res["heads"].items():
@@ -112,6 +115,14 @@ def main(argv=None) -> int:
                   f"k={k}: {v['ms']:.3f} ms{g(v)}" for k, v in h["round"].items())
               + f"; memory {m['total'] / 1e6:.2f} MB (weights {m['weights'] / 1e6:.2f}, KV {m['kv'] / 1e6:.2f}, "
               f"scratch {m['scratch'] / 1e6:.2f}) + the champion's features {m['champion_features'] / 1e6:.2f} MB")
+        for k, v in (h.get("chain") or {}).items():
+            loop = (h.get("chain_loop") or {}).get(k)
+            print(f"   specChain k={k}: {v['rounds']} rounds {v['ms']:.3f} ms{g(v)} = {v['ms'] / v['rounds']:.3f} ms a round"
+                  + (f" (GPU {v['gpu_ms'] / v['rounds']:.3f})" if v.get("gpu_ms") is not None else "")
+                  + f", {v['dispatches']} dispatches, encode+submit {v['encode_ms']:.3f} ms (submit {v['submit_ms']:.3f}, "
+                  f"pre-encoded {v['pre_encoded']})"
+                  + (f"; back to back with continuations: {loop['ms_per_round']:.3f} ms a round, "
+                     f"{loop['ms_per_token']:.3f} ms a token ({loop['tokens']} tokens)" if loop else ""))
         if h.get("profile_us"):
             print("   GPU us per kind: " + ", ".join(f"{k} {v:.1f}" for k, v in h["profile_us"].items()))
     if a.json:

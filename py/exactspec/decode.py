@@ -419,7 +419,8 @@ async def generate_async(
             n_chain = chain_hint[0] if chain_hint else \
                 min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) if chain_max and k > 0 and not hinted else 0
             chain_hint = None
-            # a draft's rounds on the device, several a submission: the draft's first input fits a round's rows, and
+            # a draft's rounds on the device, several a submission (not an answer's first round: its tokens come back
+            # after one round, not a chain of them): the draft's first input fits a round's rows, and
             # every round would have had this k one by one (k_cap_at: each leaves k + 1 tokens to the answer and room
             # for k + 1 rows in both caches, even if every round before it accepts all), so the rounds, passes and
             # acceptance are those of one round a submission
@@ -428,7 +429,8 @@ async def generate_async(
                         (d_seq_len + 1) // (2 * k + 1))
                 return m if m >= 2 else 0
             m_chain = spec_hint[0] if spec_hint else chain_rounds_at(remaining, t0) \
-                if spec_chain_max and on_device and k > 0 and len(seq) - min(draft.length, len(seq) - 1) <= k + 1 \
+                if spec_chain_max and on_device and k > 0 and n.rounds \
+                and len(seq) - min(draft.length, len(seq) - 1) <= k + 1 \
                 else 0
             spec_hint = None
             proposals, q_rows = [], None
