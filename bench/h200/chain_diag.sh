@@ -9,7 +9,7 @@
 #   run(command="NPARTS=3 bash bench/h200/product_run.sh --stage", carry=[".devcarry/gpu_node", ".devcarry/gpu_rest", ".devcarry/champ0"])
 #   run(command="NPARTS=3 bash bench/h200/product_run.sh --stage", carry=[".devcarry/champ1"])
 #   run(command="NPARTS=3 bash bench/h200/chain_diag.sh", carry=[".devcarry/champ2"])
-#   -> $OUT/chain_diag_ts.{txt,json}, $OUT/chain_diag.{txt,json}
+#   -> $OUT/chain_diag_ts.{txt,json}, $OUT/chain_diag.{txt,json}, $OUT/chain_diag8.{txt,json} (chains of 8 rounds)
 set -u
 cd "$(dirname "$0")/../.."
 X=${X:-/tmp/exactspec}
@@ -26,4 +26,6 @@ mkdir -p node_modules
 H="python3 py/bench/head_engine.py --backend $BACKEND --node $X/node/node --champion $C --head ${HEAD_FILE:-static/models/head-smollm2.gguf} --variants indexed --reps ${REPS:-10} --ks ${KS:-1,2,4} ${EXTRA:-}"
 timeout 200 $H --timestamps --json $O/chain_diag_ts.json > $O/chain_diag_ts.txt 2>&1; echo "timestamps: rc $?"
 timeout 200 $H --json $O/chain_diag.json > $O/chain_diag.txt 2>&1; echo "no timestamps: rc $?"
-cat $O/chain_diag_ts.txt $O/chain_diag.txt
+timeout 200 $H --chain-rounds 8 --engine-opts '{"chainRounds":8}' --json $O/chain_diag8.json > $O/chain_diag8.txt 2>&1
+echo "8 rounds a chain, no timestamps: rc $?"
+cat $O/chain_diag_ts.txt $O/chain_diag.txt $O/chain_diag8.txt

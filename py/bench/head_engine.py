@@ -4,6 +4,7 @@ memory (weights, KV, scratch; and the champion's kept features it needs).
 
     python build.py bench head_engine [--backend opengl|vulkan] [--champion GGUF] [--head GGUF ...] [--random]
         [--variants indexed,masked] [--reps 5] [--ks 1,4] [--seq-len 2048] [--prompt-tokens 40] [--timestamps]
+        [--chain-rounds 4]
         [--json OUT] [--node PATH] [--make-random OUT.gguf]
 
 --random (default when no --head is given): SmolLM2-shaped random heads made for the champion (its sha256), Q8_0:
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=40)
     ap.add_argument("--timestamps", action="store_true", help="GPU time per kind of dispatch (timestamp-query)")
     ap.add_argument("--engine-opts", default=None, help="createEngine options as JSON")
+    ap.add_argument("--chain-rounds", type=int, default=4, help="rounds of the timed specChain (and its loop)")
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--node", default="node", help="node binary")
     ap.add_argument("--make-random", metavar="GGUF", help="only write a random head of the trained one's shape "
@@ -85,7 +87,8 @@ def main(argv=None) -> int:
         spec = {"backend": a.backend, "champion": {"model": str(champion), "description": describe(champion),
                                                    "seq_len": a.seq_len},
                 "heads": specs, "prompt": ids, "reps": a.reps, "ks": [int(k) for k in a.ks.split(",")],
-                "timestamps": a.timestamps, "engine_opts": json.loads(a.engine_opts) if a.engine_opts else {}}
+                "timestamps": a.timestamps, "engine_opts": json.loads(a.engine_opts) if a.engine_opts else {},
+                "chain_rounds": a.chain_rounds}
         sp = Path(td) / "spec.json"
         sp.write_text(json.dumps(spec))
         env = dict(os.environ)
