@@ -17,6 +17,7 @@ O=${OUT:-/tmp}
 NPARTS=${NPARTS:-5}
 BACKEND=${BACKEND:-vulkan}
 C=$X/champion.gguf
+mkdir -p $O
 NPARTS=$NPARTS bash bench/h200/product_run.sh --stage
 if [ ! -f $C ]; then cat $(seq -f "$X/champ/p%g" 0 $((NPARTS - 1))) > $C.part && mv $C.part $C; fi
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $C" | sha256sum -c || { rm -f $C; exit 3; }
