@@ -14,7 +14,8 @@ import { figureElement } from './bench_charts.js';
 
 const RECORD_STATS = ['tokens_per_s', 'elapsed_ms', 'ttft_ms', 'tau', 'rounds', 'target_passes', 'draft_passes',
   'prefill_passes', 'submissions', 'readback_bytes', 'ahead_passes', 'wasted_passes', 'proposed', 'accepted',
-  'acceptance_by_position', 'spec_disabled_rounds', 'reused_prefix_tokens', 'backend', 'chain_rounds', 'chain_proposed'];
+  'acceptance_by_position', 'spec_disabled_rounds', 'reused_prefix_tokens', 'backend', 'chain_rounds', 'chain_proposed',
+  'device_wait_ms'];
 
 const $ = (id) => document.getElementById(id);
 

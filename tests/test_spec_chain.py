@@ -1,5 +1,5 @@
-"""A draft model's or draft head's greedy rounds made by the device, several a submission (exactspec.backend.spec_chain),
-in CPython: the numpy reference's implementation (each round spec_round on the sequence as it stands, the draft fed
+"""A draft model's or draft head's greedy rounds made by the device, several a submission
+(exactspec.backend.spec_chain), in CPython: the numpy reference's implementation (each round spec_round on the sequence as it stands, the draft fed
 from what a drafter's update keeps) and the decode loop driving it (the champion's own greedy answer, the same passes
 and acceptance as one round a submission, fewer submissions, EOS and max_new_tokens inside a chain). The engine's
 (shaders/draft_chain.wgsl) is tested against this one in tests/gpu/test_spec_chain_engine.py."""

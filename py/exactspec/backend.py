@@ -301,7 +301,7 @@ class RunsAhead:
         self.rounds = rounds         # also spec_round, and with chain_rounds spec_chain (a draft's rounds on the device)
         self.calls: list[tuple[int, int, int, int]] = []
         self.chain_calls: list[tuple[int, int, int, int]] = []    # (start_pos, rounds, k, then) of every ngram_chain
-        self.spec_chain_calls: list[tuple[int, int, int, int, int]] = []   # (start_pos, draft_start, rounds, k, then)
+        self.spec_chain_calls: list[tuple] = []      # (start_pos, draft_start, rounds, k, then) of every spec_chain
 
     @property
     def length(self) -> int:

@@ -126,6 +126,7 @@ class _Counters:
     forced_proposed: int = 0    # JSON mode: proposals the grammar forced (no draft pass)
     chain_rounds: int = 0       # rounds made by the device's chains (backend.ngram_chain, spec_chain), used
     chain_proposed: int = 0     # the proposals those rounds verified
+    device_wait: float = 0.0    # seconds the loop awaited the device's batched calls
     forced_accepted: int = 0
 
 
@@ -295,6 +296,15 @@ async def generate_async(
         n.proposed += len(free)
         n.accepted += sum(1 for i in free if i < n_cnt)
         return n_cnt
+
+    async def waited(aw):
+        """Await a batched call of the device, its time counted (stats device_wait_ms: the loop's time waiting for the
+        device; the rest of an answer's time is the host's own)."""
+        t_w = clock()
+        try:
+            return await aw
+        finally:
+            n.device_wait += clock() - t_w
 
     def confirm(row, t: int, device_id: int) -> int:
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
@@ -469,8 +479,8 @@ async def generate_async(
                          or not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True)) else 0
                 hit("verify")
                 try:
-                    res = await champion.ngram_chain(seq, t0 - 1, n_chain, k, pick, drafter.min_ngram,
-                                                     drafter.max_ngram, then=then, stop=eos_list)
+                    res = await waited(champion.ngram_chain(seq, t0 - 1, n_chain, k, pick, drafter.min_ngram,
+                                                     drafter.max_ngram, then=then, stop=eos_list))
                 except Exception as e:
                     raise BackendError(f"champion n-gram rounds failed: {e}") from e
                 n.submissions += 1
@@ -508,8 +518,8 @@ async def generate_async(
                     if not cfg.adaptive or not sched.will_run_plain(k_cap_at(remaining - m_chain, t0 + m_chain)) \
                     else 0
                 try:
-                    res = await champion.spec_chain(draft, seq, d_start, m_chain, k, pick, restart=drafter.restarts,
-                                                    then=then, stop=eos_list)
+                    res = await waited(champion.spec_chain(draft, seq, d_start, m_chain, k, pick,
+                                                           restart=drafter.restarts, then=then, stop=eos_list))
                 except Exception as e:
                     raise BackendError(f"speculative rounds failed: {e}", "round") from e
                 n.submissions += 1
@@ -553,8 +563,8 @@ async def generate_async(
                     and t_next < C.seq_len else 0
                 hit("verify")
                 try:
-                    res = await champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then,
-                                                      stop=eos_list)
+                    res = await waited(champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then,
+                                                      stop=eos_list))
                 except Exception as e:
                     raise BackendError(f"champion forward failed: {e}") from e
                 n.submissions += 1
@@ -586,7 +596,8 @@ async def generate_async(
                         raise BackendError(f"draft forward failed: {e}", "draft") from e
                     hit("verify")
                     try:
-                        res = await champion.spec_round(draft, feed, d_start, k, seq[-1], t0 - 1, pick, want_rows)
+                        res = await waited(champion.spec_round(draft, feed, d_start, k, seq[-1], t0 - 1, pick,
+                                                               want_rows))
                     except Exception as e:
                         raise BackendError(f"speculative round failed: {e}", "round") from e
                     drafter.passes += k
@@ -602,7 +613,7 @@ async def generate_async(
                         # proposals made here (n-gram, a bridged draft): the device's argmax of each row comes back,
                         # not the rows (greedy confirms from those ids, as on the batched step)
                         try:
-                            res = await champion.verify([seq[-1]] + proposals, t0 - 1, pick, False)
+                            res = await waited(champion.verify([seq[-1]] + proposals, t0 - 1, pick, False))
                         except Exception as e:
                             raise BackendError(f"champion verify failed: {e}") from e
                         logits, champ_ids = None, res.ids
@@ -741,6 +752,7 @@ async def generate_async(
         "forced_accepted": n.forced_accepted,
         "chain_rounds": n.chain_rounds,
         "chain_proposed": n.chain_proposed,
+        "device_wait_ms": n.device_wait * 1000.0,
         "mask_ms": (gram.seconds - mask_s0) * 1000.0 if gram is not None else 0.0,
         "proposed_at": list(n.proposed_at),        # counts behind acceptance_by_position (merging answers' stats)
         "accepted_at": list(n.accepted_at),

@@ -104,7 +104,8 @@ class TrackedCache(PassThrough):
         start_pos = len(toks) - 1
         inner_draft = draft.backend if isinstance(draft, TrackedCache) else draft
         try:
-            res = self.backend.spec_chain(inner_draft, toks, draft_start, rounds, k, pick, restart, then=then, stop=stop)
+            res = self.backend.spec_chain(inner_draft, toks, draft_start, rounds, k, pick, restart, then=then,
+                                          stop=stop)
             if inspect.isawaitable(res):
                 res = await res
         except Exception:
