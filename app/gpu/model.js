@@ -288,24 +288,32 @@ export class EngineModel {
 
   settled(fn) { return this.eng.locked(async () => { await this.settleAhead(); return fn(); }); }
 
-  forward(tokens, startPos, nOut) { return this.settled(() => this.forwardNow(tokens, startPos, nOut)); }
+  forward(tokens, startPos, nOut) { return this.traced('forward', this.settled(() => this.forwardNow(tokens, startPos, nOut))); }
+
+  /** p (a call's promise), its start and end given to plan.trace (benches) when there is one. */
+  traced(kind, p) {
+    const tr = this.plan.trace;
+    if (!tr) return p;
+    tr({ t: performance.now(), ev: 'call', kind, model: this.id });
+    return p.then((v) => { tr({ t: performance.now(), ev: 'ret', kind, model: this.id, continued: this.stats.continued ?? null }); return v; });
+  }
 
   decodeAhead(token, startPos, n, pick, rows = true, then = 0, stop = null) {
-    return this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows, then, stop));
+    return this.traced('ahead', this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows, then, stop)));
   }
 
   specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
-    return this.settled(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows));
+    return this.traced('round', this.settled(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows)));
   }
 
   verify(tokens, startPos, pick, rows = false) { return this.settled(() => this.verifyNow(tokens, startPos, pick, rows)); }
 
   ngramChain(seq, startPos, rounds, k, pick, ngram = [2, 3], then = 0, stop = null) {
-    return this.eng.locked(() => this.chainNow(seq, startPos, rounds, k, pick, ngram, then, stop));
+    return this.traced('ngram_chain', this.eng.locked(() => this.chainNow(seq, startPos, rounds, k, pick, ngram, then, stop)));
   }
 
   specChain(draft, seq, draftStart, rounds, k, pick, restart = false, then = 0, stop = null) {
-    return this.eng.locked(() => this.specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop));
+    return this.traced('spec_chain', this.eng.locked(() => this.specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop)));
   }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
@@ -824,6 +832,8 @@ export class EngineModel {
     const cmd = this.takePre(key) ?? { ...encode(staging), key };
     const tSub = performance.now();
     for (const cb of cmd.cbs) q.submit([cb]);
+    this.plan.trace?.({ t: performance.now(), ev: 'submit', model: this.id, dispatches: cmd.dispatches, pre: cmd.pre === true,
+      submit_ms: performance.now() - tSub });
     const st = { submit_ms: performance.now() - tSub, encode_ms: performance.now() - tEnc, dispatches: cmd.dispatches,
       command_buffers: cmd.cbs.length, chunks: sub.chunks, passes: sub.passes, pre_encoded: cmd.pre === true, gpu_ms: null };
     const bytes = sub.readBytes;
@@ -844,6 +854,7 @@ export class EngineModel {
     const pre = sub.preStaging ?? sub.staging;
     if (preEncode) this.putPre({ ...encode(this.bufs[pre]), key: sub.key(pre), pre: true });
     await map;
+    this.plan.trace?.({ t: performance.now(), ev: 'mapped', model: this.id });
     st.wait_ms = performance.now() - tEnc - st.encode_ms;
     const out = staging.getMappedRange(0, bytes).slice(0);
     staging.unmap();

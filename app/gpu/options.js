@@ -147,7 +147,11 @@ export function resolvePlan(opts, info, device) {
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
     splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
-    timestamps: !!opts.timestamps && device.features.has('timestamp-query') };
+    timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
+    // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped', kind, ...} at each
+    // batched call's start and end and each submission's submit and readback (bench/product/node_host.mjs with
+    // EXACTSPEC_TRACE, bench/gpu/head_bench.mjs)
+    trace: typeof opts.trace === 'function' ? opts.trace : null };
 }
 
 /** The most passes one batched step (decodeAhead / specRound) may hold. */

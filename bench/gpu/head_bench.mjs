@@ -11,7 +11,7 @@
 // over reps of a forward with its readback at the position right after the prompt (then rolled back); a head
 // pass is its forward of one token (the first pass of a round: it reads the champion's feature). round_ms: the
 // champion's specRound(head, [token], ..., k) — k head passes and the verify in one submission.
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createEngine } from '../../app/gpu/engine.js';
 import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
 
@@ -33,8 +33,11 @@ async function timed(fn) {
 }
 
 async function main() {
+  const recs = [];                   // EXACTSPEC_TRACE=FILE: the engine's timeline (createEngine's trace), at exit
+  if (process.env.EXACTSPEC_TRACE) process.on('exit', () => writeFileSync(process.env.EXACTSPEC_TRACE, recs.map((r) => JSON.stringify(r)).join('\n')));
   const engine = await createEngine(gpu, { adapterOptions: adapterOptions(spec.backend ?? 'opengl'),
-    ...envEngineOptions(process.env), ...(spec.engine_opts ?? {}), timestamps: !!spec.timestamps });
+    ...envEngineOptions(process.env), ...(spec.engine_opts ?? {}), timestamps: !!spec.timestamps,
+    ...(process.env.EXACTSPEC_TRACE ? { trace: (r) => recs.push(r) } : {}) });
   const c = await engine.loadModel(spec.champion.description, fileReader(spec.champion.model),
     { seq_len: spec.champion.seq_len, features: true });
   const prompt = spec.prompt;

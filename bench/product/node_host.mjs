@@ -13,12 +13,14 @@
 //   ({"kind": "event.stage" | "event.log" | "event.tokens", ...}). End of stdin (or {"kind": "quit"}) exits.
 // Backends: 'opengl' (Mesa llvmpipe here: XDG_RUNTIME_DIR=/tmp EGL_PLATFORM=surfaceless; featureLevel
 // 'compatibility'), 'vulkan' (a GPU host: VK_DRIVER_FILES naming its ICD), 'cpu' (no GPU object: the page's CPU
-// fallback). Env EXACTSPEC_ENGINE_OPTS: extra createEngine options (JSON); FUSE, EMULATE_SG=1 as in bench/gpu/bench.mjs.
+// fallback). Env EXACTSPEC_ENGINE_OPTS: extra createEngine options (JSON); FUSE, EMULATE_SG=1 as in bench/gpu/bench.mjs;
+// EXACTSPEC_TRACE=FILE: the engine's timeline (createEngine's `trace`: each batched call's start and end, each
+// submission's submit and readback) written to FILE as JSON lines at exit.
 // Pyodide: runtime files from node_modules/pyodide (its package.json makes them CommonJS, as Node needs), numpy /
 // micropip / packaging wheels from static/pyodide/<version>/ (`python build.py setup`), or EXACTSPEC_PYODIDE_DIR /
 // EXACTSPEC_PYODIDE_PACKAGES (the H200 run unpacks them under /tmp).
 import { createInterface } from 'node:readline';
-import { openAsBlob, readFileSync, readdirSync, realpathSync, statSync } from 'node:fs';
+import { openAsBlob, readFileSync, readdirSync, realpathSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Core, HF_FILE_RE, coreHandlers, dispatch, errorText } from '../../app/core.js';
@@ -94,6 +96,11 @@ async function boot(params) {
     ...(params.engine_opts ?? {}),
     ...JSON.parse(env.EXACTSPEC_ENGINE_OPTS || '{}'),
   };
+  if (env.EXACTSPEC_TRACE) {        // the engine's call / submission timeline, written to that file at exit (benches)
+    const recs = [];
+    engineOptions.trace = (r) => recs.push(r);
+    process.on('exit', () => writeFileSync(env.EXACTSPEC_TRACE, recs.map((r) => JSON.stringify(r)).join('\n')));
+  }
   await core.stage('gpu', async () => core.initGpu(backend === 'cpu' ? null : await dawnGpu(backend),
     { force_cpu: backend === 'cpu' }, engineOptions));
   core.startSession();
