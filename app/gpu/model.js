@@ -548,26 +548,15 @@ export class EngineModel {
     const continued = !!(c && !c.stale && c.chain === true && c.want === key(hist[startPos], startPos, rounds));
     const params = (r) => this.device.queue.writeBuffer(this.bufs.chain_params, 0, this.eng.kernels.chain.pack('params',
       { k, rounds: r, min_ngram: lo, max_ngram: hiN, seq_len: this.config.seq_len }));
-    let run;
-    let staging = 'staging';
-    if (continued) {
-      this.ahead = null;
-      run = c.run;
-      staging = c.staging;
-      if (next * W > this.outCap) {
-        await run.catch(() => {});
-        await this.ensureOut(next * W);
-      }
-    } else {
-      await this.settleAhead();
+    const { run, staging } = await this.chainRun(continued, next * W, async () => {
       await this.ensureOut(Math.max(rounds, next) * W);
       const q = this.device.queue;
       q.writeBuffer(this.bufs.chain_hist, 0, hist);
       q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, 0, 0]));
       this.setPick(p);
       params(rounds);
-      run = this.launch(this.chainSub(rounds, k, staging, false), next === 0);
-    }
+      return { run: this.launch(this.chainSub(rounds, k, 'staging', false), next === 0) };
+    });
     const other = otherStaging(staging);
     const contSub = next > 0 ? this.chainSub(next, k, other, true) : null;
     if (contSub && !continued && !this.pres.has(contSub.key())) this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
@@ -586,6 +575,23 @@ export class EngineModel {
       follow);
     return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
       proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()) };
+  }
+
+  /** A chain's run (ngramChain, specChain): the continuation the call before submitted, if `continued` (room made
+   * for the next one's `rows` after it), else what fresh() launches (reading back into 'staging') once any dropped
+   * continuation is done. Returns {run, staging}. */
+  async chainRun(continued, rows, fresh) {
+    if (continued) {
+      const c = this.ahead;
+      this.ahead = null;
+      if (rows > this.outCap) {
+        await c.run.catch(() => {});
+        await this.ensureOut(rows);
+      }
+      return { run: c.run, staging: c.staging };
+    }
+    await this.settleAhead();
+    return { run: (await fresh()).run, staging: 'staging' };
   }
 
   /** A chain's submission: per round the chain kernel (closes the last round, opens this one), its Step copied into
@@ -652,18 +658,7 @@ export class EngineModel {
     const continued = !!(c && !c.stale && c.chain === 'spec' && c.want === key(hist[startPos], startPos, draftStart, rounds));
     const params = (r) => this.device.queue.writeBuffer(this.bufs.dchain_params, 0, this.eng.kernels.draft_chain.pack('params',
       { k, rounds: r, slot_words: this.slotBytes / 4, restart: restart ? 1 : 0 }));
-    let run;
-    let staging = 'staging';
-    if (continued) {
-      this.ahead = null;
-      run = c.run;
-      staging = c.staging;
-      if (next * W > this.outCap) {
-        await run.catch(() => {});
-        await this.ensureOut(next * W);
-      }
-    } else {
-      await this.settleAhead();
+    const { run, staging } = await this.chainRun(continued, next * W, async () => {
       await draft.prepare?.();
       if (draft.isHead) draft.passesFor(f, draftStart, startPos);    // (its first input reads kept features: checked)
       await draft.ensureOut(1);
@@ -674,8 +669,8 @@ export class EngineModel {
       params(rounds);
       draft.setPick(p);
       this.setPick(p);
-      run = this.launch(this.specChainSub(draft, rounds, k, staging, false), next === 0);
-    }
+      return { run: this.launch(this.specChainSub(draft, rounds, k, 'staging', false), next === 0) };
+    });
     const other = otherStaging(staging);
     const contSub = next > 0 ? this.specChainSub(draft, next, k, other, true) : null;
     if (contSub && !continued && !this.pres.has(contSub.key())) this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });

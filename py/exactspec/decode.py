@@ -306,6 +306,29 @@ async def generate_async(
         finally:
             n.device_wait += clock() - t_w
 
+    def chain_tokens(res, what: str, remaining: int, each=None, source: str = "champion"):
+        """A chain's tokens (backend ngram_chain / spec_chain, made by the device): each round's accepted proposals
+        and the pick after them (greedy: the device's argmax), its acceptance checked against the picks, counted
+        (each(tokens emitted before the round) first); up to an EOS or the answer's end. Returns (emitted, each used
+        round's tally)."""
+        emitted, counted = [], []
+        for r in range(len(res.proposals)):
+            props, picks = res.proposals[r], res.ids[r]
+            got = verify.accept_while_equal(props, lambda i: picks[i])
+            if len(got) != res.accepted[r] + 1:
+                raise BackendError(f"the device's {what} round {r} disagrees with its own picks", source)
+            if each is not None:
+                each(len(emitted))
+            counted.append(tally(got, range(len(props))))
+            n.target_passes += 1
+            n.rounds += 1
+            n.chain_rounds += 1
+            n.chain_proposed += len(props)
+            emitted += got
+            if any(t in eos for t in got) or len(emitted) >= remaining:
+                break
+        return emitted, counted
+
     def confirm(row, t: int, device_id: int) -> int:
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
         if row is None:
@@ -485,20 +508,7 @@ async def generate_async(
                     raise BackendError(f"champion n-gram rounds failed: {e}") from e
                 n.submissions += 1
                 n.readback_bytes += 4 * n_chain * (2 * k + 3)
-                emitted = []
-                for r in range(n_chain):
-                    props, picks = res.proposals[r], res.ids[r]
-                    got = verify.accept_while_equal(props, lambda i: picks[i])   # (greedy: the device's argmax)
-                    if len(got) != res.accepted[r] + 1:
-                        raise BackendError(f"the device's n-gram round {r} disagrees with its own picks")
-                    tally(got, range(len(props)))
-                    n.target_passes += 1
-                    n.rounds += 1
-                    n.chain_rounds += 1
-                    n.chain_proposed += len(props)
-                    emitted += got
-                    if any(t in eos for t in got) or len(emitted) >= remaining:
-                        break
+                emitted, _ = chain_tokens(res, "n-gram", remaining)
                 chain_hint = (then, k) if then else None
                 since_chain = 0
                 t_mark = clock()
@@ -524,23 +534,12 @@ async def generate_async(
                     raise BackendError(f"speculative rounds failed: {e}", "round") from e
                 n.submissions += 1
                 n.readback_bytes += 4 * m_chain * (2 * k + 3) + 16
-                emitted, counted = [], []
-                for r in range(m_chain):
-                    props, picks = res.proposals[r], res.ids[r]
-                    got = verify.accept_while_equal(props, lambda i: picks[i])   # (greedy: the device's argmax)
-                    if len(got) != res.accepted[r] + 1:
-                        raise BackendError(f"the device's speculative round {r} disagrees with its own picks", "round")
-                    drafter.chain_round(len(seq) + len(emitted))
-                    counted.append(tally(got, range(len(props))))
+
+                def each(at):             # a round of the draft's: its k passes, the head's feature bookkeeping
+                    drafter.chain_round(len(seq) + at)
                     drafter.passes += k
                     n.draft_passes += k
-                    n.target_passes += 1
-                    n.rounds += 1
-                    n.chain_rounds += 1
-                    n.chain_proposed += len(props)
-                    emitted += got
-                    if any(t in eos for t in got) or len(emitted) >= remaining:
-                        break
+                emitted, counted = chain_tokens(res, "speculative", remaining, each, "round")
                 spec_hint = (then, k) if then else None
                 t_mark = clock()
                 for n_cnt in counted:        # (the chain's time shared by its rounds)

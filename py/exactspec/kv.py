@@ -66,11 +66,11 @@ class TrackedCache(PassThrough):
         self._record(start_pos, [token] + list(res.ids[: n - 1]))               # what the passes were fed
         return res
 
-    async def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick,
-                         rows: bool = True):
-        inner_draft = draft.backend if isinstance(draft, TrackedCache) else draft
+    async def _with_draft(self, draft, call):
+        """call(the backend under `draft`): a batched call of this backend that also runs the draft; if it fails, both
+        caches are forgotten."""
         try:
-            res = self.backend.spec_round(inner_draft, feed, draft_start, k, int(token), start_pos, pick, rows)
+            res = call(draft.backend if isinstance(draft, TrackedCache) else draft)
             if inspect.isawaitable(res):
                 res = await res
         except Exception:
@@ -78,6 +78,12 @@ class TrackedCache(PassThrough):
             if isinstance(draft, TrackedCache):
                 draft.invalidate()
             raise
+        return res
+
+    async def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick,
+                         rows: bool = True):
+        res = await self._with_draft(draft, lambda d: self.backend.spec_round(d, feed, draft_start, k, int(token),
+                                                                              start_pos, pick, rows))
         props = [int(x) for x in res.proposals]
         self._record(start_pos, [token] + props)
         if isinstance(draft, TrackedCache):
@@ -102,17 +108,8 @@ class TrackedCache(PassThrough):
                          restart: bool = False, then: int = 0, stop=()):
         toks = [int(t) for t in seq]
         start_pos = len(toks) - 1
-        inner_draft = draft.backend if isinstance(draft, TrackedCache) else draft
-        try:
-            res = self.backend.spec_chain(inner_draft, toks, draft_start, rounds, k, pick, restart, then=then,
-                                          stop=stop)
-            if inspect.isawaitable(res):
-                res = await res
-        except Exception:
-            self.invalidate()
-            if isinstance(draft, TrackedCache):
-                draft.invalidate()
-            raise
+        res = await self._with_draft(draft, lambda d: self.backend.spec_chain(d, toks, draft_start, rounds, k, pick,
+                                                                              restart, then=then, stop=stop))
         grown = toks + res.appended()
         self._record(start_pos, grown[start_pos:-1])                 # what the rounds' kept rows were fed
         if isinstance(draft, TrackedCache):
