@@ -41,21 +41,21 @@ def near_oracle(cfg, cw, feat_gain, seed):
     return hc, hw
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def head_files(td, feat_gain=0.3):
+    """A micro champion (F32), a draft model, near-oracle (feat_gain) / random / foreign heads: {name: (path,
+    description)}, the champion's sha256 and config."""
     from exactspec.drafters.head import HeadConfig, random_head_weights, write_head_gguf
     from exactspec.formats import describe
     from exactspec.micro import micro_config, micro_weights, write_micro_gguf
     from exactspec_train.data import sha256_file
 
-    td = tmp_path_factory.mktemp("head_decode")
     cfg = micro_config(vocab_size=300, n_layers=1, seq_len=128)
     champ, draft = td / "champ.gguf", td / "draft.gguf"
     write_micro_gguf(champ, cfg, seed=1, tensor_type="F32")
     write_micro_gguf(draft, micro_config(vocab_size=300, n_layers=1, seq_len=128), seed=1, tensor_type="Q8_0")
     sha = sha256_file(champ)
     out = {"champion": (champ, describe(champ)), "draft": (draft, describe(draft)), "sha": sha, "cfg": cfg}
-    hc, hw = near_oracle(cfg, micro_weights(cfg, 1), 0.3, 1)
+    hc, hw = near_oracle(cfg, micro_weights(cfg, 1), feat_gain, 1)
     p = td / "oracle.gguf"
     write_head_gguf(p, replace(hc, champion_sha256=sha), hw, tensor_type="F32")
     out["oracle"] = (p, describe(p))
@@ -68,6 +68,11 @@ def files(tmp_path_factory):
     write_head_gguf(p, replace(hc, champion_sha256=SHA_B), random_head_weights(hc, 4), tensor_type="F32")
     out["foreign"] = (p, describe(p))
     return out
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return head_files(tmp_path_factory.mktemp("head_decode"))
 
 
 @pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}], ids=["plain", "fused"])

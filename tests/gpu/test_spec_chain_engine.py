@@ -7,8 +7,6 @@ bad calls are refused with errors naming the problem."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -23,29 +21,8 @@ PROMPTS = [[1, 20, 30, 40, 50, 60, 70], [5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1, 250,
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from exactspec.drafters.head import HeadConfig, random_head_weights, write_head_gguf
-    from exactspec.formats import describe
-    from exactspec.micro import micro_config, micro_weights, write_micro_gguf
-    from exactspec_train.data import sha256_file
-    from test_head_decode_on_engine import near_oracle
-
-    td = tmp_path_factory.mktemp("spec_chain")
-    cfg = micro_config(vocab_size=300, n_layers=1, seq_len=128)
-    champ, draft = td / "champ.gguf", td / "draft.gguf"
-    write_micro_gguf(champ, cfg, seed=1, tensor_type="F32")
-    write_micro_gguf(draft, micro_config(vocab_size=300, n_layers=1, seq_len=128), seed=1, tensor_type="Q8_0")
-    sha = sha256_file(champ)
-    out = {"champion": (champ, describe(champ)), "draft": (draft, describe(draft))}
-    hc, hw = near_oracle(cfg, micro_weights(cfg, 1), 2.0, 1)          # (its predicted features matter)
-    p = td / "oracle.gguf"
-    write_head_gguf(p, replace(hc, champion_sha256=sha), hw, tensor_type="F32")
-    out["oracle"] = (p, describe(p))
-    hc = HeadConfig.for_champion(cfg, window=6, champion_sha256=sha)
-    p = td / "random.gguf"
-    write_head_gguf(p, hc, random_head_weights(hc, 4, feature_scale=2.0), tensor_type="Q8_0",
-                    vocab_ids=np.arange(0, 300, 2))
-    out["random"] = (p, describe(p))
-    return out
+    from test_head_decode_on_engine import head_files
+    return head_files(tmp_path_factory.mktemp("spec_chain"), feat_gain=2.0)   # (its predicted features matter)
 
 
 @pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}, {"max_rows": 3},
