@@ -16,6 +16,8 @@
 //            lanes?: invocations per weight-row pair in matmul.wgsl (default 32; 1 on CPU adapters such as
 //            SwiftShader/llvmpipe), matmulWg?: matmul workgroup size (64), attnWg?: attention workgroup size (256 GPU /
 //            64 CPU), timestamps?: GPU time per submission in model.stats.gpu_ms and model.profile() (bench only),
+//            trace?: a function given the engine's timeline, {t, ev: 'call' | 'ret' | 'submit' | 'mapped', ...} for
+//            each batched call and submission (bench only: bench/h200/trace_summary.py reads it),
 //            maxBindingBytes?: cap on one weight binding (tests use it to force splits), tile1?/tile8?: GPU matmul
 //            pipelines that decode each weight once for 1 row (dispatches of one row) / 8 rows (dispatches of more
 //            than 4 rows) besides the 4-row one (default on where lanes > 1; every row runs the same slot code in all
