@@ -13,6 +13,7 @@ from exactspec.decode import GenerateConfig, generate
 from exactspec.drafters.head import HeadConfig, HeadModel, random_head_weights
 from exactspec.micro import micro_config, micro_weights
 from exactspec.reference import ReferenceModel
+from toy import OnAClock
 
 from test_head import near_oracle_head
 
@@ -170,3 +171,47 @@ def test_chains_only_where_they_apply(micro):
     dev = RunsAhead(champ, chain_rounds=0, rounds=True)
     r = gen(dev, PROMPTS[1], draft, k=3, drafter="model")
     assert r.stats["chain_rounds"] == 0 and not dev.spec_chain_calls
+
+
+
+class ClockedRounds(OnAClock, RunsAhead):
+    """A device on a clock: a pass of plain decoding costs 1 unit, a round of the draft's (on the device, alone or in a
+    chain) 1.2."""
+
+    def __init__(self, inner):
+        super().__init__(inner, ahead_max=4, chain_rounds=4, rounds=True)
+        self.t = 0.0
+
+    def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
+        self.t += n
+        return super().decode_ahead(token, start_pos, n, pick, rows, then, stop)
+
+    def spec_round(self, *a, **k):
+        self.t += 1.2
+        return super().spec_round(*a, **k)
+
+    def spec_chain(self, draft, seq, draft_start, rounds, *a, **k):
+        self.t += 1.2 * rounds
+        return super().spec_chain(draft, seq, draft_start, rounds, *a, **k)
+
+
+def test_only_while_it_pays_with_chains(micro):
+    """"Only while it pays" (the scheduler may turn speculation off between chains; a hinted chain is taken as
+    hinted): the champion's own answer always; a head the champion accepts keeps chains on (its rounds priced at
+    their share of the chain's time), a random one is turned off and decodes plainly."""
+    from exactspec.decode import generate_async
+    champ, ds = models(micro)
+    paid = 0
+    for name, (draft, _) in ds.items():
+        drafter = "head" if "head" in name else "model"
+        for prompt in PROMPTS:
+            base = gen(champ, prompt, k=0, drafter="none", max_new_tokens=60).token_ids
+            dev = ClockedRounds(champ)
+            cfg = GenerateConfig(max_new_tokens=60, k=2, drafter=drafter, adaptive=True, temperature=0.0)
+            got = asyncio.run(generate_async(dev, prompt, cfg, draft=draft, clock=dev.clock))
+            assert got.token_ids == base, (name, prompt)
+            if name == "oracle_head" and len(dev.spec_chain_calls) >= 3 and got.stats["tau"] > 1.6:
+                paid += 1
+            if name == "random_head":
+                assert got.stats["spec_disabled_rounds"] > 0 and sum(c[2] for c in dev.calls) >= 30, prompt
+    assert paid >= 2, paid   # (where its first rounds are rejected the scheduler may turn it off for the answer)
