@@ -827,10 +827,10 @@ export class EngineModel {
     const cmd = this.takePre(key) ?? { ...encode(staging), key };
     const tSub = performance.now();
     for (const cb of cmd.cbs) q.submit([cb]);
-    this.plan.trace?.({ t: performance.now(), ev: 'submit', model: this.id, dispatches: cmd.dispatches, pre: cmd.pre === true,
-      submit_ms: performance.now() - tSub });
     const st = { submit_ms: performance.now() - tSub, encode_ms: performance.now() - tEnc, dispatches: cmd.dispatches,
       command_buffers: cmd.cbs.length, chunks: sub.chunks, passes: sub.passes, pre_encoded: cmd.pre === true, gpu_ms: null };
+    this.plan.trace?.({ t: performance.now(), ev: 'submit', model: this.id, dispatches: cmd.dispatches, pre: st.pre_encoded,
+      submit_ms: st.submit_ms });
     const bytes = sub.readBytes;
     if (bytes > staging.size) throw new Error(`readback of ${bytes} bytes exceeds the staging buffer`);
     const map = this.mapped(staging, bytes);   // (asks for the map now, before any later submission)

@@ -161,11 +161,14 @@ class _JsBatched:
                            len(tokens), rows)
 
     def ngram_chain(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()):
-        from .backend import chain_from_flat
         self._check_start("ngram_chain", start_pos)
-        pending = self._js.ngramChain(_to_js_int32(seq), int(start_pos), int(rounds), int(k), _pick_to_js(pick),
-                                      _to_js_int32([int(min_ngram), int(max_ngram)]), int(then),
-                                      _to_js_int32(list(stop)))
+        return self._chain(self._js.ngramChain(_to_js_int32(seq), int(start_pos), int(rounds), int(k),
+                                               _pick_to_js(pick), _to_js_int32([int(min_ngram), int(max_ngram)]),
+                                               int(then), _to_js_int32(list(stop))), rounds, k)
+
+    def _chain(self, pending, rounds: int, k: int):
+        """Chain from a JS chain call's {counts, accepted, proposals, ids} (ngramChain, specChain), checked."""
+        from .backend import chain_from_flat
 
         async def finish():
             r = await pending if inspect.isawaitable(pending) else pending
@@ -176,23 +179,13 @@ class _JsBatched:
             return chain_from_flat(counts, accepted, props, ids, k)
         return finish()
 
-
     def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
-        from .backend import chain_from_flat
         if not isinstance(draft, JsBackend):
             raise TypeError("spec_chain needs a draft on the same device (a JsBackend)")
         self._check_start("spec_chain", len(seq) - 1)
-        pending = self._js.specChain(draft._js, _to_js_int32(seq), int(draft_start), int(rounds), int(k),
-                                     _pick_to_js(pick), bool(restart), int(then), _to_js_int32(list(stop)))
-
-        async def finish():
-            r = await pending if inspect.isawaitable(pending) else pending
-            counts = _ids_from_js(_get(r, "counts"), rounds, "counts")
-            accepted = _ids_from_js(_get(r, "accepted"), rounds, "accepted")
-            props = _ids_from_js(_get(r, "proposals"), sum(counts), "proposals")
-            ids = _ids_from_js(_get(r, "ids"), sum(counts) + rounds, "ids")
-            return chain_from_flat(counts, accepted, props, ids, k)
-        return finish()
+        return self._chain(self._js.specChain(draft._js, _to_js_int32(seq), int(draft_start), int(rounds), int(k),
+                                              _pick_to_js(pick), bool(restart), int(then), _to_js_int32(list(stop))),
+                           rounds, k)
 
 
 def json_to_js(text: str):

@@ -353,6 +353,14 @@ async def generate_async(
     def k_cap_at(remaining: int, t0: int) -> int:
         """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer."""
         return min(k_hi, remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0))
+
+    def chain_rounds_at(k: int, remaining: int, t0: int) -> int:
+        """Rounds of k one spec_chain from absolute position t0 may make (0: fewer than 2): each leaves k + 1 tokens to
+        the answer and room for k + 1 rows in both caches, even if every round before it accepts all (so each is a
+        round the loop would have made one by one), and the draft's token list holds them."""
+        m = min(spec_chain_max, remaining // (k + 1), (min(C.seq_len, d_seq_len) - t0) // (k + 1),
+                (d_seq_len + 1) // (2 * k + 1))
+        return m if m >= 2 else 0
     # what an earlier answer learned with the same drafter and setting (round times, acceptance)
     sched_key = (cfg.drafter, cfg.bridge, cfg.draft_stop, k_hi, cfg.k_schedule,
                  cfg.mode if not params.greedy else "greedy", cfg.response_format is not None)
@@ -457,11 +465,7 @@ async def generate_async(
             # every round would have had this k one by one (k_cap_at: each leaves k + 1 tokens to the answer and room
             # for k + 1 rows in both caches, even if every round before it accepts all), so the rounds, passes and
             # acceptance are those of one round a submission
-            def chain_rounds_at(remaining: int, t0: int) -> int:
-                m = min(spec_chain_max, remaining // (k + 1), (min(C.seq_len, d_seq_len) - t0) // (k + 1),
-                        (d_seq_len + 1) // (2 * k + 1))
-                return m if m >= 2 else 0
-            m_chain = spec_hint[0] if spec_hint else chain_rounds_at(remaining, t0) \
+            m_chain = spec_hint[0] if spec_hint else chain_rounds_at(k, remaining, t0) \
                 if spec_chain_max and on_device and k > 0 and n.rounds \
                 and len(seq) - min(draft.length, len(seq) - 1) <= k + 1 \
                 else 0
@@ -524,7 +528,7 @@ async def generate_async(
                 hit("verify")
                 # the next chain may start on the device before this one is confirmed: it starts at most
                 # m_chain (k + 1) positions on, and fits there even then (so it is taken as hinted)
-                then = chain_rounds_at(remaining - m_chain * (k + 1), t0 + m_chain * (k + 1)) \
+                then = chain_rounds_at(k, remaining - m_chain * (k + 1), t0 + m_chain * (k + 1)) \
                     if not cfg.adaptive or not sched.will_run_plain(k_cap_at(remaining - m_chain, t0 + m_chain)) \
                     else 0
                 try:
@@ -563,7 +567,7 @@ async def generate_async(
                 hit("verify")
                 try:
                     res = await waited(champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, want_rows, then=then,
-                                                      stop=eos_list))
+                                                             stop=eos_list))
                 except Exception as e:
                     raise BackendError(f"champion forward failed: {e}") from e
                 n.submissions += 1
