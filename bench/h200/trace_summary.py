@@ -3,8 +3,8 @@ bench/gpu/head_bench.mjs with EXACTSPEC_TRACE=FILE): per kind of batched call of
 round, ngram_chain), the median over calls of
   host gap   the time from the previous call's return to this call (the caller's own work: Python, the bridge)
   in call    the call's own time (its submissions' encode + submit, then waiting for its readback)
-  submit     encode + submit of the submissions made in the call (a continuation's included)
-  readbacks  the time between one readback of this model and the next (the device's pace)
+  continued  the share of calls that took the continuation the call before submitted
+and over all submissions the median time of queue.submit.
     python bench/h200/trace_summary.py TRACE.jsonl [...]
 """
 import gzip
@@ -21,8 +21,6 @@ def load(path):
 
 
 def summary(recs):
-    calls = [r for r in recs if r["ev"] in ("call", "ret")]
-    champ = None
     kinds = defaultdict(lambda: defaultdict(list))
     open_calls = {}
     last_ret = None
@@ -38,10 +36,7 @@ def summary(recs):
             last_ret = r
         elif r["ev"] == "ret" and r["kind"] == "forward":
             last_ret = None
-    mapped = defaultdict(list)
     for r in recs:
-        if r["ev"] == "mapped":
-            mapped[r["model"]].append(r["t"])
         if r["ev"] == "submit":
             kinds["(all submissions)"]["submit"].append(r["submit_ms"])
     out = {}
