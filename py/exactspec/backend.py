@@ -162,18 +162,18 @@ def accepted_by_picks(proposals, ids) -> int:
     return len(accept_while_equal([int(p) for p in proposals], lambda i: ids[i])) - 1
 
 
-def chain_from_flat(counts, accepted, proposals, ids, k: int) -> Chain:
+def chain_from_flat(counts, accepted, proposals, ids, k: int, what: str = "ngram_chain") -> Chain:
     """A Chain from a device's flat arrays (proposals and ids round after round), checked: every count in 0..k, and
     each round's acceptance by accepted_by_picks equal to the device's."""
     props, picks, p0, i0 = [], [], 0, 0
     for r, (c, a) in enumerate(zip(counts, accepted)):
         if not 0 <= c <= k:
-            raise ValueError(f"ngram_chain: round {r} has {c} proposals, k is {k}")
+            raise ValueError(f"{what}: round {r} has {c} proposals, k is {k}")
         props.append([int(x) for x in proposals[p0:p0 + c]])
         picks.append([int(x) for x in ids[i0:i0 + c + 1]])
         p0, i0 = p0 + c, i0 + c + 1
         if accepted_by_picks(props[-1], picks[-1]) != a:
-            raise ValueError(f"ngram_chain: round {r}: the device accepted {a} proposals, its picks say otherwise")
+            raise ValueError(f"{what}: round {r}: the device accepted {a} proposals, its picks say otherwise")
     return Chain(props, picks, [int(a) for a in accepted])
 
 

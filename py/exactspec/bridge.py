@@ -164,9 +164,9 @@ class _JsBatched:
         self._check_start("ngram_chain", start_pos)
         return self._chain(self._js.ngramChain(_to_js_int32(seq), int(start_pos), int(rounds), int(k),
                                                _pick_to_js(pick), _to_js_int32([int(min_ngram), int(max_ngram)]),
-                                               int(then), _to_js_int32(list(stop))), rounds, k)
+                                               int(then), _to_js_int32(list(stop))), rounds, k, "ngram_chain")
 
-    def _chain(self, pending, rounds: int, k: int):
+    def _chain(self, pending, rounds: int, k: int, what: str):
         """Chain from a JS chain call's {counts, accepted, proposals, ids} (ngramChain, specChain), checked."""
         from .backend import chain_from_flat
 
@@ -176,7 +176,7 @@ class _JsBatched:
             accepted = _ids_from_js(_get(r, "accepted"), rounds, "accepted")
             props = _ids_from_js(_get(r, "proposals"), sum(counts), "proposals")
             ids = _ids_from_js(_get(r, "ids"), sum(counts) + rounds, "ids")
-            return chain_from_flat(counts, accepted, props, ids, k)
+            return chain_from_flat(counts, accepted, props, ids, k, what)
         return finish()
 
     def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
@@ -185,7 +185,7 @@ class _JsBatched:
         self._check_start("spec_chain", len(seq) - 1)
         return self._chain(self._js.specChain(draft._js, _to_js_int32(seq), int(draft_start), int(rounds), int(k),
                                               _pick_to_js(pick), bool(restart), int(then), _to_js_int32(list(stop))),
-                           rounds, k)
+                           rounds, k, "spec_chain")
 
 
 def json_to_js(text: str):
