@@ -417,46 +417,17 @@ export class EngineModel {
     if (!Number.isInteger(then) || then < 0 || then > MAX_PASSES) throw new Error(`decodeAhead: then ${then} must be in 0..${MAX_PASSES}`);
     this.checkStart('decodeAhead', startPos, n);
     const p = checkPick(pick);
-    // (plan.aheadThen false: continuations off, for A/B benches; bench timestamps: one submission at a time)
-    const next = startPos + n + then <= this.config.seq_len && this.plan.aheadThen && !this.ts ? then : 0;
-    const c = this.ahead;
-    const continued = !!(c && !c.stale && c.want === JSON.stringify([tok, startPos, n, p, !!rows]));
-    let run;
-    let staging = 'staging';
-    if (continued) {
-      this.ahead = null;
-      run = c.run;                                    // submitted by the call before: its passes may be done already
-      staging = c.staging;
-      if (next > this.outCap) {                       // (room for the continuation: after this run's readback)
-        await run.catch(() => {});
-        await this.ensureOut(next);
-      }
-    } else {
-      await this.settleAhead();
+    const next = this.nextRun(then, startPos + n + then, this.config.seq_len);
+    const wantOf = (last, pos, r) => JSON.stringify([last, pos, r, p, !!rows]);
+    const { out, after } = await this.runChained('ahead', wantOf(tok, startPos, n), next, next, async () => {
       await this.ensureOut(Math.max(n, next));
       this.device.queue.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
       this.setPick(p);
-      run = this.launch(this.aheadSub(startPos, n, rows, null, staging), next === 0);
-    }
-    const other = otherStaging(staging);
-    const contSub = next > 0 ? this.aheadSub(startPos + n, next, rows, n, other) : null;   // reads back into `other`
-    if (contSub && !continued && !this.pres.has(contSub.key())) {
-      // encode the continuation while the GPU runs this one, so that it is submitted as soon as this is read back
-      // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)
-      this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
-    }
-    const follow = (want) => {                        // the continuation
-      const cont = this.launch(contSub, true);
-      cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
-      this.ahead = { run: cont, stale: false, staging: other, want };
-    };
-    const wantNext = (last) => JSON.stringify([last, startPos + n, next, p, !!rows]);
-    if (next > 0 && continued) follow(null);          // (its first token is known once this run is read back)
-    const out = await this.ran(run);
-    this.stats = { ...out.stats, continued };         // continued: submitted by the call before
+      return this.launch(this.aheadSub(startPos, n, rows, null, 'staging'), next === 0);
+    }, (other) => this.aheadSub(startPos + n, next, rows, n, other));   // (reads back into `other`)
     this.length = startPos + n;
     const ids = new Int32Array(out.bytes, 0, n);
-    this.afterRun(ids, stop, wantNext(ids[n - 1]), next, continued, follow);
+    after(ids, stop, wantOf(ids[n - 1], startPos + n, next));
     return { ids, rows: rows ? new Float32Array(out.bytes, 4 * n, n * this.config.vocab_size) : null };
   }
 
@@ -533,65 +504,89 @@ export class EngineModel {
   async chainNow(seq, startPos, rounds, k, pick, ngram, then, stop) {
     this.usable();
     const hist = this.tokenIds('ngramChain', seq);
-    for (const [what, v, hi] of [['rounds', rounds, MAX_PASSES], ['k', k, this.chainMaxK], ['then', then, MAX_PASSES]]) {
-      if (!Number.isInteger(v) || v < (what === 'then' ? 0 : 1) || v > hi) throw new Error(`ngramChain: ${what} ${v} must be in ${what === 'then' ? 0 : 1}..${hi}`);
-    }
+    this.checkChain('ngramChain', rounds, k, then);
     const [lo, hiN] = ngram ?? [];
     if (!Number.isInteger(lo) || !Number.isInteger(hiN) || lo < 1 || hiN < lo || hiN > 16) throw new Error(`ngramChain: ngram ${JSON.stringify(ngram)} must be [min, max] with 1 <= min <= max <= 16`);
     if (hist.length !== startPos + 1) throw new Error(`ngramChain: seq holds ${hist.length} tokens; start_pos ${startPos} must be its last token's position`);
     const W = k + 1;
     this.checkStart('ngramChain', startPos, rounds * W);
     const p = checkPick(pick);
-    const next = startPos + (rounds + then) * W <= this.config.seq_len && this.plan.aheadThen && !this.ts ? then : 0;
+    const next = this.nextRun(then, startPos + (rounds + then) * W, this.config.seq_len);
     const key = (last, pos, r) => JSON.stringify([last, pos, r, k, p, lo, hiN]);
-    const c = this.ahead;
-    const continued = !!(c && !c.stale && c.chain === true && c.want === key(hist[startPos], startPos, rounds));
     const params = (r) => this.device.queue.writeBuffer(this.bufs.chain_params, 0, this.eng.kernels.chain.pack('params',
       { k, rounds: r, min_ngram: lo, max_ngram: hiN, seq_len: this.config.seq_len }));
-    const { run, staging } = await this.chainRun(continued, next * W, async () => {
+    const { out, after } = await this.runChained('ngram', key(hist[startPos], startPos, rounds), next, next * W, async () => {
       await this.ensureOut(Math.max(rounds, next) * W);
       const q = this.device.queue;
       q.writeBuffer(this.bufs.chain_hist, 0, hist);
       q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, 0, 0]));
       this.setPick(p);
       params(rounds);
-      return { run: this.launch(this.chainSub(rounds, k, 'staging', false), next === 0) };
-    });
-    const other = otherStaging(staging);
-    const contSub = next > 0 ? this.chainSub(next, k, other, true) : null;
-    if (contSub && !continued && !this.pres.has(contSub.key())) this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
-    const follow = (want) => {
-      params(next);                                   // (queued after this chain's commands: it reads its own)
-      const cont = this.launch(contSub, true);
-      cont.catch(() => {});
-      this.ahead = { run: cont, stale: false, staging: other, want, chain: true };
-    };
-    if (next > 0 && continued) follow(null);
-    const out = await this.ran(run);
-    this.stats = { ...out.stats, continued };
+      return this.launch(this.chainSub(rounds, k, 'staging', false), next === 0);
+    }, (other) => this.chainSub(next, k, other, true), params);
     const res = parseChain(out.bytes, rounds, k);
     this.length = startPos + res.advance;
-    this.afterRun(res.appended, stop, key(res.appended[res.appended.length - 1], this.length, next), next, continued,
-      follow);
+    after(res.appended, stop, key(res.appended[res.appended.length - 1], this.length, next));
     return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
       proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()) };
   }
 
-  /** A chain's run (ngramChain, specChain): the continuation the call before submitted, if `continued` (room made
-   * for the next one's `rows` after it), else what fresh() launches (reading back into 'staging') once any dropped
-   * continuation is done. Returns {run, staging}. */
-  async chainRun(continued, rows, fresh) {
-    if (continued) {
-      const c = this.ahead;
-      this.ahead = null;
-      if (rows > this.outCap) {
-        await c.run.catch(() => {});
-        await this.ensureOut(rows);
-      }
-      return { run: c.run, staging: c.staging };
+  /** A chain call's rounds, k and then (ngramChain, specChain). */
+  checkChain(what, rounds, k, then) {
+    for (const [name, v, hi] of [['rounds', rounds, MAX_PASSES], ['k', k, this.chainMaxK], ['then', then, MAX_PASSES]]) {
+      const lo = name === 'then' ? 0 : 1;
+      if (!Number.isInteger(v) || v < lo || v > hi) throw new Error(`${what}: ${name} ${v} must be in ${lo}..${hi}`);
     }
-    await this.settleAhead();
-    return { run: (await fresh()).run, staging: 'staging' };
+  }
+
+  /** How far a call's continuation goes: `then`, or 0 where it would end past `maxLen` (its end: the position after
+   * its last), where continuations are off (plan.aheadThen false, for A/B benches) or with bench timestamps (one
+   * submission at a time). */
+  nextRun(then, end, maxLen) {
+    return end <= maxLen && this.plan.aheadThen && !this.ts ? then : 0;
+  }
+
+  /** What decodeAhead, ngramChain and specChain share (tag 'ahead' | 'ngram' | 'spec'): this call's run is the
+   * continuation the call before submitted if that one is this call (same tag and `want`; room made for the next
+   * one's `rowsNext` rows after it), else what fresh() launches (reading back into 'staging') once any dropped
+   * continuation is done. This call's own continuation of `next` (> 0: passes or rounds), contOf(the other staging
+   * buffer), is encoded while the GPU runs this one, and submitted (params(next) written first, if given) before
+   * waiting for this run when this run was itself a continuation, else after its readback, by after(picked, stop,
+   * want of the next call) (afterRun). Returns {out: the readback {bytes, stats}, after}. */
+  async runChained(tag, want, next, rowsNext, fresh, contOf, params = null) {
+    const c = this.ahead;
+    const continued = !!(c && !c.stale && c.tag === tag && c.want === want);
+    let run;
+    let staging = 'staging';
+    if (continued) {
+      this.ahead = null;
+      run = c.run;                                    // submitted by the call before: its passes may be done already
+      staging = c.staging;
+      if (rowsNext > this.outCap) {                   // (room for the continuation: after this run's readback)
+        await run.catch(() => {});
+        await this.ensureOut(rowsNext);
+      }
+    } else {
+      await this.settleAhead();
+      run = await fresh();
+    }
+    const other = otherStaging(staging);
+    const contSub = next > 0 ? contOf(other) : null;
+    if (contSub && !continued && !this.pres.has(contSub.key())) {
+      // encode the continuation while the GPU runs this one, so that it is submitted as soon as this is read back
+      // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)
+      this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
+    }
+    const follow = (w) => {                           // the continuation
+      params?.(next);                                 // (queued after this run's commands: it reads its own)
+      const cont = this.launch(contSub, true);
+      cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
+      this.ahead = { run: cont, stale: false, staging: other, want: w, tag };
+    };
+    if (next > 0 && continued) follow(null);          // (its first token is known once this run is read back)
+    const out = await this.ran(run);
+    this.stats = { ...out.stats, continued };         // continued: submitted by the call before
+    return { out, after: (picked, stop, w) => this.afterRun(picked, stop, w, next, continued, follow) };
   }
 
   /** A chain's submission: per round the chain kernel (closes the last round, opens this one), its Step copied into
@@ -636,9 +631,7 @@ export class EngineModel {
     if (draft.config.vocab_size !== this.config.vocab_size) throw new Error(`specChain: draft vocabulary ${draft.config.vocab_size} differs from ${this.config.vocab_size}`);
     const hist = this.tokenIds('specChain', seq);
     const startPos = hist.length - 1;
-    for (const [what, v, hi] of [['rounds', rounds, MAX_PASSES], ['k', k, this.chainMaxK], ['then', then, MAX_PASSES]]) {
-      if (!Number.isInteger(v) || v < (what === 'then' ? 0 : 1) || v > hi) throw new Error(`specChain: ${what} ${v} must be in ${what === 'then' ? 0 : 1}..${hi}`);
-    }
+    this.checkChain('specChain', rounds, k, then);
     const f = startPos + 1 - draftStart;
     if (!Number.isInteger(draftStart) || f < 1 || f > k + 1) throw new Error(`specChain: the draft is fed seq[${draftStart}..${startPos}], ${f} tokens; 1 to k + 1 = ${k + 1} may be`);
     if (typeof restart !== 'boolean') throw new Error(`specChain: restart ${JSON.stringify(restart)} must be true or false`);
@@ -651,14 +644,12 @@ export class EngineModel {
     if (Math.max(rounds, then) * (2 * k + 1) > draft.config.seq_len + 1) throw new Error(`specChain: ${Math.max(rounds, then)} rounds of ${k} exceed the draft's token list`);
     if (draft.slotBytes !== this.slotBytes) throw new Error('specChain: the draft\'s step slots differ from the champion\'s');
     if (W > draft.plan.maxRows) throw new Error(`specChain: k + 1 = ${W} rows exceed the draft's chunk of ${draft.plan.maxRows}`);
-    const next = startPos + (rounds + then) * W <= Math.min(this.config.seq_len, draft.config.seq_len) && this.plan.aheadThen
-      && !this.ts ? then : 0;
+    const next = this.nextRun(then, startPos + (rounds + then) * W, Math.min(this.config.seq_len, draft.config.seq_len));
     const key = (last, pos, dStart, r) => JSON.stringify([draft.id, draft.gen, last, pos, dStart, r, k, restart]);
-    const c = this.ahead;
-    const continued = !!(c && !c.stale && c.chain === 'spec' && c.want === key(hist[startPos], startPos, draftStart, rounds));
     const params = (r) => this.device.queue.writeBuffer(this.bufs.dchain_params, 0, this.eng.kernels.draft_chain.pack('params',
       { k, rounds: r, slot_words: this.slotBytes / 4, restart: restart ? 1 : 0 }));
-    const { run, staging } = await this.chainRun(continued, next * W, async () => {
+    const want = key(hist[startPos], startPos, draftStart, rounds);
+    const { out, after } = await this.runChained('spec', want, next, next * W, async () => {
       await draft.prepare?.();
       if (draft.isHead) draft.passesFor(f, draftStart, startPos);    // (its first input reads kept features: checked)
       await draft.ensureOut(1);
@@ -669,28 +660,15 @@ export class EngineModel {
       params(rounds);
       draft.setPick(p);
       this.setPick(p);
-      return { run: this.launch(this.specChainSub(draft, rounds, k, 'staging', false), next === 0) };
-    });
-    const other = otherStaging(staging);
-    const contSub = next > 0 ? this.specChainSub(draft, next, k, other, true) : null;
-    if (contSub && !continued && !this.pres.has(contSub.key())) this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
-    const follow = (want) => {
-      params(next);                                   // (queued after this chain's commands: it reads its own)
-      const cont = this.launch(contSub, true);
-      cont.catch(() => {});
-      this.ahead = { run: cont, stale: false, staging: other, want, chain: 'spec' };
-    };
-    if (next > 0 && continued) follow(null);
-    const out = await this.ran(run);
-    this.stats = { ...out.stats, continued };
+      return this.launch(this.specChainSub(draft, rounds, k, 'staging', false), next === 0);
+    }, (other) => this.specChainSub(draft, next, k, other, true), params);
     const res = parseChain(out.bytes, rounds, k, 'specChain');
     const st = new Uint32Array(out.bytes, 4 * rounds * (2 * k + 3), 4);
     if (res.counts.some((x) => x !== k) || st[0] !== hist.length + res.advance) throw new Error('specChain: the GPU\'s records disagree with its history length');
     this.length = startPos + res.advance;
     draft.length = st[2];
     if (draft.isHead) draft.ringPos.fill(-1);        // (its predicted features: re-made by the next round's passes)
-    this.afterRun(res.appended, stop, key(res.appended[res.appended.length - 1], this.length, st[2], next), next,
-      continued, follow);
+    after(res.appended, stop, key(res.appended[res.appended.length - 1], this.length, st[2], next));
     return { counts: Int32Array.from(res.counts), accepted: Int32Array.from(res.accepted),
       proposals: Int32Array.from(res.proposals.flat()), ids: Int32Array.from(res.ids.flat()), draftLength: st[2] };
   }
