@@ -215,3 +215,92 @@ def test_only_while_it_pays_with_chains(micro):
             if name == "random_head":
                 assert got.stats["spec_disabled_rounds"] > 0 and sum(c[2] for c in dev.calls) >= 30, prompt
     assert paid >= 2, paid   # (where its first rounds are rejected the scheduler may turn it off for the answer)
+
+
+# prompts whose answers meet copies: the n-gram's lookup finds the prompt's 2- and 3-grams again
+COPY_PROMPTS = [[7, 8, 9, 10, 7, 8, 9, 10, 7, 8], [3, 9, 27, 81, 43, 3, 9, 27], [10, 11, 12, 13, 14, 15, 16, 17, 18]]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_head_copies_keep_the_answer_and_chains_equal_rounds(micro, k):
+    """head_copy: where the n-gram finds a copy its proposals replace the head's first ones. Greedy and coupled
+    answers stay the champion's own; the per-forward path (the drafter's propose), one spec_round a submission (the
+    host's copy) and chains (spec_chain's copy: the lookup each round on the sequence as it stands) make the same
+    rounds, passes and acceptance; and the copies change the acceptance (they are used)."""
+    champ, ds = models(micro)
+    differs = 0
+    for name in ("oracle_head", "random_head"):
+        draft, _ = ds[name]
+        for prompt in COPY_PROMPTS:
+            base = gen(champ, prompt, k=0, drafter="none")
+            kw = dict(k=k, drafter="head", head_copy=True)
+            plain = gen(champ, prompt, draft, **kw)                                    # the drafter's propose
+            one = gen(RunsAhead(champ, ahead_max=4, rounds=True), prompt, draft, **kw)  # spec_round + copy
+            dev = RunsAhead(champ, ahead_max=4, chain_rounds=4, rounds=True)
+            got = gen(dev, prompt, draft, **kw)                                         # spec_chain + copy
+            assert got.token_ids == one.token_ids == plain.token_ids == base.token_ids, (name, k, prompt)
+            assert dev.spec_chain_calls and got.stats["chain_rounds"] > 0
+            for c in ("target_passes", "rounds", "proposed", "accepted", "acceptance_by_position", "draft_passes"):
+                assert got.stats[c] == one.stats[c] == plain.stats[c], (name, k, c)
+            without = gen(RunsAhead(champ, ahead_max=4, chain_rounds=4, rounds=True), prompt, draft, k=k,
+                          drafter="head")
+            differs += without.stats["accepted"] != got.stats["accepted"]
+            for seed in (0, 1):                                                         # coupled, T = 0.8
+                cb = gen(champ, prompt, k=0, drafter="none", temperature=0.8, seed=seed)
+                cc = gen(RunsAhead(champ, ahead_max=4, rounds=True), prompt, draft, temperature=0.8, seed=seed, **kw)
+                assert cc.token_ids == cb.token_ids, (name, k, prompt, seed)
+    assert differs > 0
+
+
+def test_reference_round_and_chain_take_copies(micro):
+    """spec_round's copy replaces the first proposals (the draft still fed its own picks: draft_picks); spec_chain's
+    copy is that round with the n-gram's lookup on the sequence as it stands."""
+    from exactspec.backend import spec_round_by_forwards
+    from exactspec.drafters.ngram import NgramDrafter
+    champ, ds = models(micro)
+    draft, _ = ds["oracle_head"]
+    prompt = [7, 8, 9, 10, 7, 8, 9]
+    champ.truncate(0)
+    champ.forward(prompt[:-1], 0)
+    draft.truncate(0)
+    r0 = asyncio.run(spec_round_by_forwards(champ, draft, prompt, 0, 3, prompt[-1], len(prompt) - 1, Pick(), False))
+    champ.truncate(len(prompt) - 1)
+    draft.truncate(0)
+    r = asyncio.run(spec_round_by_forwards(champ, draft, prompt, 0, 3, prompt[-1], len(prompt) - 1, Pick(), False,
+                                           copy=[10, 7]))
+    assert r.proposals == [10, 7, r0.proposals[2]] and r.draft_picks == r0.proposals and r0.draft_picks is None
+    with pytest.raises(ValueError, match="exceed k"):
+        asyncio.run(spec_round_by_forwards(champ, draft, prompt, 0, 1, prompt[-1], len(prompt) - 1, Pick(), False,
+                                           copy=[1, 2]))
+    for k in (1, 3):
+        champ.truncate(len(prompt) - 1)
+        draft.truncate(0)
+        draft.forward(prompt[:-1], 0, 1)
+        ch = asyncio.run(spec_chain_by_forwards(champ, draft, prompt, len(prompt) - 1, 3, k, Pick(), True,
+                                                copy=(2, 3)))
+        seq = list(prompt)
+        for props, picks, a in zip(ch.proposals, ch.ids, ch.accepted):
+            c = NgramDrafter(3, 2).lookup(seq, k)
+            assert props[:len(c)] == c and a == accepted_by_picks(props, picks)
+            seq += props[:a] + [picks[a]]
+
+
+def test_head_copies_only_where_the_pick_has_no_q(micro):
+    """The drafter's propose: greedy / coupled picks (q None) take the copy first; rejection picks (a q row per
+    proposal, drawn given the head's own prefix) keep the head's proposals."""
+    from exactspec.drafters.head import HeadDrafter
+    from exactspec.drafters.ngram import NgramDrafter
+    champ, ds = models(micro)
+    draft, _ = ds["random_head"]
+    seq = [7, 8, 9, 10, 7, 8, 9]
+    champ.truncate(0)
+    champ.forward(seq[:-1], 0)
+    outs = {}
+    for copy in (False, True):
+        for q in (None, np.ones(100) / 100):
+            draft.truncate(0)
+            d = HeadDrafter(draft, copy=copy)
+            outs[(copy, q is None)] = asyncio.run(d.propose(seq, 3, lambda row, t, q=q: (int(np.argmax(row)), q)))[0]
+    c = NgramDrafter().lookup(seq, 3)
+    assert c == [10, 7, 8]
+    assert outs[(True, True)] == c and outs[(True, False)] == outs[(False, False)] == outs[(False, True)] != c

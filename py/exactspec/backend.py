@@ -71,10 +71,12 @@ class Backend(Protocol):
 #       the hint, and any other call or a truncate discards the continuation (it wrote only KV positions past the
 #       committed length). `stop`: the answer's EOS ids: a run whose ids hold one gets no continuation (the answer
 #       ends there). A backend that runs nothing ahead ignores both.
-#   spec_round(draft, feed, draft_start, k, token, start_pos, pick, rows=True) -> Round   (or an awaitable of it)
+#   spec_round(draft, feed, draft_start, k, token, start_pos, pick, rows=True, copy=()) -> Round   (or an awaitable)
 #       the draft (a backend on the same device, or a wrapper of one) takes `feed` at draft_start and makes k picks,
-#       feeding each back (its length becomes draft_start + len(feed) + k - 1); the champion (self) takes
-#       [token, proposals...] at start_pos (its length becomes start_pos + k + 1) and returns its k + 1 rows.
+#       feeding each back (its length becomes draft_start + len(feed) + k - 1); `copy` (at most k ids: a head's
+#       copies, drafters.head.HeadDrafter.copy_of) replaces the first len(copy) picks as proposals (the draft's passes
+#       are fed its own picks either way); the champion (self) takes [token, proposals...] at start_pos (its length
+#       becomes start_pos + k + 1) and returns its k + 1 rows.
 #   verify(tokens, start_pos, pick, rows=False) -> Ahead                    (or an awaitable of it)
 #       one forward of `tokens` at start_pos (length becomes start_pos + len(tokens)) with the pick made on EVERY
 #       row: ids[i] from row i (the token at absolute position start_pos + i + 1). For proposals made on the host
@@ -91,7 +93,7 @@ class Backend(Protocol):
 #       are the champion's argmax, so the decode loop emits each round's accepted proposals and the pick after them
 #       as its verify would (the proposals only have to be good; the picks decide). A device that offers it says how
 #       many rounds a call should make in `chain_rounds` (>= 1) and the largest k it takes in `chain_k_max`.
-#   spec_chain(draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()) -> Chain   (or an awaitable)
+#   spec_chain(draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=(), copy=None) -> Chain
 #       spec_round's rounds made by the device, `rounds` of them in ONE submission, greedy picks only: seq is every
 #       token so far, its last at start_pos = len(seq) - 1 == length not yet in the cache; the draft holds draft_start
 #       positions and round 0 feeds it seq[draft_start:] (1 to k + 1 tokens). Each round is spec_round(draft,
@@ -102,7 +104,9 @@ class Backend(Protocol):
 #       len(grown seq) - 1 and the draft holds D positions. A device that offers it says how many rounds a call should
 #       make in `chain_rounds` and the largest k in `chain_k_max` (as for ngram_chain). `then` and `stop` are
 #       ngram_chain's hint: the next call spec_chain(draft, grown seq, the draft's length then, then rounds, same k,
-#       pick, restart) may be started before this returns; none after a chain that appended a stop id.
+#       pick, restart) may be started before this returns; none after a chain that appended a stop id. copy
+#       (min_ngram, max_ngram) or None: each round's spec_round gets copy = the n-gram lookup over the sequence as it
+#       stands (NgramDrafter(max_ngram, min_ngram).lookup(seq, k)), as a HeadDrafter with copy makes them.
 # With rows=False only the ids come back; then, for greedy picks, ids[i] is exactly argmax(rows[i]) (ties -> lowest id).
 
 
@@ -136,9 +140,11 @@ class Ahead:
 
 @dataclass
 class Round:
-    proposals: list                 # (k,) the draft's picks, for positions start_pos + 1 .. start_pos + k
+    proposals: list                 # (k,) the proposals for positions start_pos + 1 .. start_pos + k: the draft's
+                                    # picks, the first len(copy) replaced by spec_round's copy
     ids: list                       # (k + 1,) the champion's picks from its rows
     rows: "np.ndarray | None"       # (k + 1, vocab) float32 champion logits, or None
+    draft_picks: "list | None" = None   # (k,) what the draft's passes picked (and were fed) if a copy replaced any
 
 
 @dataclass
@@ -207,8 +213,11 @@ async def decode_ahead_by_forwards(model, token: int, start_pos: int, n: int, pi
 
 
 async def spec_round_by_forwards(model, draft, feed, draft_start: int, k: int, token: int, start_pos: int,
-                                 pick: Pick, rows: bool = True, picker=pick_row) -> Round:
+                                 pick: Pick, rows: bool = True, picker=pick_row, copy=()) -> Round:
     """spec_round made of the draft's k forwards and one champion forward (the numpy reference's implementation)."""
+    copy = [int(x) for x in copy]
+    if len(copy) > k:
+        raise ValueError(f"spec_round: {len(copy)} copied proposals exceed k = {k}")
     proposals = []
     f = [int(x) for x in feed]
     pos = draft_start
@@ -218,9 +227,10 @@ async def spec_round_by_forwards(model, draft, feed, draft_start: int, k: int, t
         tok = int(picker(r, pick, start_pos + 1 + i))
         proposals.append(tok)
         f = [tok]
+    picks, proposals = proposals, copy + proposals[len(copy):]
     logits = np.asarray(await _await(model.forward([int(token)] + proposals, start_pos, k + 1)), dtype=np.float32)
     ids = [int(picker(logits[i], pick, start_pos + 1 + i)) for i in range(k + 1)]
-    return Round(proposals, ids, logits if rows else None)                     # rows (k + 1, vocab)
+    return Round(proposals, ids, logits if rows else None, picks if copy else None)   # rows (k + 1, vocab)
 
 
 async def verify_by_forwards(model, tokens, start_pos: int, pick: Pick, rows: bool = False,
@@ -259,9 +269,11 @@ async def ngram_chain_by_forwards(model, seq, start_pos: int, rounds: int, k: in
 
 
 async def spec_chain_by_forwards(model, draft, seq, draft_start: int, rounds: int, k: int, pick: Pick,
-                                 restart: bool = False, picker=pick_row) -> Chain:
+                                 restart: bool = False, picker=pick_row, copy=None) -> Chain:
     """spec_chain made of spec_round_by_forwards rounds (the numpy reference's implementation; a reference for
-    devices)."""
+    devices). copy: (min_ngram, max_ngram) of each round's copies, or None."""
+    from .drafters.ngram import NgramDrafter
+    lookup = NgramDrafter(copy[1], copy[0]).lookup if copy else (lambda s, n: [])
     seq = [int(x) for x in seq]
     L = len(seq)
     if not pick.greedy:
@@ -277,7 +289,8 @@ async def spec_chain_by_forwards(model, draft, seq, draft_start: int, rounds: in
     for _ in range(rounds):
         L = len(seq)
         draft.truncate(D)
-        r = await spec_round_by_forwards(model, draft, seq[D:], D, k, seq[-1], L - 1, pick, False, picker=picker)
+        r = await spec_round_by_forwards(model, draft, seq[D:], D, k, seq[-1], L - 1, pick, False, picker=picker,
+                                         copy=lookup(seq, k))
         a = accepted_by_picks(r.proposals, r.ids)
         seq += [int(x) for x in r.proposals[:a]] + [int(r.ids[a])]
         model.truncate(len(seq) - 1)
@@ -331,14 +344,14 @@ class RunsAhead:
         return ngram_chain_by_forwards(self.inner, seq, start_pos, rounds, k, pick, min_ngram, max_ngram,
                                        picker=self.picker)
 
-    def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
+    def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True, copy=()):
         return spec_round_by_forwards(self.inner, draft, feed, draft_start, k, token, start_pos, pick, rows,
-                                      picker=self.picker)
+                                      picker=self.picker, copy=copy)
 
-    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
+    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=(), copy=None):
         self.spec_chain_calls.append((len(seq) - 1, draft_start, rounds, k, then))
         return spec_chain_by_forwards(self.inner, draft, seq, draft_start, rounds, k, pick, restart,
-                                      picker=self.picker)
+                                      picker=self.picker, copy=copy)
 
 
 def offers(backend, method: str) -> bool:

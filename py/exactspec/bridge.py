@@ -138,21 +138,23 @@ class _JsBatched:
         return self._ahead(self._js.decodeAhead(int(token), int(start_pos), int(n), _pick_to_js(pick), bool(rows),
                                                 int(then), _to_js_int32(list(stop))), n, rows)
 
-    def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
+    def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True, copy=()):
         from .backend import Round
         if not isinstance(draft, JsBackend):
             raise TypeError("spec_round needs a draft on the same device (a JsBackend)")
         self._check_start("spec_round", start_pos)
         vocab = self.config.vocab_size
         pending = self._js.specRound(draft._js, _to_js_int32(feed), int(draft_start), int(k), int(token),
-                                     int(start_pos), _pick_to_js(pick), bool(rows))
+                                     int(start_pos), _pick_to_js(pick), bool(rows), _to_js_int32(list(copy)))
 
         async def finish():
             r = await pending if inspect.isawaitable(pending) else pending
-            props = _ids_from_js(_get(r, "proposals"), k, "proposals")
+            picks = _ids_from_js(_get(r, "proposals"), k, "proposals")            # the draft's picks
+            props = [int(x) for x in copy] + picks[len(copy):]
             ids = _ids_from_js(_get(r, "ids"), k + 1, "ids")
             rr = _get(r, "rows")
-            return Round(props, ids, logits_from_js(rr, k + 1, vocab) if rows else None)   # rows (k+1, vocab)
+            return Round(props, ids, logits_from_js(rr, k + 1, vocab) if rows else None,   # rows (k+1, vocab)
+                         picks if len(copy) else None)
         return finish()
 
     def verify(self, tokens, start_pos, pick, rows=False):
@@ -179,12 +181,13 @@ class _JsBatched:
             return chain_from_flat(counts, accepted, props, ids, k, what)
         return finish()
 
-    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
+    def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=(), copy=None):
         if not isinstance(draft, JsBackend):
             raise TypeError("spec_chain needs a draft on the same device (a JsBackend)")
         self._check_start("spec_chain", len(seq) - 1)
         return self._chain(self._js.specChain(draft._js, _to_js_int32(seq), int(draft_start), int(rounds), int(k),
-                                              _pick_to_js(pick), bool(restart), int(then), _to_js_int32(list(stop))),
+                                              _pick_to_js(pick), bool(restart), int(then), _to_js_int32(list(stop)),
+                                              _to_js_int32([int(x) for x in copy]) if copy else None),
                            rounds, k, "spec_chain")
 
 

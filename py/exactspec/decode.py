@@ -66,6 +66,7 @@ class GenerateConfig:
     k: int = DEFAULTS["k"]
     k_schedule: str = DEFAULTS["k_schedule"]     # 'fixed' | 'additive' (exactspec.settings.K_SCHEDULES)
     draft_stop: float = DEFAULTS["draft_stop"]   # confidence stop of a model/head draft (0 = off)
+    head_copy: bool = DEFAULTS["head_copy"]      # a head's rounds take the n-gram's copies first (HeadDrafter.copy)
     drafter: str = DEFAULTS["drafter"]
     bridge: str = DEFAULTS["bridge"]       # a draft model with another tokenizer (exactspec.vocab)
     stop: Sequence[str] = ()
@@ -78,7 +79,7 @@ class GenerateConfig:
         try:
             check({n: getattr(self, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode",
                                                  "k", "k_schedule", "draft_stop", "drafter", "adaptive", "bridge",
-                                                 "grammar_draft")},
+                                                 "grammar_draft", "head_copy")},
                   defaults={**DEFAULTS, "speculation": True})
         except SettingsError as e:
             raise ValueError(str(e)) from None
@@ -242,7 +243,7 @@ async def generate_async(
     # (JSON mode: an n-gram drafter takes 1-token matches, drafters/ngram.py MIN_NGRAM_JSON; other drafters ignore it)
     drafter = make_drafter(cfg.drafter, draft, V, stop=cfg.draft_stop, bridge=cfg.bridge, tokenizer=tokenizer,
                            draft_tokenizer=draft_tokenizer, mode="greedy" if params.greedy else cfg.mode,
-                           **({"min_ngram": MIN_NGRAM_JSON} if gram is not None else {}))
+                           head_copy=cfg.head_copy, **({"min_ngram": MIN_NGRAM_JSON} if gram is not None else {}))
     picker = _Picker(cfg.mode, params, rng, V)
     if gram is not None:
         from .constrain.drafter import GrammarDrafter
@@ -266,6 +267,7 @@ async def generate_async(
         """Passes to run ahead from absolute position t0 (a drafter that found nothing this time may find proposals
         soon: run ahead less far then)."""
         return max(1, min(ahead if k == 0 else min(ahead, AHEAD_WITH_DRAFTER), remaining, C.seq_len - t0 + 1))
+    from .drafters.head import HeadDrafter
     from .drafters.model import ModelDrafter
     # whose empty rounds may hint the device's next run (decode_ahead's `then`): the champion alone, and the n-gram
     # drafter (no passes and no state of its own, so a round that takes a hinted run instead of its proposals changes
@@ -349,6 +351,13 @@ async def generate_async(
     spec_chain_max = champion.chain_rounds if batched and params.greedy and isinstance(drafter, ModelDrafter) \
         and not drafter.stop and cfg.k_schedule == "fixed" and champion.offers("spec_chain") \
         and 0 < k_hi <= champion.chain_k_max else 0
+    # a head's copies (HeadDrafter.copy: the n-gram's proposals first where it finds some; greedy and coupled), as
+    # the device's rounds and chains make them (backend spec_round's copy, spec_chain's copy)
+    head_copy = drafter.copy if isinstance(drafter, HeadDrafter) and (params.greedy or cfg.mode == "coupled") else None
+    copy_chain = {"copy": (head_copy.min_ngram, head_copy.max_ngram)} if head_copy else {}
+
+    def copy_round(k: int) -> dict:
+        return {"copy": drafter.copy_of(seq, k)} if head_copy else {}
 
     def k_cap_at(remaining: int, t0: int) -> int:
         """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer."""
@@ -533,7 +542,8 @@ async def generate_async(
                     else 0
                 try:
                     res = await waited(champion.spec_chain(draft, seq, d_start, m_chain, k, pick,
-                                                           restart=drafter.restarts, then=then, stop=eos_list))
+                                                           restart=drafter.restarts, then=then, stop=eos_list,
+                                                           **copy_chain))
                 except Exception as e:
                     raise BackendError(f"speculative rounds failed: {e}", "round") from e
                 n.submissions += 1
@@ -600,7 +610,7 @@ async def generate_async(
                     hit("verify")
                     try:
                         res = await waited(champion.spec_round(draft, feed, d_start, k, seq[-1], t0 - 1, pick,
-                                                               want_rows))
+                                                               want_rows, **copy_round(k)))
                     except Exception as e:
                         raise BackendError(f"speculative round failed: {e}", "round") from e
                     drafter.passes += k

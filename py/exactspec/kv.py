@@ -81,13 +81,14 @@ class TrackedCache(PassThrough):
         return res
 
     async def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick,
-                         rows: bool = True):
+                         rows: bool = True, copy=()):
         res = await self._with_draft(draft, lambda d: self.backend.spec_round(d, feed, draft_start, k, int(token),
-                                                                              start_pos, pick, rows))
+                                                                              start_pos, pick, rows, copy=copy))
         props = [int(x) for x in res.proposals]
         self._record(start_pos, [token] + props)
-        if isinstance(draft, TrackedCache):
-            draft._record(draft_start, list(feed) + props[: k - 1])
+        if isinstance(draft, TrackedCache):       # (the draft was fed its own picks, which copies may replace)
+            fed = res.proposals if res.draft_picks is None else res.draft_picks
+            draft._record(draft_start, list(feed) + [int(x) for x in fed][: k - 1])
         return res
 
     async def verify(self, tokens: Sequence[int], start_pos: int, pick, rows: bool = False):
@@ -105,11 +106,12 @@ class TrackedCache(PassThrough):
         return res
 
     async def spec_chain(self, draft, seq: Sequence[int], draft_start: int, rounds: int, k: int, pick,
-                         restart: bool = False, then: int = 0, stop=()):
+                         restart: bool = False, then: int = 0, stop=(), copy=None):
         toks = [int(t) for t in seq]
         start_pos = len(toks) - 1
         res = await self._with_draft(draft, lambda d: self.backend.spec_chain(d, toks, draft_start, rounds, k, pick,
-                                                                              restart, then=then, stop=stop))
+                                                                              restart, then=then, stop=stop,
+                                                                              copy=copy))
         grown = toks + res.appended()
         self._record(start_pos, grown[start_pos:-1])                 # what the rounds' kept rows were fed
         if isinstance(draft, TrackedCache):

@@ -661,9 +661,10 @@ class ReferenceModel:
         from .backend import decode_ahead_by_forwards
         return decode_ahead_by_forwards(self, token, start_pos, n, pick, rows, then=then, stop=stop)
 
-    def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick, rows: bool = True):
+    def spec_round(self, draft, feed, draft_start: int, k: int, token: int, start_pos: int, pick, rows: bool = True,
+                   copy=()):
         from .backend import spec_round_by_forwards
-        return spec_round_by_forwards(self, draft, feed, draft_start, k, token, start_pos, pick, rows)
+        return spec_round_by_forwards(self, draft, feed, draft_start, k, token, start_pos, pick, rows, copy=copy)
 
     def verify(self, tokens, start_pos: int, pick, rows: bool = False):
         from .backend import verify_by_forwards
@@ -675,6 +676,6 @@ class ReferenceModel:
         return ngram_chain_by_forwards(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram)
 
     def spec_chain(self, draft, seq, draft_start: int, rounds: int, k: int, pick, restart: bool = False, then=0,
-                   stop=()):
+                   stop=(), copy=None):
         from .backend import spec_chain_by_forwards
-        return spec_chain_by_forwards(self, draft, seq, draft_start, rounds, k, pick, restart)
+        return spec_chain_by_forwards(self, draft, seq, draft_start, rounds, k, pick, restart, copy=copy)

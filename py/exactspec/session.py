@@ -81,10 +81,11 @@ class YieldingBackend(PassThrough):
         r = self.inner.decode_ahead(token, start_pos, n, pick, rows, then=then, stop=stop)
         return (await r) if inspect.isawaitable(r) else r
 
-    async def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True):
+    async def spec_round(self, draft, feed, draft_start, k, token, start_pos, pick, rows=True, copy=()):
         from .backend import base_of
         await asyncio.sleep(0)
-        r = self.inner.spec_round(base_of(draft, YieldingBackend), feed, draft_start, k, token, start_pos, pick, rows)
+        r = self.inner.spec_round(base_of(draft, YieldingBackend), feed, draft_start, k, token, start_pos, pick, rows,
+                                  copy=copy)
         return (await r) if inspect.isawaitable(r) else r
 
     async def verify(self, tokens, start_pos, pick, rows=False):
@@ -97,11 +98,11 @@ class YieldingBackend(PassThrough):
         r = self.inner.ngram_chain(seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=then, stop=stop)
         return (await r) if inspect.isawaitable(r) else r
 
-    async def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
+    async def spec_chain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=(), copy=None):
         from .backend import base_of
         await asyncio.sleep(0)
         r = self.inner.spec_chain(base_of(draft, YieldingBackend), seq, draft_start, rounds, k, pick, restart,
-                                  then=then, stop=stop)
+                                  then=then, stop=stop, copy=copy)
         return (await r) if inspect.isawaitable(r) else r
 
 

@@ -32,6 +32,7 @@ DEFAULTS = {
     "k": 4,
     "k_schedule": "fixed",
     "draft_stop": 0.0,       # confidence stop: a model/head draft halts once its top probability is below this (0 = off)
+    "head_copy": False,      # drafter 'head': where the n-gram finds a copy in the text, its proposals come first
     "mode": "coupled",
     "temperature": 0.0,      # 0 = greedy
     "top_k": 0,              # 0 = off
@@ -51,7 +52,7 @@ LIMITS = {
     "max_new_tokens": ("int", 1, 8192, False),
 }
 CHOICES = {"drafter": DRAFTERS, "mode": MODES, "k_schedule": K_SCHEDULES, "bridge": BRIDGES}
-FLAGS = ("speculation", "adaptive", "grammar_draft")
+FLAGS = ("speculation", "adaptive", "grammar_draft", "head_copy")
 
 
 class SettingsError(ValueError):

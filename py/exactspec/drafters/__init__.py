@@ -49,11 +49,13 @@ class NoDrafter:
 
 
 def make_drafter(kind: str, draft=None, vocab_size: int | None = None, stop: float = 0.0, *, bridge: str = "auto",
-                 tokenizer=None, draft_tokenizer=None, mode: str = "coupled", **opts) -> "Drafter":
+                 tokenizer=None, draft_tokenizer=None, mode: str = "coupled", head_copy: bool = False,
+                 **opts) -> "Drafter":
     """The drafter for `kind`. stop: the confidence stop of a model or head draft (0 = off; see ModelDrafter).
     A draft model with its own tokenizer (draft_tokenizer and the champion's tokenizer given) that differs from the
     champion's gets a bridged drafter (exactspec.vocab: remap, tli or slem, `bridge` 'auto' choosing from the two
-    tokenizers and the mode: greedy, coupled or rejection)."""
+    tokenizers and the mode: greedy, coupled or rejection). head_copy: a head's rounds take the n-gram's copies first
+    (HeadDrafter's copy)."""
     if kind == "none":
         return NoDrafter()
     if kind == "ngram":
@@ -73,7 +75,9 @@ def make_drafter(kind: str, draft=None, vocab_size: int | None = None, stop: flo
                 f"draft vocab_size {draft.config.vocab_size} != champion vocab_size {vocab_size}: "
                 "the draft must share the champion's tokenizer"
             )
-        return (HeadDrafter if kind == "head" else ModelDrafter)(draft, stop=stop)
+        if kind == "head":
+            return HeadDrafter(draft, stop=stop, copy=head_copy)
+        return ModelDrafter(draft, stop=stop)
     from ..settings import DRAFTERS
     raise ValueError(f"unknown drafter {kind!r}: expected one of {', '.join(DRAFTERS)}")
 
