@@ -45,6 +45,7 @@ function syncSpeculationFields() {
   $('adaptive').disabled = !on;
   $('grammar_draft').disabled = !on;
   $('bridge').disabled = !on || $('drafter').value !== 'model';
+  $('head_copy').disabled = !on || $('drafter').value !== 'head';
   renderBridge();
 }
 

@@ -17,6 +17,12 @@
 // room = seq_len - 1 - L keeps every row inside the cache (the host also keeps start_pos + R (k + 1) <= seq_len).
 // Proposals need only be good, never exact: the host confirms every token from the picks (py/exactspec/decode.py).
 //
+// Variant COPY (kernels.js 'chain_copy'; app/gpu/model.js specChain with a head's copies): dispatched inside a
+// specChain round, after the draft's proposals were copied into tokens[r (k + 1) + 1 ..] and before the verify pass,
+// round r = state[1] - 1 open at L = state[0] (draft_chain.wgsl's step 2): the same lookup over hist[0 .. L), and its
+// c proposals overwrite the draft's first c (py/exactspec/drafters/head.py HeadDrafter.copy_of; room as above). Closes
+// nothing, writes no record, Step or state; params.k the round's k, params.rounds unused.
+//
 // Work split: one workgroup. Invocation 0 closes the round (a <= k comparisons) and writes the appended tokens; the
 // search is split over the invocations (candidate i = lid, lid + WG_SIZE, ...), its maximum found with an atomic;
 // invocations j < k write proposal j.
@@ -62,6 +68,10 @@ fn main(@builtin(local_invocation_index) lid: u32) {
   let W = K + 1u;          // rows (and token slots) per round
   let RW = K + 2u;         // words per round record
   if (lid == 0u) {
+// #if COPY
+    w_len = state[0];
+    w_round = state[1] - 1u;
+// #else
     let r = state[1];
     var L = state[0];
     if (r > 0u) {          // 1. close round r - 1
@@ -78,14 +88,17 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     }
     w_len = L;
     w_round = r;
+// #endif
     atomicStore(&w_best, -1);
   }
   let L = workgroupUniformLoad(&w_len);
   let r = workgroupUniformLoad(&w_round);
+// #if !COPY
   if (r >= params.rounds) {          // 3. the chain's end
     if (lid == 0u) { state[0] = L; state[1] = 0u; }
     return;
   }
+// #endif
   // 2. open round r: the n-gram lookup
   storageBarrier();                  // (hist as invocation 0 left it)
   var at = -1;                       // the match's start
@@ -112,6 +125,9 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     c = min(min(K, L - u32(at) - nm), room);
   }
   let base = r * W;
+// #if COPY
+  for (var j = lid; j < c; j = j + WG_SIZE) { tokens[base + 1u + j] = hist[u32(at) + nm + j]; }
+// #else
   let last = hist[L - 1u];
   for (var j = lid; j < K; j = j + WG_SIZE) {
     var p = last;                    // padding: the rows past 1 + c are not computed (the Step's n)
@@ -135,4 +151,5 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     state[0] = L;
     state[1] = r + 1u;
   }
+// #endif
 }

@@ -102,12 +102,14 @@
 //          confirms these ids; decodeAhead(ids[n-1], start_pos + n, then, pick, rows) next returns their result (the
 //          same as without the continuation); any other call or a truncate drops them (only KV positions past the
 //          committed length were written). stop: token ids (EOS) after which no continuation is submitted.
-//   await champion.specRound(draft, feed, draft_start, k, token, start_pos, pick, rows)
+//   await champion.specRound(draft, feed, draft_start, k, token, start_pos, pick, rows, copy = null)
 //       -> {proposals: Int32Array (k), ids: Int32Array (k + 1), rows: Float32Array ((k + 1) * vocab) | null}: the
 //          draft (another model of this engine, or a draft head on this champion: engine.loadHead) takes `feed`
 //          at draft_start (ending at start_pos) and makes k picks,
 //          feeding each back (its length becomes draft_start + feed.length + k - 1); then the champion takes [token,
 //          proposals...] at start_pos, reading the proposals on the GPU (its length becomes start_pos + k + 1).
+//          copy: up to k ids (a draft head's copies) that replace the first proposals the champion verifies; the
+//          returned proposals stay the draft's own picks (what its passes were fed).
 //   await model.verify(tokens, start_pos, pick, rows = false)
 //       -> {ids: Int32Array (n), rows: Float32Array (n * vocab) | null}: one forward of the n tokens with the pick
 //          made on every row (ids[i] from row i); for proposals made on the host (n-gram, bridged drafts), whose
@@ -125,7 +127,8 @@
 //          one ends (history and length stay on the GPU), taken by the next ngramChain(seq + appended, ...) with the
 //          same k, pick and n-gram sizes; any other call or a truncate drops it; none after a chain that appended a
 //          `stop` id. Ids only (no rows): the decode loop chains greedy rounds.
-//   await champion.specChain(draft, seq, draft_start, rounds, k, pick, restart = false, then = 0, stop = null)
+//   await champion.specChain(draft, seq, draft_start, rounds, k, pick, restart = false, then = 0, stop = null,
+//                            copy = null)
 //       -> {counts (all k), accepted, proposals, ids, draftLength}: specRound's greedy rounds, `rounds` of them in one
 //          submission (shaders/draft_chain.wgsl opens and closes them between the verify passes, so the GPU never waits
 //          for the host within a chain): seq = every token so far (its last, at start_pos, not yet in the cache); the
@@ -133,7 +136,10 @@
 //          later rounds from what a drafter's update() keeps (restart: a draft head, refused without it, from the
 //          round before's first position). Lengths become the grown sequence's less one (champion) and what the
 //          draft keeps. then / stop: ngramChain's continuation, taken by the next specChain(draft, grown seq,
-//          draftLength, then, k, pick, restart). Offered where ngramChain is (chainRounds, chainMaxK).
+//          draftLength, then, k, pick, restart). Offered where ngramChain is (chainRounds, chainMaxK). copy
+//          [min_ngram, max_ngram] (a draft head's copies): in each round the n-gram lookup on the sequence as it stands
+//          (shaders/chain.wgsl COPY, ngramChain's rule) replaces the draft's first proposals; the returned proposals
+//          are the verified ones.
 //   model.truncate(n)        O(1): logical KV length := n (0 <= n <= length); nothing is zeroed.
 //   await model.enableFeatures()   keep the features from now on (a draft head's bind calls it); positions computed
 //                            before have none (model.featFrom: the first position whose features are kept).

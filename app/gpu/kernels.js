@@ -104,12 +104,12 @@ class Kernel {
 /** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
 export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
-    residual: 'residual', chain: 'chain', draft_chain: 'draft_chain' };
+    residual: 'residual', chain: 'chain', chain_copy: 'chain', draft_chain: 'draft_chain' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
   if (fuse && qkvAttn) Object.assign(files, { qkv_attn: 'attention', ffn_kv: 'ffn_sg' });
   // a kernel's variant of its file
   const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true }, qkv_attn: { O_PROJ: true, QKV: true },
-    ffn_kv: { KVCOPY: true } };
+    ffn_kv: { KVCOPY: true }, chain_copy: { COPY: true } };
   return { files, defines };
 }
 

@@ -167,6 +167,7 @@ export class EngineModel {
     this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
     this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    this.bufs.copy_ids = mem.create('copy_ids', MAX_PASSES * 4);   // (k,) specRound's copies (a draft head's)
     // ngramChain (shaders/chain.wgsl): not where a one-row chunk's ops differ from a multi-row one's (fuseQkvAttn),
     // since a chain's pass computes 1 + c rows of a grid sized for k + 1
     this.chainMaxK = Math.min(MAX_PASSES, plan.maxRows - 1);   // (a round's k + 1 rows are one chunk)
@@ -181,6 +182,8 @@ export class EngineModel {
       this.bufs.chain_slots = mem.create('chain_slots', (this.chainMaxK + 1) * this.slotBytes);   // (k + 1, slot words)
       this.bufs.chain_feed = mem.create('chain_feed', (this.chainMaxK + 1) * 4);                  // (k + 1)
       this.bufs.dchain_params = mem.create('dchain_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+      // specChain's copies for a draft head (chain.wgsl COPY, its own params)
+      this.bufs.copy_params = mem.create('copy_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
     } else {
       this.ngramChain = undefined;           // not offered (py/exactspec/bridge.py offers)
       this.specChain = undefined;
@@ -229,6 +232,11 @@ export class EngineModel {
         hist: b.chain_hist, tokens: b.tokens, ids: b.ids, slots: b.chain_slots, feed: b.chain_feed, rec: b.chain_rec });
       const dpipe = await D.pipeline({});
       this.draftChainOps = [{ label: 'draft_chain', kind: 'chain', bindGroup: dbg, select: () => ({ pipeline: dpipe, grid: [1, 1, 1] }) }];
+      const C = this.eng.kernels.chain_copy;
+      const cbg = C.bind('chain_copy', { params: b.copy_params, step: this.stepBuf, state: b.chain_state, hist: b.chain_hist,
+        tokens: b.tokens, ids: b.ids, slot: b.chain_slot, rec: b.chain_rec });
+      const cpipe = await C.pipeline({ WG_SIZE: Math.min(256, this.device.limits.maxComputeInvocationsPerWorkgroup) });
+      this.copyOps = [{ label: 'chain_copy', kind: 'chain', bindGroup: cbg, select: () => ({ pipeline: cpipe, grid: [1, 1, 1] }) }];
     }
     await this.ensureOut(1);
   }
@@ -302,8 +310,8 @@ export class EngineModel {
     return this.traced('ahead', this.eng.locked(() => this.aheadNow(token, startPos, n, pick, rows, then, stop)));
   }
 
-  specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true) {
-    return this.traced('round', this.settled(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows)));
+  specRound(draft, feed, draftStart, k, token, startPos, pick, rows = true, copy = null) {
+    return this.traced('round', this.settled(() => this.roundNow(draft, feed, draftStart, k, token, startPos, pick, rows, copy)));
   }
 
   verify(tokens, startPos, pick, rows = false) { return this.settled(() => this.verifyNow(tokens, startPos, pick, rows)); }
@@ -312,8 +320,8 @@ export class EngineModel {
     return this.traced('ngram_chain', this.eng.locked(() => this.chainNow(seq, startPos, rounds, k, pick, ngram, then, stop)));
   }
 
-  specChain(draft, seq, draftStart, rounds, k, pick, restart = false, then = 0, stop = null) {
-    return this.traced('spec_chain', this.eng.locked(() => this.specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop)));
+  specChain(draft, seq, draftStart, rounds, k, pick, restart = false, then = 0, stop = null, copy = null) {
+    return this.traced('spec_chain', this.eng.locked(() => this.specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop, copy)));
   }
 
   /** The kept final hidden states (loadModel option features) of positions startPos .. startPos + n - 1 (< length):
@@ -623,7 +631,7 @@ export class EngineModel {
    * `then` > 0 also submits the next chain of `then` rounds from where this one ends (history, lengths and the draft's
    * input stay on the GPU), taken by the next specChain(draft, grown seq, its draft start, then, k, pick, restart) as
    * ngramChain's continuations are; `stop` ids: none after a chain that appended one. */
-  async specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop) {
+  async specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop, copy) {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specChain: the draft must be another model of the same engine');
     draft.usable();
@@ -636,6 +644,8 @@ export class EngineModel {
     if (!Number.isInteger(draftStart) || f < 1 || f > k + 1) throw new Error(`specChain: the draft is fed seq[${draftStart}..${startPos}], ${f} tokens; 1 to k + 1 = ${k + 1} may be`);
     if (typeof restart !== 'boolean') throw new Error(`specChain: restart ${JSON.stringify(restart)} must be true or false`);
     if (draft.isHead && !restart) throw new Error('specChain: a draft head\'s rounds restart (its drafted positions are made again from the champion\'s features)');
+    const cp = copy ? Array.from(copy, Number) : null;   // [min_ngram, max_ngram] of each round's copies, or none
+    if (cp && (cp.length !== 2 || !Number.isInteger(cp[0]) || !Number.isInteger(cp[1]) || cp[0] < 1 || cp[1] < cp[0] || cp[1] > 16)) throw new Error(`specChain: copy ${JSON.stringify(copy)} must be [min, max] with 1 <= min <= max <= 16`);
     const p = checkPick(pick);
     if (p.temperature !== 0) throw new Error('specChain: greedy picks only (the rounds close on the picks)');
     const W = k + 1;
@@ -645,7 +655,7 @@ export class EngineModel {
     if (draft.slotBytes !== this.slotBytes) throw new Error('specChain: the draft\'s step slots differ from the champion\'s');
     if (W > draft.plan.maxRows) throw new Error(`specChain: k + 1 = ${W} rows exceed the draft's chunk of ${draft.plan.maxRows}`);
     const next = this.nextRun(then, startPos + (rounds + then) * W, Math.min(this.config.seq_len, draft.config.seq_len));
-    const key = (last, pos, dStart, r) => JSON.stringify([draft.id, draft.gen, last, pos, dStart, r, k, restart]);
+    const key = (last, pos, dStart, r) => JSON.stringify([draft.id, draft.gen, last, pos, dStart, r, k, restart, cp]);
     const params = (r) => this.device.queue.writeBuffer(this.bufs.dchain_params, 0, this.eng.kernels.draft_chain.pack('params',
       { k, rounds: r, slot_words: this.slotBytes / 4, restart: restart ? 1 : 0 }));
     const want = key(hist[startPos], startPos, draftStart, rounds);
@@ -658,10 +668,12 @@ export class EngineModel {
       q.writeBuffer(this.bufs.chain_hist, 0, hist);
       q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, draftStart, 0]));
       params(rounds);
+      if (cp) q.writeBuffer(this.bufs.copy_params, 0, this.eng.kernels.chain_copy.pack('params',
+        { k, rounds, min_ngram: cp[0], max_ngram: cp[1], seq_len: this.config.seq_len }));
       draft.setPick(p);
       this.setPick(p);
-      return this.launch(this.specChainSub(draft, rounds, k, 'staging', false), next === 0);
-    }, (other) => this.specChainSub(draft, next, k, other, true), params);
+      return this.launch(this.specChainSub(draft, rounds, k, 'staging', false, !!cp), next === 0);
+    }, (other) => this.specChainSub(draft, next, k, other, true, !!cp), params);
     const res = parseChain(out.bytes, rounds, k, 'specChain');
     const st = new Uint32Array(out.bytes, 4 * rounds * (2 * k + 3), 4);
     if (res.counts.some((x) => x !== k) || st[0] !== hist.length + res.advance) throw new Error('specChain: the GPU\'s records disagree with its history length');
@@ -677,7 +689,7 @@ export class EngineModel {
    * copied into the draft's and this model's slots and the draft's input into its tokens, the draft's k passes (the
    * first on a grid of k + 1 rows, f computed), the proposals copied into this model's tokens, the verify pass; the
    * kernel once more (closes the last round); reads back rec (rounds, k + 2), ids (rounds, k + 1), state (4,). */
-  specChainSub(draft, rounds, k, staging, cont) {
+  specChainSub(draft, rounds, k, staging, cont, copy = false) {
     const sub = new Submission(this, staging);
     const W = k + 1;
     const stepBytes = this.stepKernel.uniformBytes('step');
@@ -694,6 +706,7 @@ export class EngineModel {
       sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra }, 'tokens', rowwise);
       for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra }, 'tokens');
       sub.copy(draft.bufs.tokens, 4 * (bd + k + 1), this.bufs.tokens, 4 * (r * W + 1), 4 * k);
+      if (copy) sub.run(this.copyOps, 1, 0, 'chain_copy');     // a head's copies replace its first proposals
       sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W }, 'ids', rowwise);
     }
     sub.run(this.draftChainOps, 1, 0, 'draft_chain');
@@ -707,7 +720,7 @@ export class EngineModel {
     return sub;
   }
 
-  async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows) {
+  async roundNow(draft, feed, draftStart, k, token, startPos, pick, rows, copy) {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specRound: the draft must be another model of the same engine');
     draft.usable();
@@ -722,16 +735,20 @@ export class EngineModel {
     draft.checkStart('specRound draft', draftStart, f + k - 1);
     this.checkStart('specRound', startPos, k + 1);
     const p = checkPick(pick);
+    const cp = copy && copy.length ? this.tokenIds('specRound copy', copy) : null;   // (c,) the first proposals
+    if (cp && cp.length > k) throw new Error(`specRound: ${cp.length} copied proposals exceed k = ${k}`);
     await draft.ensureOut(draft.roundRows(k));
     await this.ensureOut(k + 1);
     const q = this.device.queue;
     q.writeBuffer(draft.bufs.tokens, 0, fed);
     q.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
+    if (cp) q.writeBuffer(this.bufs.copy_ids, 0, cp);
     draft.setPick(p);
     this.setPick(p);
     const sub = new Submission(this);
     const done = draft.draftPasses(sub, f, draftStart, k, startPos);              // proposals -> draft tokens[f..]
     sub.copy(draft.bufs.tokens, 4 * f, this.bufs.tokens, 4, 4 * k);                // [token, proposals...]
+    if (cp) sub.copy(this.bufs.copy_ids, 0, this.bufs.tokens, 4, 4 * cp.length);   // the copies replace the first
     sub.pass(this, { n: k + 1, startPos, nOut: k + 1 }, 'ids');
     const V = this.config.vocab_size;
     sub.read(draft.bufs.tokens, 4 * f, 4 * k);                                  // proposals (k,)

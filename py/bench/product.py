@@ -3,7 +3,8 @@
     python build.py bench product [--host chromium|node] [--backend cpu|webgpu|opengl|vulkan]
         [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model,head] [--ks 1,2,3,4]
         [--modes greedy,coupled] [--seeds 0,1] [--temperature 0.7] [--runs 3] [--max-new-tokens 64]
-        [--adaptive off|on|both] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--head GGUF] [--workload JSONL]
+        [--adaptive off|on|both] [--head-copy] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--head GGUF]
+        [--workload JSONL]
         [--out FILE.json] [--table FILE.txt] [--quick] [--deadline S] [--node PATH]
 
 Hosts (the decode loop is never re-implemented here: every answer is a `generate` of the product's own session):
@@ -315,7 +316,7 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
             for it in s_items:
                 chat = workload_messages(it)
                 max_new = min(int(it["max_new_tokens"]), a.max_new_tokens)
-                base = {"chat": chat, "max_new_tokens": max_new}
+                base = {"chat": chat, "max_new_tokens": max_new, **({"head_copy": True} if a.head_copy else {})}
                 try:   # the warm-up answer: the prompt's prefill (and the drafts'), so measured answers reuse it
                     if "head" in a.drafters:
                         host.generate({**base, "max_new_tokens": 2, "temperature": 0.0, "drafter": "head", "k": 1,
@@ -577,6 +578,8 @@ def parse_args(argv=None):
     ap.add_argument("--temperature", type=float, default=0.7, help="coupled mode's temperature")
     ap.add_argument("--runs", type=int, default=None, help="default 3 (>= 3 for figures)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="cap on each answer (default 64)")
+    ap.add_argument("--head-copy", action="store_true",
+                    help="every answer with head_copy (drafter head: the n-gram's copies first); an A/B runs twice")
     ap.add_argument("--adaptive", choices=list(ADAPTIVES), default="off",
                     help="speculation forced (off), 'only while it pays' (on), or both")
     ap.add_argument("--timing-reps", type=int, default=None, help="repetitions per pass timing (default 5)")
@@ -710,6 +713,7 @@ def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> di
         "strata": list(dict.fromkeys(i["stratum"] for i in a.items)), "prompts": [i["id"] for i in a.items],
         "per_stratum": a.per_stratum, "drafters": a.drafters, "ks": a.ks, "modes": a.modes, "seeds": a.seeds,
         "temperature": a.temperature, "runs": a.runs, "max_new_tokens": a.max_new_tokens, "adaptive": a.adaptive,
+        "head_copy": a.head_copy,
         "timing_reps": a.timing_reps, "deadline_s": a.deadline,
     }
     spec_recs = [r for r in res["records"] if r["drafter"] != "none"]

@@ -66,7 +66,7 @@ def cmd_generate(a) -> int:
 
     s = normalise({n: getattr(a, n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "mode", "k",
                                               "k_schedule", "draft_stop", "drafter", "adaptive", "bridge",
-                                              "grammar_draft")})
+                                              "grammar_draft", "head_copy")})
     s.pop("speculation")
     cfg = GenerateConfig(**s, stop=tuple(a.stop or ()), response_format=response_format(a))
     cfg.validate()
@@ -189,6 +189,8 @@ def main(argv=None) -> int:
                    help="fixed k, or additive: +1 after a fully accepted round, -1 after a first rejection")
     g.add_argument("--draft-stop", type=float, default=D["draft_stop"],
                    help="confidence stop: the draft halts when its top probability falls below this (0 = off)")
+    g.add_argument("--head-copy", action=argparse.BooleanOptionalAction, default=D["head_copy"],
+                   help="drafter head: where the n-gram finds a copy in the text, its proposals come first")
     g.add_argument("--bridge", choices=BRIDGES, default=D["bridge"],
                    help="a draft with another tokenizer: auto (from the two tokenizers and the mode), remap, tli, slem")
     g.add_argument("--stop", action="append", help="stop string (repeatable)")

@@ -108,16 +108,18 @@ class EngineModelProxy:
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
         return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
-    def specChain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=()):
+    def specChain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=(), copy=None):
         r = self._call("specChain", draft=draft.name, seq=_ints(seq), draft_start=int(draft_start), rounds=int(rounds),
-                       k=int(k), pick=dict(pick), restart=bool(restart), then=int(then), stop=_ints(stop))
+                       k=int(k), pick=dict(pick), restart=bool(restart), then=int(then), stop=_ints(stop),
+                       copy=None if copy is None else _ints(copy))
         draft.length = r["draft_length"]
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
         return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
-    def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows):
+    def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows, copy=None):
         r = self._call("specRound", draft=draft.name, feed=_ints(feed), draft_start=int(draft_start), k=int(k),
-                       token=int(token), start_pos=int(start_pos), pick=dict(pick), rows=bool(rows))
+                       token=int(token), start_pos=int(start_pos), pick=dict(pick), rows=bool(rows),
+                       copy=None if copy is None else _ints(copy))
         draft.length = r["draft_length"]
         return {"proposals": np.asarray(r["proposals"], np.int32), "ids": np.asarray(r["ids"], np.int32),
                 "rows": _f32(r["rows"])}

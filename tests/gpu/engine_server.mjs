@@ -8,10 +8,10 @@
 //   forward {name, tokens, start_pos, n_out} -> {rows (base64 float32), length};  truncate {name, n} -> {length};
 //   decodeAhead {name, token, start_pos, n, pick, rows, then?, stop?} -> {ids, rows, length, continued (its result was a
 //     continuation the call before had submitted)};
-//   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows} -> {proposals, ids, rows, length,
+//   specRound {name, draft, feed, draft_start, k, token, start_pos, pick, rows, copy?} -> {proposals, ids, rows, length,
 //   draft_length}; verify {name, tokens, start_pos, pick, rows} -> {ids, rows, length}; ngramChain {name, seq,
 //   start_pos, rounds, k, pick, ngram, then?, stop?} -> {counts, accepted, proposals, ids, length, continued};
-//   specChain {name, draft, seq, draft_start, rounds, k, pick, restart?, then?, stop?} -> {counts, accepted, proposals,
+//   specChain {name, draft, seq, draft_start, rounds, k, pick, restart?, then?, stop?, copy?} -> {counts, accepted, proposals,
 //   ids, length, draft_length, continued};
 //   info -> {adapter};
 //   load_head {name, model, description, champion, opts?} -> {config, length, aheadMax, memory} (a draft head on the
@@ -50,7 +50,7 @@ async function handle(engine, models, q) {
   }
   if (q.cmd === 'specRound') {
     const d = models.get(q.draft);
-    const r = await m.specRound(d, q.feed, q.draft_start, q.k, q.token, q.start_pos, q.pick, q.rows);
+    const r = await m.specRound(d, q.feed, q.draft_start, q.k, q.token, q.start_pos, q.pick, q.rows, q.copy ?? null);
     return { proposals: Array.from(r.proposals), ids: Array.from(r.ids), rows: b64(r.rows), length: m.length, draft_length: d.length };
   }
   if (q.cmd === 'verify') {
@@ -64,7 +64,8 @@ async function handle(engine, models, q) {
   }
   if (q.cmd === 'specChain') {
     const d = models.get(q.draft);
-    const r = await m.specChain(d, q.seq, q.draft_start, q.rounds, q.k, q.pick, q.restart ?? false, q.then ?? 0, q.stop ?? null);
+    const r = await m.specChain(d, q.seq, q.draft_start, q.rounds, q.k, q.pick, q.restart ?? false, q.then ?? 0, q.stop ?? null,
+      q.copy ?? null);
     return { counts: Array.from(r.counts), accepted: Array.from(r.accepted), proposals: Array.from(r.proposals),
       ids: Array.from(r.ids), length: m.length, draft_length: d.length, continued: m.stats.continued ?? false };
   }

@@ -104,6 +104,70 @@ def test_chain_equals_rounds_one_by_one(engine):
     assert accepted > 0
 
 
+COPY_PROMPTS = [[7, 8, 9, 10, 7, 8, 9, 10, 7, 8], [3, 9, 27, 81, 43, 3, 9, 27, 81]]
+
+
+def test_chain_with_copies_equals_rounds_one_by_one(engine):
+    """A head's copies (shaders/chain.wgsl COPY inside the chain's rounds): each round's proposals are the n-gram's
+    lookup on the sequence as it stands in place of the head's first ones; the chain equals the same rounds one
+    specRound each with the host's copy (HeadDrafter.copy_of), bitwise the same picks, the same KV cache, and the
+    numpy reference's spec_chain with copy."""
+    from exactspec.backend import Pick, accepted_by_picks
+    from exactspec.drafters.head import HeadDrafter
+
+    champ, c, drafts = engine
+    used = 0
+    for name in ("oracle", "random"):
+        draft, js, _ = drafts[name]
+        for k in (1, 3):
+            k = min(k, c.chainMaxK)
+            for prompt in COPY_PROMPTS:
+                s = start(champ, draft, prompt, k)
+                ch = run(champ.spec_chain(draft, prompt, s, 5, k, Pick(), True, copy=(2, 3)))
+                n_chain, d_chain = champ.length, draft.length
+                after_chain = np.asarray(run(champ.forward([7], n_chain)))           # (1, vocab)
+                s = start(champ, draft, prompt, k)
+                d = HeadDrafter(draft, copy=True)
+                seq, want = list(prompt), []
+                for _ in range(5):
+                    feed, d_start = d.catch_up(seq)
+                    cp = d.copy_of(seq, k)
+                    used += len(cp)
+                    r = run(champ.spec_round(draft, feed, d_start, k, seq[-1], len(seq) - 1, Pick(), False, copy=cp))
+                    assert list(r.proposals[:len(cp)]) == cp
+                    a = accepted_by_picks(r.proposals, r.ids)
+                    seq += [int(x) for x in r.proposals[:a]] + [int(r.ids[a])]
+                    champ.truncate(len(seq) - 1)
+                    d.update(len(seq))
+                    want.append(([int(x) for x in r.proposals], [int(x) for x in r.ids], a))
+                assert [(p, i, a) for p, i, a in zip(ch.proposals, ch.ids, ch.accepted)] == want, (name, k, prompt)
+                assert seq[len(prompt):] == ch.appended() and d_chain == draft.length
+                after_replay = np.asarray(run(champ.forward([7], n_chain)))
+                assert np.array_equal(after_chain.view(np.uint32), after_replay.view(np.uint32)), "the KV cache differs"
+    assert used > 0
+
+
+def test_decode_loop_with_copies(engine, files):
+    """head_copy through the decode loop on the engine (chains with copies, an answer's first round a specRound with
+    the host's copy): the champion's own greedy answer, and the passes and acceptance of the numpy reference's loop."""
+    from exactspec.drafters.head import HeadModel
+    from exactspec.reference import ReferenceModel
+
+    champ, c, drafts = engine
+    for name in ("oracle", "random"):
+        draft, js, _ = drafts[name]
+        for prompt in COPY_PROMPTS:
+            k = min(2, c.chainMaxK)
+            base = generate(champ, prompt, drafter="none").token_ids
+            got = generate(champ, prompt, draft, drafter="head", k=k, head_copy=True)
+            rc = ReferenceModel.from_file(files["champion"][0], keep_features=True)
+            ref = generate(rc, prompt, HeadModel.from_file(files[name][0], rc), drafter="head", k=k, head_copy=True)
+            assert got.token_ids == base == ref.token_ids, (name, prompt)
+            for key_ in COUNTS:
+                assert got.stats[key_] == ref.stats[key_], (name, key_)
+            assert got.stats["chain_rounds"] > 0
+
+
 def generate(champ, prompt, draft=None, **kw):
     from exactspec.decode import GenerateConfig, generate as gen
     return gen(champ, prompt, GenerateConfig(**{"adaptive": False, "max_new_tokens": 24, **kw}), draft=draft, eos_ids=[])
