@@ -8,6 +8,8 @@
    k = 1 and 4; bench product, all strata x 2 prompts, 3 runs): per k and setting, each stratum's median speedup over
    the 3 runs (a run's speedup: tok/s with the head over the champion alone's in the same run), their median and
    range over the 11 strata, and how many strata reach 1.0 and 0.95.
+3. The head's chains without and with copies (call9_head_A / call9_head_copy_D: head_copy, the n-gram's copies
+   first), forced, k = 1, 2, 4, the same reading, and each stratum's speedup side by side.
 """
 import gzip
 import json
@@ -29,6 +31,44 @@ def tiles():
             p1, p5 = r["profile_n1_pos64"], r["profile_n5_pos64"]
             print(f"{d['variant']:<18} {d['round']:>5}  {s:15.3f}   {v:>34}   {p1['ffn']:6.0f} / {p5['ffn']:6.0f}    "
                   f"{p1['qkv']:6.0f} / {p5['qkv']:6.0f}")
+
+
+def speedups(name):
+    """(k, adaptive) -> stratum -> per-run speedups; (k, adaptive) -> taus."""
+    with gzip.open(HERE / name, "rt") as f:
+        d = json.load(f)
+    runs = defaultdict(lambda: defaultdict(list))      # (stratum, run) -> (k, adaptive) -> records
+    for r in d["records"]:
+        runs[(r["stratum"], r["run"])][(r["k"], bool(r.get("adaptive")))].append(r)
+    speed = defaultdict(lambda: defaultdict(list))
+    taus = defaultdict(list)
+    for (stratum, _), g in runs.items():
+        alone = g.get((0, False))
+        if not alone:
+            continue
+        t_alone = sum(r["n_tokens"] for r in alone) / sum(r["elapsed_ms"] for r in alone)
+        for key, rs in g.items():
+            if key[0] == 0:
+                continue
+            speed[key][stratum].append(sum(r["n_tokens"] for r in rs) / sum(r["elapsed_ms"] for r in rs) / t_alone)
+            taus[key] += [r["tau"] for r in rs if r.get("tau")]
+    return speed, taus, all(r["identical"] for r in d["records"] if r["k"])
+
+
+def copies():
+    sa, ta, ia = speedups("call9_head_A.json.gz")
+    sd, td, idd = speedups("call9_head_copy_D.json.gz")
+    print(f"\nhead chains, forced      median speedup over the strata [min-max]  strata >= 1.0   tau (median)"
+          f"   (all answers identical: {ia and idd})")
+    for key in sorted(sa):
+        for label, sp, ta_ in (("without copies", sa, ta), ("with copies", sd, td)):
+            med = [st.median(v) for v in sp[key].values()]
+            print(f"k = {key[0]}, {label:<15} {st.median(med):6.2f} [{min(med):.2f}-{max(med):.2f}]"
+                  f"                      {sum(m >= 1.0 for m in med):>2} of {len(med)}       {st.median(ta_[key]):.2f}")
+    print("\nper stratum, without -> with copies (median over the 3 runs), k = 1 / 2 / 4")
+    for s in sa[(1, False)]:
+        print(f"  {s:<18} " + "   ".join(f"{st.median(sa[(k, False)][s]):.2f} -> {st.median(sd[(k, False)][s]):.2f}"
+                                          for k in (1, 2, 4)))
 
 
 def pays():
@@ -61,3 +101,4 @@ def pays():
 if __name__ == "__main__":
     tiles()
     pays()
+    copies()
