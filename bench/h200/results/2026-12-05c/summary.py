@@ -74,23 +74,7 @@ def copies():
 def pays():
     print("\nhead chains   setting              median speedup over the strata [min-max]   strata >= 1.0   >= 0.95   tau (median)")
     for name in ("call5_head_k14_pays.json.gz", "call4_head_k2_pays.json.gz"):
-        with gzip.open(HERE / name, "rt") as f:
-            d = json.load(f)
-        runs = defaultdict(lambda: defaultdict(list))      # (stratum, run) -> (k, adaptive) -> records
-        for r in d["records"]:
-            runs[(r["stratum"], r["run"])][(r["k"], bool(r.get("adaptive")))].append(r)
-        speed = defaultdict(lambda: defaultdict(list))     # (k, adaptive) -> stratum -> per-run speedups
-        taus = defaultdict(list)
-        for (stratum, _), g in runs.items():
-            alone = g.get((0, False))
-            if not alone:
-                continue
-            t_alone = sum(r["n_tokens"] for r in alone) / sum(r["elapsed_ms"] for r in alone)
-            for key, rs in g.items():
-                if key[0] == 0:
-                    continue
-                speed[key][stratum].append(sum(r["n_tokens"] for r in rs) / sum(r["elapsed_ms"] for r in rs) / t_alone)
-                taus[key] += [r["tau"] for r in rs if r.get("tau")]
+        speed, taus, _ = speedups(name)
         for key in sorted(speed):
             med = [st.median(v) for v in speed[key].values()]
             print(f"k = {key[0]}         {'only while it pays' if key[1] else 'forced':<20} {st.median(med):6.2f} "
