@@ -13,6 +13,10 @@ greedy tau at k = 1, 2, 4 (emitted / rounds over the stratum's prompts, as bench
 the combined drafter, and the mean share of the combined drafter's rounds that were the n-gram's.
 
     python bench/results/head/combined_sim.py [--per-stratum 2] [--head static/models/head-smollm2.gguf] [--min-ngram 2,3]
+        [--validate adv-11,ml-02]
+
+--validate IDS: those prompts also run through the real loop (exactspec.decode.generate, drafter head, greedy, k = 1,
+2, 4, head_copy off and on, the decode loop's own rounds): its tau must equal the simulation's (head and comb2).
 """
 import argparse
 import sys
@@ -40,6 +44,7 @@ def main():
     ap.add_argument("--per-stratum", type=int, default=2)
     ap.add_argument("--head", default=str(ROOT / "static/models/head-smollm2.gguf"))
     ap.add_argument("--min-ngram", default="2", help="comma-separated: one combined drafter per n-gram minimum")
+    ap.add_argument("--validate", default="", help="comma-separated workload ids: the real loop against the simulation")
     a = ap.parse_args()
     C = ROOT / "static/models/smollm2-135m-instruct-q4_1.gguf"
     tok = Tokenizer.from_gguf(C)
@@ -47,7 +52,9 @@ def main():
     head = HeadModel.from_file(a.head, champ, sha256_file(C), max_len=4096)
     items = load_workload(ROOT / "tests/data/workload.jsonl")
     strata = list(dict.fromkeys(it["stratum"] for it in items))
-    items = [it for s in strata for it in [x for x in items if x["stratum"] == s][:a.per_stratum]]
+    check = [x for x in a.validate.split(",") if x]
+    items = [it for s in strata for it in [x for x in items if x["stratum"] == s][:a.per_stratum]
+             if it["id"] not in check] + [it for it in items if it["id"] in check]
     mins = [int(x) for x in a.min_ngram.split(",")]
     drafters = {m: NgramDrafter(max(3, m), m) for m in mins}
     names = ["head"] + [f"comb{m}" for m in mins]
@@ -83,6 +90,20 @@ def main():
                 n_ng += int(has[d][t])
                 t += min(int(runs[d][t]), 2, len(y) - t) + 1
             row[d] = n_ng / n_r
+        if it["id"] in check:     # the real loop, head_copy off (head) and on (comb2)
+            for d, hc in (("head", False), ("comb2", True)):
+                if d not in names:
+                    continue
+                for k in KS:
+                    champ.truncate(0)
+                    head.truncate(0)
+                    g = generate(champ, prompt, GenerateConfig(max_new_tokens=max_new, temperature=0.0, k=k,
+                                                               drafter="head", adaptive=False, head_copy=hc),
+                                 draft=head, eos_ids=[EOS])
+                    ok = abs(g.stats["tau"] - sims[(d, k)]["tau"]) < 1e-9 and g.token_ids == [t for t in y if t != EOS]
+                    print(f"validate {it['id']} {d} k={k}: loop tau {g.stats['tau']:.4f}, simulated "
+                          f"{sims[(d, k)]['tau']:.4f}: {'equal' if ok else 'DIFFERENT'}", flush=True)
+            continue          # (not counted in the tables: they hold the --per-stratum prompts)
         res.setdefault(it["stratum"], []).append(row)
         print(f"{it['id']}: " + " ".join(f"{d}/{k} {sims[(d, k)]['tau']:.2f}" for d in names for k in KS), flush=True)
 
@@ -93,6 +114,8 @@ def main():
         return (f"{label:<18} " + "   ".join(" ".join(f"{tau(rows, d, k):4.2f}" for k in KS)
                                          for d in names)
                 + "   " + " ".join(f"{np.mean([r[d] for r in rows]):4.2f}" for d in names[1:]))
+    if not res:
+        return
     print(f"\ngreedy tau at k = {', '.join(map(str, KS))}; head = the head alone, combM = the n-gram (minimum M) where it"
           f" has a match, else the head; last: the share of combM's rounds (k = 2) that were the n-gram's")
     print(f"{'stratum':<18} " + "   ".join(f"{d:<14}" for d in names))
