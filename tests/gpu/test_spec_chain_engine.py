@@ -149,7 +149,8 @@ def test_chain_with_copies_equals_rounds_one_by_one(engine):
 
 def test_decode_loop_with_copies(engine, files):
     """head_copy through the decode loop on the engine (chains with copies, an answer's first round a specRound with
-    the host's copy): the champion's own greedy answer, and the passes and acceptance of the numpy reference's loop."""
+    the host's copy): the champion's own greedy answer, and the passes and acceptance of the numpy reference's loop;
+    coupled answers (specRounds with the host's copy) the champion's own for two seeds."""
     from exactspec.drafters.head import HeadModel
     from exactspec.reference import ReferenceModel
 
@@ -166,6 +167,11 @@ def test_decode_loop_with_copies(engine, files):
             for key_ in COUNTS:
                 assert got.stats[key_] == ref.stats[key_], (name, key_)
             assert got.stats["chain_rounds"] > 0
+        for seed in (0, 1):              # coupled (T = 0.8): one specRound a round with the host's copy
+            prompt = COPY_PROMPTS[0]
+            base = generate(champ, prompt, drafter="none", temperature=0.8, seed=seed).token_ids
+            got = generate(champ, prompt, draft, drafter="head", k=2, head_copy=True, temperature=0.8, seed=seed)
+            assert got.token_ids == base and got.stats["chain_rounds"] == 0, (name, seed)
 
 
 def generate(champ, prompt, draft=None, **kw):
