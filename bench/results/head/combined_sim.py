@@ -13,7 +13,7 @@ greedy tau at k = 1, 2, 4 (emitted / rounds over the stratum's prompts, as bench
 the combined drafter, and the mean share of the combined drafter's rounds that were the n-gram's.
 
     python bench/results/head/combined_sim.py [--per-stratum 2] [--head static/models/head-smollm2.gguf] [--min-ngram 2,3]
-        [--validate adv-11,ml-02]
+        [--max-ngram 3] [--validate adv-11,ml-02]
 
 --validate IDS: those prompts also run through the real loop (exactspec.decode.generate, drafter head, greedy, k = 1,
 2, 4, head_copy off and on, the decode loop's own rounds): its tau must equal the simulation's (head and comb2).
@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--per-stratum", type=int, default=2)
     ap.add_argument("--head", default=str(ROOT / "static/models/head-smollm2.gguf"))
     ap.add_argument("--min-ngram", default="2", help="comma-separated: one combined drafter per n-gram minimum")
+    ap.add_argument("--max-ngram", type=int, default=3, help="the longest match tried first (at least the minimum)")
     ap.add_argument("--validate", default="", help="comma-separated workload ids: the real loop against the simulation")
     a = ap.parse_args()
     C = ROOT / "static/models/smollm2-135m-instruct-q4_1.gguf"
@@ -56,7 +57,7 @@ def main():
     items = [it for s in strata for it in [x for x in items if x["stratum"] == s][:a.per_stratum]
              if it["id"] not in check] + [it for it in items if it["id"] in check]
     mins = [int(x) for x in a.min_ngram.split(",")]
-    drafters = {m: NgramDrafter(max(3, m), m) for m in mins}
+    drafters = {m: NgramDrafter(max(a.max_ngram, m), m) for m in mins}
     names = ["head"] + [f"comb{m}" for m in mins]
     res = {}
     for it in items:
