@@ -630,7 +630,8 @@ export class EngineModel {
    * from the round before it's first position (what a draft head needs; py/exactspec/backend.py spec_chain).
    * `then` > 0 also submits the next chain of `then` rounds from where this one ends (history, lengths and the draft's
    * input stay on the GPU), taken by the next specChain(draft, grown seq, its draft start, then, k, pick, restart) as
-   * ngramChain's continuations are; `stop` ids: none after a chain that appended one. */
+   * ngramChain's continuations are; `stop` ids: none after a chain that appended one. copy: [min_ngram, max_ngram]
+   * (a draft head's copies: each round's n-gram lookup on the GPU replaces the draft's first proposals), or null. */
   async specChainNow(draft, seq, draftStart, rounds, k, pick, restart, then, stop, copy) {
     this.usable();
     if (!(draft instanceof EngineModel) || draft.eng !== this.eng || draft === this) throw new Error('specChain: the draft must be another model of the same engine');
@@ -687,8 +688,9 @@ export class EngineModel {
 
   /** A specChain's submission: per round the draft_chain kernel (closes the last round, opens this one), its Steps
    * copied into the draft's and this model's slots and the draft's input into its tokens, the draft's k passes (the
-   * first on a grid of k + 1 rows, f computed), the proposals copied into this model's tokens, the verify pass; the
-   * kernel once more (closes the last round); reads back rec (rounds, k + 2), ids (rounds, k + 1), state (4,). */
+   * first on a grid of k + 1 rows, f computed), the proposals copied into this model's tokens (copy: then the n-gram
+   * lookup's copies over the first ones, chain.wgsl COPY), the verify pass; the kernel once more (closes the last
+   * round); reads back rec (rounds, k + 2), ids (rounds, k + 1), state (4,). */
   specChainSub(draft, rounds, k, staging, cont, copy = false) {
     const sub = new Submission(this, staging);
     const W = k + 1;
