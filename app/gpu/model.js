@@ -513,8 +513,7 @@ export class EngineModel {
     this.usable();
     const hist = this.tokenIds('ngramChain', seq);
     this.checkChain('ngramChain', rounds, k, then);
-    const [lo, hiN] = ngram ?? [];
-    if (!Number.isInteger(lo) || !Number.isInteger(hiN) || lo < 1 || hiN < lo || hiN > 16) throw new Error(`ngramChain: ngram ${JSON.stringify(ngram)} must be [min, max] with 1 <= min <= max <= 16`);
+    const [lo, hiN] = checkNgram('ngramChain: ngram', ngram);
     if (hist.length !== startPos + 1) throw new Error(`ngramChain: seq holds ${hist.length} tokens; start_pos ${startPos} must be its last token's position`);
     const W = k + 1;
     this.checkStart('ngramChain', startPos, rounds * W);
@@ -645,8 +644,7 @@ export class EngineModel {
     if (!Number.isInteger(draftStart) || f < 1 || f > k + 1) throw new Error(`specChain: the draft is fed seq[${draftStart}..${startPos}], ${f} tokens; 1 to k + 1 = ${k + 1} may be`);
     if (typeof restart !== 'boolean') throw new Error(`specChain: restart ${JSON.stringify(restart)} must be true or false`);
     if (draft.isHead && !restart) throw new Error('specChain: a draft head\'s rounds restart (its drafted positions are made again from the champion\'s features)');
-    const cp = copy ? Array.from(copy, Number) : null;   // [min_ngram, max_ngram] of each round's copies, or none
-    if (cp && (cp.length !== 2 || !Number.isInteger(cp[0]) || !Number.isInteger(cp[1]) || cp[0] < 1 || cp[1] < cp[0] || cp[1] > 16)) throw new Error(`specChain: copy ${JSON.stringify(copy)} must be [min, max] with 1 <= min <= max <= 16`);
+    const cp = copy ? checkNgram('specChain: copy', copy) : null;   // [min_ngram, max_ngram] of each round's copies
     const p = checkPick(pick);
     if (p.temperature !== 0) throw new Error('specChain: greedy picks only (the rounds close on the picks)');
     const W = k + 1;
@@ -906,6 +904,16 @@ function parseChain(bytes, rounds, k, what = 'ngramChain') {
     appended.push(...props.slice(0, a), picks[a]);
   }
   return { counts, accepted, proposals, ids, appended, advance: appended.length };
+}
+
+/** An n-gram lookup's [min, max] match lengths (ngramChain's ngram, specChain's copy), checked: 1 <= min <= max <= 16
+ * (chain.wgsl's search). */
+function checkNgram(what, pair) {
+  const [lo, hi] = pair ? Array.from(pair, Number) : [];
+  if (!pair || pair.length !== 2 || !Number.isInteger(lo) || !Number.isInteger(hi) || lo < 1 || hi < lo || hi > 16) {
+    throw new Error(`${what} ${JSON.stringify(pair ? Array.from(pair) : pair)} must be [min, max] with 1 <= min <= max <= 16`);
+  }
+  return [lo, hi];
 }
 
 /** The other of the two staging buffers (a continuation reads back into the one its predecessor does not use). */

@@ -161,6 +161,12 @@ class Chain:
         return out
 
 
+def with_copy(copy, picks) -> list[int]:
+    """A round's proposals: a head's copies (HeadDrafter.copy_of) in place of the draft's first picks, the rest its
+    own (spec_round's copy; the one rule for the host's drafter, the reference and the bridge)."""
+    return [int(x) for x in copy] + [int(x) for x in picks[len(copy):]]
+
+
 def accepted_by_picks(proposals, ids) -> int:
     """a: how many of the proposals the picks on the rows before them accept, in order (ids[i] is the pick on the row
     fed the token before proposals[i]): verify.accept_while_equal's rule."""
@@ -227,7 +233,7 @@ async def spec_round_by_forwards(model, draft, feed, draft_start: int, k: int, t
         tok = int(picker(r, pick, start_pos + 1 + i))
         proposals.append(tok)
         f = [tok]
-    picks, proposals = proposals, copy + proposals[len(copy):]
+    picks, proposals = proposals, with_copy(copy, proposals)
     logits = np.asarray(await _await(model.forward([int(token)] + proposals, start_pos, k + 1)), dtype=np.float32)
     ids = [int(picker(logits[i], pick, start_pos + 1 + i)) for i in range(k + 1)]
     return Round(proposals, ids, logits if rows else None, picks if copy else None)   # rows (k + 1, vocab)

@@ -28,7 +28,7 @@ import inspect
 
 import numpy as np
 
-from .backend import ModelConfig, offered_count
+from .backend import ModelConfig, offered_count, with_copy
 
 _CONFIG_FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "seq_len",
                   "rope_theta", "rope_dim", "norm_eps", "tied_embeddings", "arch")
@@ -150,7 +150,7 @@ class _JsBatched:
         async def finish():
             r = await pending if inspect.isawaitable(pending) else pending
             picks = _ids_from_js(_get(r, "proposals"), k, "proposals")            # the draft's picks
-            props = [int(x) for x in copy] + picks[len(copy):]
+            props = with_copy(copy, picks)
             ids = _ids_from_js(_get(r, "ids"), k + 1, "ids")
             rr = _get(r, "rows")
             return Round(props, ids, logits_from_js(rr, k + 1, vocab) if rows else None,   # rows (k+1, vocab)

@@ -61,17 +61,20 @@ def start(champ, draft, prompt, k):
     return s
 
 
-def replay(champ, draft, prompt, s, rounds, k, restart):
-    """The same rounds one specRound each, the draft kept by the decode loop's drafter: [(proposals, picks, a)]."""
+def replay(champ, draft, prompt, s, rounds, k, restart, copy=False):
+    """The same rounds one specRound each, the draft kept by the decode loop's drafter (copy: a head with copies, its
+    copy_of each round the specRound's copy): [(proposals, picks, a)]."""
     from exactspec.backend import Pick, accepted_by_picks
     from exactspec.drafters.head import HeadDrafter
     from exactspec.drafters.model import ModelDrafter
 
-    d = (HeadDrafter if restart else ModelDrafter)(draft)
+    d = HeadDrafter(draft, copy=True) if copy else (HeadDrafter if restart else ModelDrafter)(draft)
     seq, out = list(prompt), []
     for _ in range(rounds):
         feed, d_start = d.catch_up(seq)
-        r = run(champ.spec_round(draft, feed, d_start, k, seq[-1], len(seq) - 1, Pick(), False))
+        cp = {"copy": d.copy_of(seq, k)} if copy else {}
+        r = run(champ.spec_round(draft, feed, d_start, k, seq[-1], len(seq) - 1, Pick(), False, **cp))
+        assert list(r.proposals[:len(cp.get("copy", []))]) == cp.get("copy", [])
         a = accepted_by_picks(r.proposals, r.ids)
         seq += list(r.proposals[:a]) + [int(r.ids[a])]
         champ.truncate(len(seq) - 1)
@@ -110,10 +113,10 @@ COPY_PROMPTS = [[7, 8, 9, 10, 7, 8, 9, 10, 7, 8], [3, 9, 27, 81, 43, 3, 9, 27, 8
 def test_chain_with_copies_equals_rounds_one_by_one(engine):
     """A head's copies (shaders/chain.wgsl COPY inside the chain's rounds): each round's proposals are the n-gram's
     lookup on the sequence as it stands in place of the head's first ones; the chain equals the same rounds one
-    specRound each with the host's copy (HeadDrafter.copy_of), bitwise the same picks, the same KV cache, and the
-    numpy reference's spec_chain with copy."""
-    from exactspec.backend import Pick, accepted_by_picks
-    from exactspec.drafters.head import HeadDrafter
+    specRound each with the host's copy (HeadDrafter.copy_of), bitwise the same picks, the same KV cache. (The
+    reference's spec_chain with copy against the same lookup: tests/test_spec_chain.py.)"""
+    from exactspec.backend import Pick
+    from exactspec.drafters.ngram import NgramDrafter
 
     champ, c, drafts = engine
     used = 0
@@ -127,23 +130,15 @@ def test_chain_with_copies_equals_rounds_one_by_one(engine):
                 n_chain, d_chain = champ.length, draft.length
                 after_chain = np.asarray(run(champ.forward([7], n_chain)))           # (1, vocab)
                 s = start(champ, draft, prompt, k)
-                d = HeadDrafter(draft, copy=True)
-                seq, want = list(prompt), []
-                for _ in range(5):
-                    feed, d_start = d.catch_up(seq)
-                    cp = d.copy_of(seq, k)
-                    used += len(cp)
-                    r = run(champ.spec_round(draft, feed, d_start, k, seq[-1], len(seq) - 1, Pick(), False, copy=cp))
-                    assert list(r.proposals[:len(cp)]) == cp
-                    a = accepted_by_picks(r.proposals, r.ids)
-                    seq += [int(x) for x in r.proposals[:a]] + [int(r.ids[a])]
-                    champ.truncate(len(seq) - 1)
-                    d.update(len(seq))
-                    want.append(([int(x) for x in r.proposals], [int(x) for x in r.ids], a))
+                want, seq = replay(champ, draft, prompt, s, 5, k, True, copy=True)
                 assert [(p, i, a) for p, i, a in zip(ch.proposals, ch.ids, ch.accepted)] == want, (name, k, prompt)
                 assert seq[len(prompt):] == ch.appended() and d_chain == draft.length
                 after_replay = np.asarray(run(champ.forward([7], n_chain)))
                 assert np.array_equal(after_chain.view(np.uint32), after_replay.view(np.uint32)), "the KV cache differs"
+                grown = list(prompt)                         # the copies the chain's rounds took
+                for p, i, a in want:
+                    used += len(NgramDrafter().lookup(grown, k))
+                    grown += p[:a] + [i[a]]
     assert used > 0
 
 
@@ -257,6 +252,8 @@ def test_spec_chain_refusals(engine):
         (lambda: c.specChain(hjs, prompt, 4, 2, 2, {"temperature": 0, "seed": 0}, False), "rounds restart"),
         (lambda: c.specChain(js, prompt, 4, 0, 2, {"temperature": 0, "seed": 0}), "rounds 0 must be in"),
         (lambda: c.specChain(js, prompt, 4, 2, 99, {"temperature": 0, "seed": 0}), "k 99 must be in"),
+        (lambda: c.specChain(hjs, prompt, 4, 2, 2, {"temperature": 0, "seed": 0}, True, 0, (), [3, 2]),
+         "copy \\[3,2\\] must be \\[min, max\\]"),
     ]
     for call, msg in bad:
         start(champ, draft, prompt, 2)

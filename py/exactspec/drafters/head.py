@@ -45,7 +45,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..backend import ModelConfig
+from ..backend import ModelConfig, with_copy
 from .ngram import NgramDrafter
 from .model import ModelDrafter
 
@@ -409,8 +409,7 @@ class HeadDrafter(ModelDrafter):
     async def propose(self, seq, k, pick):
         proposals, q = await super().propose(seq, k, pick)
         if q is None and proposals:
-            c = self.copy_of(seq, len(proposals))
-            proposals = c + proposals[len(c):]
+            proposals = with_copy(self.copy_of(seq, len(proposals)), proposals)
         return proposals, q
 
     def catch_up(self, seq):
