@@ -145,7 +145,8 @@ class _JsBatched:
         self._check_start("spec_round", start_pos)
         vocab = self.config.vocab_size
         pending = self._js.specRound(draft._js, _to_js_int32(feed), int(draft_start), int(k), int(token),
-                                     int(start_pos), _pick_to_js(pick), bool(rows), _to_js_int32(list(copy)))
+                                     int(start_pos), _pick_to_js(pick), bool(rows),
+                                     _to_js_int32(list(copy)) if len(copy) else None)   # (none: no array a round)
 
         async def finish():
             r = await pending if inspect.isawaitable(pending) else pending
