@@ -607,7 +607,17 @@ class Session:
                     gstate = constraint.advance(gstate, t) if gstate is not None else None
                 if gstate is None:
                     raise SessionError("resume: the answer so far is not valid JSON for its schema")
-        if len(ids) + cfg.max_new_tokens > m.config.seq_len:
+        room = m.config.seq_len - len(ids)            # tokens the context still holds after the prompt
+        clamped = None                                # (a Continue / resume writes what fits: its answer so far is
+        if req.get("continue") or resume:             #  part of the prompt, so max_new_tokens alone can overflow)
+            if room < 1:
+                raise SessionError(f"the context ({m.config.seq_len} tokens) is full: this answer cannot go on; "
+                                   f"start a new chat")
+            if cfg.max_new_tokens > room:
+                import dataclasses
+                clamped = (cfg.max_new_tokens, room)
+                cfg = dataclasses.replace(cfg, max_new_tokens=room)
+        elif len(ids) + cfg.max_new_tokens > m.config.seq_len:
             raise SessionError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
                                f"context length {m.config.seq_len}")
         try:
@@ -715,9 +725,13 @@ class Session:
         if last.finish_reason == "error":
             out["error"] = str(last.error or "the backend failed")
             out["failed"] = last.failed
+        if clamped is not None:
+            notices.insert(0, f"The context ({m.config.seq_len} tokens) had room for {clamped[1]} more tokens, fewer "
+                              f"than max_new_tokens ({clamped[0]}): this part of the answer stopped there.")
         if recovery or plan.fired:
             out["recovery"] = recovery
             out["faults_fired"] = plan.fired
+        if recovery or plan.fired or notices:
             out["notices"] = notices
         out["receipt"] = self._receipt(req, cfg, stats, last, len(ids) - len(prior), plan.fired, recovery,
                                        continued=cont, resumed=bool(resume))

@@ -232,6 +232,40 @@ def test_session_stream_cancel_continue_errors(micro):
         s.load("m2", str(micro), role="judge")
 
 
+def test_continue_writes_what_the_context_holds(micro):
+    """A Continue's prompt holds the answer so far, so max_new_tokens can overflow the context: it writes what fits
+    (the same tokens as one answer to the context's end), says so, and refuses only when nothing fits."""
+    from exactspec.session import Session, SessionError
+    s = Session()
+    s.load("m", str(micro))
+    req = {"prompt": "Count with me please", "chat": True}
+    n_ctx = s.models["m"].config.seq_len
+    head = run(s.generate({**req, "max_new_tokens": 8}))
+    room = n_ctx - head["prompt_tokens"]
+    full = run(s.generate({**req, "max_new_tokens": room}))
+    assert full["finish_reason"] == "length" and len(full["token_ids"]) == room   # (no EOS: the test needs all)
+    events = []
+
+    def emit(j):
+        events.append(json.loads(j))
+        if sum(len(e["token_ids"]) for e in events) >= 40:
+            s.cancel()
+    part = run(s.generate({**req, "max_new_tokens": 200}, emit))
+    assert part["finish_reason"] == "cancelled"
+    k = len(part["token_ids"])
+    assert k + 200 > room, "the test needs a Continue that overflows the context"
+    rest = run(s.generate({"continue": True, "max_new_tokens": 200}))
+    assert rest["finish_reason"] == "length" and len(rest["token_ids"]) == room - k
+    assert part["token_ids"] + rest["token_ids"] == full["token_ids"]
+    assert part["text"] + rest["text"] == full["text"]
+    assert any(f"room for {room - k} more tokens" in x for x in rest["notices"]), rest.get("notices")
+    assert rest["receipt"]["policy"]["continued"]
+    with pytest.raises(SessionError, match=r"context \(\d+ tokens\) is full"):
+        run(s.generate({"continue": True, "max_new_tokens": 200}))
+    with pytest.raises(SessionError, match="exceeds the context length"):    # a new prompt still must fit whole
+        run(s.generate({**req, "max_new_tokens": room + 1}))
+
+
 def test_inspect_rejects_truncated_file(micro, tmp_path):
     from exactspec.formats.quant import FormatError
     from exactspec.session import inspect_model
