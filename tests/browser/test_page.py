@@ -262,7 +262,8 @@ def test_stop_and_continue_buttons(session):
     page.click("#continue")
     wait_js(page, "document.querySelector('#send').disabled === false && !document.querySelector('.streaming')")
     final = page.locator(".msg.assistant").last.inner_text()
-    # (one fresh-clone run saw Continue add no text, not reproduced since: say what the page showed if it recurs)
+    # (a Continue's prompt holds the answer so far: when Stop came late, 200 more overflowed the micro-model's 256
+    #  tokens and the page refused it; now it writes what fits and says so; `seen` shows the page if it recurs)
     seen = {"status": page.locator("#status").inner_text(), "error": page.locator("#error").inner_text(),
             "tokens before / after": (partial_tokens, page.locator(".msg.assistant").last.get_attribute("data-tokens")),
             "receipt": session.js("(() => { const r = exactspec.receipt(); return r && {finish: r.finish_reason, "
