@@ -43,3 +43,58 @@ def test_chains_are_priced_as_passes_plus_their_rows():
     assert pred == pytest.approx(1.2 / (0.2 + (10 * 1.0 + 8 * (1.0 + rows)) / 30))
     # rounds that find nothing cost a pass: one token a round is plain decoding
     assert predicted_chain_speedup(T, 30, 0, 30, 0.0, 0.2)[0] == pytest.approx(1.0)
+
+
+def test_json_mode_answers_the_strict_json_prompts_in_json_mode():
+    """--json-mode: the prompts with a frozen schema answer in JSON mode (alone and with speculation: valid for the
+    schema, identical), the others as before; the report says which. Through the product's own session (CPython)."""
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from bench import product as P
+    from exactspec.session import Session, SessionError
+    root = Path(__file__).resolve().parents[1]
+    if not P.CHAMPION.exists():
+        pytest.skip("SmolLM2 not set up (python build.py setup)")
+    jsonschema = pytest.importorskip("jsonschema")
+
+    class SessionHost:                       # the worker's Python side, without a page around it
+        def __init__(self):
+            self.s, self.requests = Session(), []
+            self.s.load("champion", str(P.CHAMPION))
+
+        def generate(self, params):
+            self.requests.append(params)
+            try:
+                return asyncio.run(self.s.generate(dict(params)))
+            except SessionError as e:           # (as the page's and Node's hosts report a refused request)
+                raise P.HostError(str(e)) from None
+
+        def timings(self, params):
+            raise P.HostError("no timings here")
+
+    a = P.parse_args(["--strata", "json_extraction,summaries", "--per-stratum", "1", "--drafters", "none,ngram",
+                      "--ks", "2", "--runs", "1", "--max-new-tokens", "40", "--json-mode"])
+    a.items = P.select_items(a)
+    host = SessionHost()
+    res = P.run_bench(host, a.items, a, log=lambda m: None)
+    assert not [e for e in res["errors"] if e["what"] != "timings"], res["errors"]
+    schemas = json.loads((root / "tests/data/json_schemas.json").read_text())["workload"]
+    recs = {(r["prompt_id"], r["drafter"]): r for r in res["records"]}
+    jid = next(i["id"] for i in a.items if i["stratum"] == "json_extraction")
+    sid = next(i["id"] for i in a.items if i["stratum"] == "summaries")
+    assert all(r["identical"] for r in res["records"]) and len(res["records"]) == 4
+    jsonschema.validate(json.loads(recs[(jid, "ngram")]["text"]), schemas[jid])
+    asked = [q for q in host.requests if q.get("max_new_tokens") == 40]           # (not the warm-up answers)
+    assert len(asked) == 4
+    for q in asked:
+        is_json = q["chat"] == P.workload_messages(next(i for i in a.items if i["id"] == jid))
+        assert ("response_format" in q) == is_json
+        if is_json:
+            assert q["response_format"] == {"type": "json_schema", "schema": schemas[jid]}
+    assert recs[(sid, "ngram")]["text"] and not recs[(sid, "ngram")]["text"].lstrip().startswith("{")
+    a.sha = P.artifact_sha256s(a)
+    report = P.build_report(res, a, {}, [], 0.0, 0.0)
+    assert report["meta"]["json_mode"] == [jid]
+    assert f"JSON mode (each prompt's frozen schema, alone and with speculation): {jid}" in P.table(report)

@@ -3,7 +3,7 @@
     python build.py bench product [--host chromium|node] [--backend cpu|webgpu|opengl|vulkan]
         [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model,head] [--ks 1,2,3,4]
         [--modes greedy,coupled] [--seeds 0,1] [--temperature 0.7] [--runs 3] [--max-new-tokens 64]
-        [--adaptive off|on|both] [--head-copy] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--head GGUF]
+        [--adaptive off|on|both] [--head-copy] [--json-mode] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--head GGUF]
         [--workload JSONL]
         [--out FILE.json] [--table FILE.txt] [--quick] [--deadline S] [--node PATH]
 
@@ -35,6 +35,10 @@ Prints, per stratum, drafter, k, mode and adaptive setting: median [min-max] ove
 speculation (stratum totals: tokens / seconds), the measured speedup next to the predicted one, tau, submissions
 per round, readback bytes per token and "identical". Exit status 1 if any answer differed. Progress on stderr.
 Figures need --runs >= 3.
+`--json-mode`: the prompts that have a frozen schema (the strict JSON extraction stratum; tests/data/json_schemas.json)
+answer in JSON mode, alone and with speculation: response_format {type: json_schema, schema}, the page's JSON mode
+with its default grammar drafting (the grammar's forced tokens and copies first, then the drafter). The report's
+meta lists the prompts that did.
 """
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ CHAMPION = MODELS / "smollm2-135m-instruct-q4_1.gguf"
 DRAFT = MODELS / "draft-smollm2-kd.gguf"
 HEAD = MODELS / "head-smollm2.gguf"
 WORKLOAD = ROOT / "tests" / "data" / "workload.jsonl"
+SCHEMAS = ROOT / "tests" / "data" / "json_schemas.json"       # {"workload": {prompt id: schema}, ...}
 NODE_HOST = ROOT / "bench" / "product" / "node_host.mjs"
 HOST_BACKENDS = {"chromium": ("cpu", "webgpu"), "node": ("opengl", "vulkan", "cpu")}
 MODES = ("greedy", "coupled")
@@ -317,6 +322,9 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                 chat = workload_messages(it)
                 max_new = min(int(it["max_new_tokens"]), a.max_new_tokens)
                 base = {"chat": chat, "max_new_tokens": max_new, **({"head_copy": True} if a.head_copy else {})}
+                # JSON mode (--json-mode) for the measured answers; the warm-up's 2 tokens are free text (the same
+                # prefill: a schema's shortest document is longer than that)
+                fmt = {"response_format": a.json_formats[it["id"]]} if it["id"] in a.json_formats else {}
                 try:   # the warm-up answer: the prompt's prefill (and the drafts'), so measured answers reuse it
                     if "head" in a.drafters:
                         host.generate({**base, "max_new_tokens": 2, "temperature": 0.0, "drafter": "head", "k": 1,
@@ -345,7 +353,7 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                         where = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
                                  "max_new_tokens": max_new, **spec}
                         try:
-                            out = host.generate({**base, **settings, **spec})
+                            out = host.generate({**base, **fmt, **settings, **spec})
                         except HostError as e:
                             errors.append({**where, "what": "generate", "error": str(e)})
                             log(f"{it['id']} {spec}: {e}")
@@ -533,6 +541,8 @@ def table(report: dict) -> str:
     cpu = next((x for x in ((m.get("boot") or {}).get("stages") or []) if x.get("stage") == "cpu"), None)
     if cpu and cpu.get("threads"):
         lines[0] += f", CPU kernel threads {cpu['threads']}" + (f" ({cpu['why']})" if cpu.get("why") else "")
+    if m.get("json_mode"):
+        lines.insert(2, f"JSON mode (each prompt's frozen schema, alone and with speculation): {', '.join(m['json_mode'])}")
     lines.append("champion alone (median [min-max] over runs of the stratum's tokens / seconds)")
     lines.append(f"{'stratum':<18} {'mode':<8} {'tok/s':<24} {'sub/token':>9} {'readback B/token':>16}")
     for r in report["alone"]:
@@ -580,6 +590,9 @@ def parse_args(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=None, help="cap on each answer (default 64)")
     ap.add_argument("--head-copy", action="store_true",
                     help="every answer with head_copy (drafter head: the n-gram's copies first); an A/B runs twice")
+    ap.add_argument("--json-mode", action="store_true",
+                    help="prompts with a frozen schema (strict JSON extraction) answer in JSON mode, alone and with "
+                         "speculation")
     ap.add_argument("--adaptive", choices=list(ADAPTIVES), default="off",
                     help="speculation forced (off), 'only while it pays' (on), or both")
     ap.add_argument("--timing-reps", type=int, default=None, help="repetitions per pass timing (default 5)")
@@ -633,6 +646,10 @@ def parse_args(argv=None):
     if not (0 < a.temperature <= 10):
         ap.error("--temperature must be in (0, 10]")
     a.adaptives = ADAPTIVES[a.adaptive]
+    a.json_formats = {}          # prompt id -> response_format (--json-mode)
+    if a.json_mode:
+        a.json_formats = {pid: {"type": "json_schema", "schema": sch}
+                          for pid, sch in json.loads(SCHEMAS.read_text())["workload"].items()}
     for p in (a.champion, a.workload) + ((a.draft,) if "model" in a.drafters else ()) + \
             ((a.head,) if "head" in a.drafters else ()):
         if not Path(p).is_file():
@@ -714,6 +731,7 @@ def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> di
         "per_stratum": a.per_stratum, "drafters": a.drafters, "ks": a.ks, "modes": a.modes, "seeds": a.seeds,
         "temperature": a.temperature, "runs": a.runs, "max_new_tokens": a.max_new_tokens, "adaptive": a.adaptive,
         "head_copy": a.head_copy,
+        "json_mode": sorted(i["id"] for i in a.items if i["id"] in a.json_formats),
         "timing_reps": a.timing_reps, "deadline_s": a.deadline,
     }
     spec_recs = [r for r in res["records"] if r["drafter"] != "none"]
