@@ -93,6 +93,10 @@ def test_json_mode_answers_the_strict_json_prompts_in_json_mode():
         assert ("response_format" in q) == is_json
         if is_json:
             assert q["response_format"] == {"type": "json_schema", "schema": schemas[jid]}
+        assert q.get("speculation", True) == (q["drafter"] != "none")   # alone: no grammar proposals either
+    alone = recs[(jid, "none")]
+    assert alone["proposed"] == 0 and alone["target_passes"] >= alone["n_tokens"], alone
+    assert recs[(jid, "ngram")]["proposed"] > 0 and recs[(jid, "ngram")]["target_passes"] < alone["target_passes"]
     assert recs[(sid, "ngram")]["text"] and not recs[(sid, "ngram")]["text"].lstrip().startswith("{")
     a.sha = P.artifact_sha256s(a)
     report = P.build_report(res, a, {}, [], 0.0, 0.0)

@@ -349,7 +349,9 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                     order = order[shift:] + order[:shift]     # rotate: no setting always runs first
                     alone, group = None, []
                     for c in order:
-                        spec = {"drafter": "none", "k": 0, "adaptive": False} if c is None else c
+                        # the champion alone: speculation off (in JSON mode that also turns the grammar's own
+                        # proposals off: drafter none alone leaves them on, exactspec.settings.effective)
+                        spec = {"drafter": "none", "k": 0, "adaptive": False, "speculation": False} if c is None else c
                         where = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
                                  "max_new_tokens": max_new, **spec}
                         try:
