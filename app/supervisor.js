@@ -15,7 +15,9 @@ const BASE_KEYS = ['chat', 'prompt', 'prompt_ids', 'response_format'];
 
 export class Conversation {
   constructor() {
-    // the last answer: {base, answer: ids, stream: ids the live decoder holds (since its last reset), generation}
+    // the last answer: {base, budget, answer: ids, stream: ids the live decoder holds (since its last reset),
+    // generation}; budget: the max_new_tokens its first request kept free of the context (a chat too long for the
+    // context left out its oldest turns for it: a resume leaves out the same ones, exactspec.session.fit_prompt)
     this.last = null;
   }
 
@@ -24,13 +26,15 @@ export class Conversation {
   plan(req, generation) {
     if (req.continue && this.last) {
       const before = { answer: [...this.last.answer], stream: [...this.last.stream] };
+      const budget = this.last.budget;
       let send = req;
-      if (this.last.generation !== generation) send = this.resumeRequest({ req, base: this.last.base, before }, []);
-      return { req, base: this.last.base, before, send };
+      if (this.last.generation !== generation) send = this.resumeRequest({ req, base: this.last.base, before, budget }, []);
+      return { req, base: this.last.base, before, budget, send };
     }
     const base = {};
     for (const k of BASE_KEYS) if (req[k] !== undefined) base[k] = req[k];
-    return { req, base, before: { answer: [], stream: [] }, send: req };
+    const budget = req.max_new_tokens ?? DEFAULT_SETTINGS.max_new_tokens;
+    return { req, base, before: { answer: [], stream: [] }, budget, send: req };
   }
 
   /** The request that finishes plan's answer after `committed` more ids (null when nothing is left to write). */
@@ -41,7 +45,8 @@ export class Conversation {
     const { continue: _c, resume: _r, ...settings } = plan.req;
     for (const k of BASE_KEYS) delete settings[k];
     return { ...settings, ...plan.base, max_new_tokens: left,
-      resume: { answer: [...plan.before.answer, ...committed], stream: [...plan.before.stream, ...committed] } };
+      resume: { answer: [...plan.before.answer, ...committed], stream: [...plan.before.stream, ...committed],
+        budget: plan.budget } };
   }
 
   /** The answer after its last attempt `res` (earlier attempts: `earlier` ids and texts streamed before a worker
@@ -71,7 +76,7 @@ export class Conversation {
     }
     const all = [...earlier.ids, ...res.token_ids];
     const keep = ['cancelled', 'error'].includes(res.finish_reason);
-    this.last = { base: plan.base, answer: [...plan.before.answer, ...all],
+    this.last = { base: plan.base, budget: plan.budget, answer: [...plan.before.answer, ...all],
       stream: keep ? [...plan.before.stream, ...all] : [], generation };
     return out;
   }

@@ -525,6 +525,36 @@ class Session:
             raise SessionError("prompt: empty after tokenisation")
         return ids
 
+    def fit_prompt(self, req: dict, budget: int) -> tuple[list[int], int]:
+        """(prompt ids, messages left out): a chat whose prompt leaves fewer than `budget` tokens of the context free
+        leaves out its oldest turns (whole ones: the kept part starts at a user message; a first system message
+        and the last message always stay) until it fits; a last message that does not fit alone is an error."""
+        m = self._champion()
+        ids = self.prompt_ids(req)
+        chat, n_ctx = req.get("chat"), m.config.seq_len
+        if req.get("continue") or not isinstance(chat, list) or len(ids) + budget <= n_ctx:
+            return ids, 0
+        head = 1 if chat and chat[0].get("role") == "system" else 0
+        cuts = [i for i in range(head + 1, len(chat) - 1) if chat[i].get("role") == "user"] + [len(chat) - 1]
+
+        def fit(i):
+            got = self.prompt_ids({**req, "chat": chat[:head] + chat[i:]})
+            return got if len(got) + budget <= n_ctx else None
+        last = fit(cuts[-1])
+        if last is None:
+            n = len(self.prompt_ids({**req, "chat": chat[:head] + chat[-1:]}))
+            raise SessionError(f"the message is too long for the context: its prompt ({n} tokens) + max_new_tokens "
+                               f"({budget}) exceed the context length {n_ctx}: shorten it or lower max_new_tokens")
+        lo, hi, best = 0, len(cuts) - 1, (cuts[-1], last)    # the fewest turns left out (binary search on cuts)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            got = fit(cuts[mid])
+            if got is None:
+                lo = mid + 1
+            else:
+                hi, best = mid, (cuts[mid], got)
+        return best[1], best[0] - head
+
     def _champion(self) -> LoadedModel:
         if not self.champion or self.champion not in self.models:
             raise SessionError("no model loaded")
@@ -585,9 +615,12 @@ class Session:
         notice); a lost GPU device is handed to `recover(json) -> json` (the host: a new device, else the CPU
         fallback, the models reloaded) and the answer goes on there. faults: armed fault specs (exactspec.faults;
         fault_host(kind, phase, round) acts on the host's kinds, on_fault(json) is told of each as it fires).
-        resume: {answer, stream} — the answer's ids committed before the worker running it was lost (the page
-        restarts a worker and resumes: the prompt is req's chat / prompt followed by `answer`; `stream` are the ids
-        the live text decoder had taken since its last reset). The result carries a privacy-safe `receipt`
+        resume: {answer, stream, budget?} — the answer's ids committed before the worker running it was lost (the
+        page restarts a worker and resumes: the prompt is req's chat / prompt followed by `answer`; `stream` are the
+        ids the live text decoder had taken since its last reset; `budget` the max_new_tokens the answer's first
+        request kept free, so that a chat too long for the context leaves out the same turns, default len(answer)
+        + max_new_tokens). A chat too long for the context leaves out its oldest turns (fit_prompt; the result's
+        dropped_messages and a notice say how many). The result carries a privacy-safe `receipt`
         (exactspec.receipts)."""
         from .decode import generate_async
         from .faults import FaultError, FaultPlan
@@ -598,7 +631,9 @@ class Session:
         resume = self._resume_of(req, m)
         rf, constraint, gstate = self.json_mode(req, m)
         cfg.response_format = rf
-        ids = self.prompt_ids(req)
+        # the tokens the answer may take, which the prompt must leave free (a resume: its answer's, as when it began)
+        budget = cfg.max_new_tokens if not resume else (resume.get("budget") or len(resume["answer"]) + cfg.max_new_tokens)
+        ids, dropped = self.fit_prompt(req, budget)
         prior = resume["answer"] if resume else []           # ids of this answer committed before this request
         if resume:
             ids = ids + prior
@@ -725,6 +760,11 @@ class Session:
         if last.finish_reason == "error":
             out["error"] = str(last.error or "the backend failed")
             out["failed"] = last.failed
+        if dropped:
+            out["dropped_messages"] = dropped
+            notices.insert(0, f"The conversation is longer than the context ({m.config.seq_len} tokens, {budget} of them "
+                              f"kept for the answer): its {dropped} oldest message{'s' if dropped > 1 else ''} "
+                              f"{'were' if dropped > 1 else 'was'} left out of this answer.")
         if clamped is not None:
             notices.insert(0, f"The context ({m.config.seq_len} tokens) had room for {clamped[1]} more tokens, fewer "
                               f"than max_new_tokens ({clamped[0]}): this part of the answer stopped there.")
@@ -746,6 +786,11 @@ class Session:
         if not isinstance(r, dict):
             raise SessionError("resume: an object {answer, stream} is required")
         out = {}
+        b = r.get("budget")
+        if b is not None:
+            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+                raise SessionError("resume.budget: a whole number of tokens >= 1 is required")
+            out["budget"] = b
         for k in ("answer", "stream"):
             v = r.get(k, [])
             if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) or

@@ -324,3 +324,44 @@ def test_gpu_alloc_failure_at_load_drops_the_draft_or_moves_the_champion(gpu):
     res, chunks = gen(gpu)
     same(res, chunks, gpu.clean["greedy"])
     assert res["stats"]["backend"] == "cpu"
+
+
+def test_worker_killed_in_a_chat_longer_than_the_context(cpu):
+    """A chat too long for the context (256 tokens) leaves out its oldest turns; a worker killed mid-answer is
+    resumed with the same turns left out (the resume carries the first request's budget): the clean answer."""
+    chat = [{"role": "system", "content": "Be brief."}]
+    for i in range(8):
+        chat += [{"role": "user", "content": f"Question {i}: count the letters of abcdefgh"},
+                 {"role": "assistant", "content": f"Answer {i}: there are eight letters here."}]
+    chat.append({"role": "user", "content": PROMPT})
+    clean, _ = gen(cpu, chat=chat, prompt=None)
+    d = clean["dropped_messages"]
+    assert d >= 2 and any("oldest messages were left out" in x for x in clean["notices"])
+    arm(cpu, "worker_killed@verify:3")
+    res, chunks = gen(cpu, chat=chat, prompt=None)
+    same(res, chunks, clean)
+    assert res["dropped_messages"] == d and res["recovery"][0]["action"] == "worker_restarted"
+
+
+def test_worker_killed_while_continuing_a_chat_longer_than_the_context(cpu):
+    """Stop, then Continue with more tokens than the context holds, and the worker killed mid-Continue: the new
+    worker resumes with the turns the first answer left out (not more: the resume's budget is the first request's
+    max_new_tokens) and writes to the context's end, as one clean answer over the same turns does."""
+    chat = [{"role": "system", "content": "Be brief."}]
+    for i in range(8):
+        chat += [{"role": "user", "content": f"Question {i}: count the letters of abcdefgh"},
+                 {"role": "assistant", "content": f"Answer {i}: there are eight letters here."}]
+    chat.append({"role": "user", "content": PROMPT})
+    first, _ = gen(cpu, chat=chat, prompt=None)
+    d, room = first["dropped_messages"], 256 - first["prompt_tokens"]
+    ref, _ = gen(cpu, chat=chat[:1] + chat[1 + d:], prompt=None, max_new_tokens=room)
+    assert "dropped_messages" not in ref and len(ref["token_ids"]) > 2 * MAXN, "the test needs a long clean answer"
+    stopped = cpu.js("""async (p) => { let seen = 0;
+        const off = exactspec.on('tokens', (e) => { seen += e.token_ids.length; if (seen >= 5) exactspec.cancel(); });
+        const r = await exactspec.generate(p); off(); return r; }""",
+                     {"chat": chat, "max_new_tokens": MAXN, **MODES["greedy"], **SPEC})
+    assert stopped["finish_reason"] == "cancelled"
+    arm(cpu, "worker_killed@verify:2")
+    cont = cpu.js("(p) => exactspec.continue(p)", {"max_new_tokens": 200, **MODES["greedy"], **SPEC})
+    assert cont["recovery"][0]["action"] == "worker_restarted", cont.get("notices")
+    assert stopped["token_ids"] + cont["token_ids"] == ref["token_ids"]

@@ -266,6 +266,42 @@ def test_continue_writes_what_the_context_holds(micro):
         run(s.generate({**req, "max_new_tokens": room + 1}))
 
 
+def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns(micro):
+    """A chat whose prompt leaves fewer than max_new_tokens of the context free leaves out its oldest whole turns
+    (the system message and the last message stay), the fewest that make it fit, and says so; a resume leaves out
+    the same turns (its budget: the first request's max_new_tokens); a last message too long alone is an error."""
+    from exactspec.session import Session, SessionError
+    s = Session()
+    s.load("m", str(micro))
+    n_ctx = s.models["m"].config.seq_len
+    turns = [{"role": "system", "content": "Be brief."}]
+    for i in range(8):
+        turns += [{"role": "user", "content": f"Question {i}: count the letters of abcdefgh"},
+                  {"role": "assistant", "content": f"Answer {i}: there are eight letters here."}]
+    chat = turns + [{"role": "user", "content": "And now count to ten"}]
+    assert len(s.prompt_ids({"chat": chat})) + 40 > n_ctx, "the test needs a chat longer than the context"
+    r = run(s.generate({"chat": chat, "max_new_tokens": 40}))
+    d = r["dropped_messages"]
+    kept = chat[:1] + chat[1 + d:]
+    assert d % 2 == 0 and kept[1]["role"] == "user" and kept[-1] == chat[-1]
+    assert len(s.prompt_ids({"chat": kept})) + 40 <= n_ctx < len(s.prompt_ids({"chat": chat[:1] + chat[d - 1:]})) + 40
+    assert any(f"its {d} oldest messages were left out" in x for x in r["notices"]), r.get("notices")
+    same = run(s.generate({"chat": kept, "max_new_tokens": 40}))
+    assert r["token_ids"] == same["token_ids"] and "dropped_messages" not in same
+    assert r["prompt_tokens"] == same["prompt_tokens"]
+    # a resume after 12 tokens (a worker lost): the same turns left out, the rest of the same answer
+    part = r["token_ids"][:12]
+    for resume in ({"answer": part, "stream": part, "budget": 40}, {"answer": part, "stream": part}):
+        rest = run(s.generate({"chat": chat, "max_new_tokens": 28, "resume": resume}))
+        assert part + rest["token_ids"] == r["token_ids"] and rest["dropped_messages"] == d
+    with pytest.raises(SessionError, match="resume.budget"):
+        run(s.generate({"chat": chat, "max_new_tokens": 28, "resume": {"answer": part, "budget": 0}}))
+    with pytest.raises(SessionError, match="the message is too long for the context"):
+        run(s.generate({"chat": turns[:1] + [{"role": "user", "content": "x " * 400}], "max_new_tokens": 40}))
+    short = run(s.generate({"chat": chat[-3:], "max_new_tokens": 40}))      # a chat that fits: nothing left out
+    assert "dropped_messages" not in short and not short.get("notices")
+
+
 def test_inspect_rejects_truncated_file(micro, tmp_path):
     from exactspec.formats.quant import FormatError
     from exactspec.session import inspect_model
