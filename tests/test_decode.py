@@ -286,3 +286,20 @@ def test_the_adaptive_scheduler_remembers_between_answers():
     assert len(mem) == 1 and 0 in next(iter(mem.values()))["t_round"]
     assert runs[1].stats["proposed"] < runs[0].stats["proposed"]
     assert runs[1].stats["spec_disabled_rounds"] > runs[0].stats["spec_disabled_rounds"]
+
+
+def test_lookup_runs_replay_the_ngram_drafters_rounds():
+    """exactspec_train.accept's helpers of the acceptance simulations (bench/results/{head,ngram}/*_sim.py): a lookup
+    drafter's run from each start, and the per-stratum tau table (emitted / rounds over the stratum's prompts)."""
+    from exactspec.drafters.ngram import NgramDrafter
+    from exactspec_train.accept import lookup_runs, run_from, tau_table
+    prompt, answer = [5, 6, 7, 8, 9, 5, 6], [7, 8, 1, 5, 6, 7, 3]
+    run, has = lookup_runs(NgramDrafter(), prompt, answer, k_max=4)
+    # t = 0: (5, 6) continues 7, 8, 9, 5 (7, 8 accepted); t = 2: (6, 7, 8) continues 9 (rejected: 1);
+    # t = 3: (8, 1) unseen, and one token is too short a match: no proposal
+    assert run.tolist()[:4] == [2, 1, 0, 0] and has.tolist()[:4] == [True, True, True, False]
+    assert run_from([7, 8, 9], answer, 0) == 2 and run_from([], answer, 0) == 0 and run_from([3, 4], answer, 6) == 1
+    res = {"a": [{("d", 1): (6, 4)}, {("d", 1): (3, 2)}], "b": [{("d", 1): (5, 5)}]}
+    lines = tau_table(res, ["d"], (1,), extra=lambda rows: f" n={len(rows)}")
+    assert lines[1].split() == ["a", "1.50", "n=2"] and lines[2].split() == ["b", "1.00", "n=1"]
+    assert lines[3].split() == ["all", "(3)", "1.27", "n=3"]

@@ -26,6 +26,44 @@ def runs_of(match: np.ndarray) -> np.ndarray:
     return run[:-1]
 
 
+def run_from(props, answer, t: int) -> int:
+    """How many of `props` (a round's proposals from position t) the champion's `answer` accepts: the run of
+    proposals equal to answer[t], answer[t + 1], ... (greedy)."""
+    j = 0
+    while j < len(props) and t + j < len(answer) and props[j] == answer[t + j]:
+        j += 1
+    return j
+
+
+def lookup_runs(drafter, prompt, answer, k_max: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """A lookup drafter's (exactspec.drafters.ngram) rounds along the champion's answer: (run (N,) int: how many of
+    its k_max proposals from each start t are accepted, has (N,) bool: whether it proposed anything there)."""
+    run, has = np.zeros(len(answer), dtype=np.int64), np.zeros(len(answer), dtype=bool)
+    for t in range(len(answer)):
+        props = drafter.lookup(list(prompt) + list(answer[:t]), k_max)
+        has[t], run[t] = bool(props), run_from(props, answer, t)
+    return run, has
+
+
+def tau_table(res: dict, names: list, ks, extra=None) -> list[str]:
+    """Lines of a per-stratum table of greedy tau, emitted / rounds summed over the stratum's prompts (as bench
+    head_acceptance reports it): res {stratum: [row]} with row[(name, k)] = (emitted, rounds, ...); one column
+    group per name, one column per k; extra(rows) -> str appends further columns. Ends with all prompts."""
+    def tau(rows, d, k):
+        return sum(r[(d, k)][0] for r in rows) / sum(r[(d, k)][1] for r in rows)
+
+    def line(label, rows):
+        return (f"{label:<18} " + "   ".join(" ".join(f"{tau(rows, d, k):4.2f}" for k in ks) for d in names)
+                + (extra(rows) if extra else ""))
+    out = [f"{'stratum':<18} " + "   ".join(f"{d:<14}" for d in names)]
+    allrows = []
+    for stratum, rows in res.items():
+        allrows += rows
+        out.append(line(stratum, rows))
+    out.append(line(f"all ({len(allrows)})", allrows))
+    return out
+
+
 def simulate_rounds(match: np.ndarray, k: int, max_new: int | None = None, ends_with_eos: bool = False) -> dict:
     """match (N,) bool: draft == champion at each of the N trajectory positions (the final EOS included when the
     answer ended with one). See `simulate_runs`."""

@@ -326,14 +326,19 @@ def test_gpu_alloc_failure_at_load_drops_the_draft_or_moves_the_champion(gpu):
     assert res["stats"]["backend"] == "cpu"
 
 
-def test_worker_killed_in_a_chat_longer_than_the_context(cpu):
-    """A chat too long for the context (256 tokens) leaves out its oldest turns; a worker killed mid-answer is
-    resumed with the same turns left out (the resume carries the first request's budget): the clean answer."""
+def long_chat() -> list[dict]:
+    """A chat whose prompt leaves fewer than MAXN of the micro-model's 256 tokens free, ending with PROMPT."""
     chat = [{"role": "system", "content": "Be brief."}]
     for i in range(8):
         chat += [{"role": "user", "content": f"Question {i}: count the letters of abcdefgh"},
                  {"role": "assistant", "content": f"Answer {i}: there are eight letters here."}]
-    chat.append({"role": "user", "content": PROMPT})
+    return chat + [{"role": "user", "content": PROMPT}]
+
+
+def test_worker_killed_in_a_chat_longer_than_the_context(cpu):
+    """A chat too long for the context (256 tokens) leaves out its oldest turns; a worker killed mid-answer is
+    resumed with the same turns left out (the resume carries the first request's budget): the clean answer."""
+    chat = long_chat()
     clean, _ = gen(cpu, chat=chat, prompt=None)
     d = clean["dropped_messages"]
     assert d >= 2 and any("oldest messages were left out" in x for x in clean["notices"])
@@ -347,11 +352,7 @@ def test_worker_killed_while_continuing_a_chat_longer_than_the_context(cpu):
     """Stop, then Continue with more tokens than the context holds, and the worker killed mid-Continue: the new
     worker resumes with the turns the first answer left out (not more: the resume's budget is the first request's
     max_new_tokens) and writes to the context's end, as one clean answer over the same turns does."""
-    chat = [{"role": "system", "content": "Be brief."}]
-    for i in range(8):
-        chat += [{"role": "user", "content": f"Question {i}: count the letters of abcdefgh"},
-                 {"role": "assistant", "content": f"Answer {i}: there are eight letters here."}]
-    chat.append({"role": "user", "content": PROMPT})
+    chat = long_chat()
     first, _ = gen(cpu, chat=chat, prompt=None)
     d, room = first["dropped_messages"], 256 - first["prompt_tokens"]
     ref, _ = gen(cpu, chat=chat[:1] + chat[1 + d:], prompt=None, max_new_tokens=room)

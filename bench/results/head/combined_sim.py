@@ -33,7 +33,7 @@ from exactspec.drafters.ngram import NgramDrafter  # noqa: E402
 from exactspec.formats import sha256_file  # noqa: E402
 from exactspec.reference import ReferenceModel  # noqa: E402
 from exactspec.tokenizer import Tokenizer  # noqa: E402
-from exactspec_train.accept import head_chains, simulate_runs  # noqa: E402
+from exactspec_train.accept import head_chains, lookup_runs, simulate_runs, tau_table  # noqa: E402
 from exactspec_train.data import load_workload, workload_messages  # noqa: E402
 
 EOS, KS, MAXNEW = 2, (1, 2, 4), 64
@@ -71,15 +71,7 @@ def main():
         ch = head_chains(head, feats, prompt, y, 8, lambda z, pos: int(np.argmax(z)), full=False)
         runs, has = {"head": np.asarray(ch["run"])}, {}
         for m, ng in drafters.items():
-            nrun, hs = np.zeros(len(y), dtype=np.int64), np.zeros(len(y), dtype=bool)
-            for t in range(len(y)):
-                props = ng.lookup(list(prompt) + y[:t], 8)
-                if props:
-                    hs[t] = True
-                    j = 0
-                    while j < len(props) and t + j < len(y) and props[j] == y[t + j]:
-                        j += 1
-                    nrun[t] = j
+            nrun, hs = lookup_runs(ng, prompt, y)
             runs[f"comb{m}"], has[f"comb{m}"] = np.where(hs, nrun, runs["head"]), hs
         eos = y[-1] == EOS
         sims = {(d, k): simulate_runs(runs[d], k, max_new, eos) for d in names for k in KS}
@@ -108,24 +100,12 @@ def main():
         res.setdefault(it["stratum"], []).append(row)
         print(f"{it['id']}: " + " ".join(f"{d}/{k} {sims[(d, k)]['tau']:.2f}" for d in names for k in KS), flush=True)
 
-    def tau(rows, d, k):    # emitted / rounds over the prompts (as bench head_acceptance reports it)
-        return sum(r[(d, k)][0] for r in rows) / sum(r[(d, k)][1] for r in rows)
-
-    def line(label, rows):
-        return (f"{label:<18} " + "   ".join(" ".join(f"{tau(rows, d, k):4.2f}" for k in KS)
-                                         for d in names)
-                + "   " + " ".join(f"{np.mean([r[d] for r in rows]):4.2f}" for d in names[1:]))
     if not res:
         return
     print(f"\ngreedy tau at k = {', '.join(map(str, KS))}; head = the head alone, combM = the n-gram (minimum M) where it"
           f" has a match, else the head; last: the share of combM's rounds (k = 2) that were the n-gram's")
-    print(f"{'stratum':<18} " + "   ".join(f"{d:<14}" for d in names))
-    allrows = []
-    for s, rows in res.items():
-        allrows += rows
-        print(line(s, rows))
-    print(line(f"all ({len(allrows)})", allrows))
-
+    print("\n".join(tau_table(res, names, KS, extra=lambda rows: "   " + " ".join(
+        f"{np.mean([r[d] for r in rows]):4.2f}" for d in names[1:]))))
 
 if __name__ == "__main__":
     main()

@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "py"))
 from exactspec.drafters.ngram import NgramDrafter  # noqa: E402
-from exactspec_train.accept import simulate_runs  # noqa: E402
+from exactspec_train.accept import lookup_runs, run_from, simulate_runs, tau_table  # noqa: E402
 from exactspec_train.data import load_workload  # noqa: E402
 
 KS, MAXN = (1, 2, 4), 4
@@ -60,13 +60,6 @@ class Store:
         return []
 
 
-def run_of(props, y, t):
-    j = 0
-    while j < len(props) and t + j < len(y) and props[j] == y[t + j]:
-        j += 1
-    return j
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--min-store", default="2,3")
@@ -86,10 +79,7 @@ def main():
     res = defaultdict(list)
     stores = {}
     for i, (it, prompt, y, max_new) in enumerate(recs):
-        nrun, has = np.zeros(len(y), dtype=np.int64), np.zeros(len(y), dtype=bool)
-        for t in range(len(y)):
-            p = ng.lookup(list(prompt) + y[:t], 8)
-            has[t], nrun[t] = bool(p), run_of(p, y, t) if p else 0
+        nrun, has = lookup_runs(ng, prompt, y)
         runs = {"ngram": nrun}
         for m in mins:
             for w in ("P", "S"):
@@ -103,7 +93,7 @@ def main():
                 srun = nrun.copy()
                 for t in range(len(y)):
                     if not has[t]:
-                        srun[t] = run_of(st.propose(list(prompt) + y[:t], 8), y, t)
+                        srun[t] = run_from(st.propose(list(prompt) + y[:t], 8), y, t)
                 runs[f"{m}{w}"] = srun
         eos = bool(y) and y[-1] == 2
         row = {(d, k): (lambda v: (v["emitted"], v["rounds"], v["proposed"]))(simulate_runs(runs[d], k, max_new, eos))
@@ -112,20 +102,10 @@ def main():
         print(f"{it['id']}: " + " ".join(f"{d}/{k} {row[(d, k)][0] / row[(d, k)][1]:.2f}" for d in names for k in KS),
               flush=True)
 
-    def tau(rows, d, k):
-        return sum(r[(d, k)][0] for r in rows) / sum(r[(d, k)][1] for r in rows)
-
-    def line(label, rows):
-        return f"{label:<18} " + "   ".join(" ".join(f"{tau(rows, d, k):4.2f}" for k in KS) for d in names)
     print(f"\ngreedy tau (tokens per target pass) at k = {', '.join(map(str, KS))}; ngram = the shipped drafter; MP / MS "
           f"= the n-gram, else the datastore (suffix of MAXN .. M tokens) of the other prompts' answers (P) or of other "
           f"strata's answers (S)")
-    print(f"{'stratum':<18} " + "   ".join(f"{d:<14}" for d in names))
-    allrows = []
-    for s, rows in res.items():
-        allrows += rows
-        print(line(s, rows))
-    print(line(f"all ({len(allrows)})", allrows))
+    print("\n".join(tau_table(res, names, KS)))
 
 
 if __name__ == "__main__":

@@ -16,13 +16,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "py"))
 from exactspec.drafters.ngram import NgramDrafter  # noqa: E402
 from exactspec.tokenizer import Tokenizer  # noqa: E402
-from exactspec_train.accept import simulate_runs  # noqa: E402
+from exactspec_train.accept import lookup_runs, run_from, simulate_runs, tau_table  # noqa: E402
 from exactspec_train.data import load_workload  # noqa: E402
 
 KS, MAXB, SPAN = (1, 2, 4), 64, 48
@@ -48,13 +47,6 @@ def text_copy(tok, ctx_bytes: bytes, min_b: int, k: int) -> list[int]:
     return []
 
 
-def run_of(props, y, t):
-    j = 0
-    while j < len(props) and t + j < len(y) and props[j] == y[t + j]:
-        j += 1
-    return j
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--min-bytes", default="6,10,16")
@@ -68,17 +60,14 @@ def main():
     for it in items:
         r = json.loads((ROOT / ".cache/ngram-bench" / f"{it['id']}_{min(64, it['max_new_tokens'])}.json").read_text())
         prompt, y, max_new = r["prompt"], r["y"], r["max_new"]
-        nrun, has = np.zeros(len(y), dtype=np.int64), np.zeros(len(y), dtype=bool)
-        for t in range(len(y)):
-            p = ng.lookup(list(prompt) + y[:t], 8)
-            has[t], nrun[t] = bool(p), run_of(p, y, t) if p else 0
+        nrun, has = lookup_runs(ng, prompt, y)
         runs = {"ngram": nrun}
         for m in mins:
             trun = nrun.copy()
             for t in range(len(y)):
                 if not has[t]:
                     ctx = b"".join(tok.token_bytes(i) for i in list(prompt) + y[:t])
-                    trun[t] = run_of(text_copy(tok, ctx, m, 8), y, t)
+                    trun[t] = run_from(text_copy(tok, ctx, m, 8), y, t)
             runs[f"text{m}"] = trun
         eos = bool(y) and y[-1] == 2
         row = {(d, k): (lambda v: (v["emitted"], v["rounds"]))(simulate_runs(runs[d], k, max_new, eos))
@@ -87,19 +76,9 @@ def main():
         print(f"{it['id']}: " + " ".join(f"{d}/{k} {row[(d, k)][0] / row[(d, k)][1]:.2f}" for d in names for k in KS),
               flush=True)
 
-    def tau(rows, d, k):
-        return sum(r[(d, k)][0] for r in rows) / sum(r[(d, k)][1] for r in rows)
-
-    def line(label, rows):
-        return f"{label:<18} " + "   ".join(" ".join(f"{tau(rows, d, k):4.2f}" for k in KS) for d in names)
     print(f"\ngreedy tau (tokens per target pass) at k = {', '.join(map(str, KS))}; ngram = the shipped drafter; textM = "
           f"the n-gram, else a text lookup of at least M bytes")
-    print(f"{'stratum':<18} " + "   ".join(f"{d:<14}" for d in names))
-    allrows = []
-    for s, rows in res.items():
-        allrows += rows
-        print(line(s, rows))
-    print(line(f"all ({len(allrows)})", allrows))
+    print("\n".join(tau_table(res, names, KS)))
 
 
 if __name__ == "__main__":
