@@ -755,6 +755,7 @@ class Session:
         stats = {k: _jsonable(v) for k, v in stats.items()}
         stats["backend"] = m.backend_name
         stats["attempts"] = len([r for r in results if r.stats])
+        stats["dropped_messages"] = dropped
         out = {"text": "".join(parts), "token_ids": out_ids, "finish_reason": last.finish_reason,
                "prompt_tokens": len(ids) - len(prior), "stats": stats}
         if last.finish_reason == "error":

@@ -286,6 +286,7 @@ def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns(micro):
     assert d % 2 == 0 and kept[1]["role"] == "user" and kept[-1] == chat[-1]
     assert len(s.prompt_ids({"chat": kept})) + 40 <= n_ctx < len(s.prompt_ids({"chat": chat[:1] + chat[d - 1:]})) + 40
     assert any(f"its {d} oldest messages were left out" in x for x in r["notices"]), r.get("notices")
+    assert r["receipt"]["counts"]["dropped_messages"] == d
     same = run(s.generate({"chat": kept, "max_new_tokens": 40}))
     assert r["token_ids"] == same["token_ids"] and "dropped_messages" not in same
     assert r["prompt_tokens"] == same["prompt_tokens"]
@@ -300,6 +301,7 @@ def test_a_chat_longer_than_the_context_leaves_out_its_oldest_turns(micro):
         run(s.generate({"chat": turns[:1] + [{"role": "user", "content": "x " * 400}], "max_new_tokens": 40}))
     short = run(s.generate({"chat": chat[-3:], "max_new_tokens": 40}))      # a chat that fits: nothing left out
     assert "dropped_messages" not in short and not short.get("notices")
+    assert short["receipt"]["counts"]["dropped_messages"] == 0
 
 
 def test_inspect_rejects_truncated_file(micro, tmp_path):
