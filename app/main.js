@@ -206,6 +206,10 @@ function renderTranscript() {
   for (const m of ui.messages) {
     const div = bubble(m.role, m.content);
     if (m.tokens !== undefined) div.dataset.tokens = String(m.tokens);   // kept across re-renders (e.g. a failed Continue)
+    if (m.outOfContext) {     // the last answer's prompt left it out: the chat is longer than the context
+      div.classList.add('out-of-context');
+      div.title = 'Left out of the model\'s context: the chat is longer than the model can read at once.';
+    }
   }
 }
 
@@ -245,6 +249,11 @@ async function runAnswer({ cont = false } = {}) {
     el.textContent = target.content;
     el.dataset.tokens = String(target.tokens);
     ui.lastFinish = res.finish_reason;
+    if (!cont) {              // the messages this answer's prompt left out (exactspec.session.fit_prompt)
+      const head = chat.length && chat[0].role === 'system' ? 1 : 0;
+      chat.forEach((m, i) => { m.outOfContext = i >= head && i < head + (res.dropped_messages || 0); });
+      renderTranscript();
+    }
     renderMetrics(res.stats);
     if (res.finish_reason === 'error') {
       showError(`The model failed mid-answer (${res.error}); the answer ends at the last committed token`

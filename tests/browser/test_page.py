@@ -494,3 +494,23 @@ def test_generate_backend_choice(session):
         assert gpu["token_ids"] == cpu["token_ids"]
     with pytest.raises(Exception, match="backend must be"):
         session.generate(**p, backend="tpu")
+
+
+def test_a_chat_longer_than_the_context_in_the_chat_ui(session):
+    """In the chat: once the conversation no longer fits the micro-model's 256 tokens with max_new_tokens free, the
+    next answer leaves out the oldest turn; the transcript marks it, the status line says so, nothing is removed."""
+    session.open()
+    page = session.page
+    _set_settings(page, speculation=False, max_new_tokens=120, temperature=0)
+    for i, text in enumerate(["Count with me please", "And once more"]):
+        page.fill("#prompt", text)
+        page.press("#prompt", "Enter")
+        wait_js(page, f"document.querySelectorAll('.msg.assistant').length === {i + 1} && "
+                      "document.querySelector('#send').disabled === false && !document.querySelector('.streaming')")
+    msgs = page.locator(".msg")
+    assert msgs.count() == 4 and page.locator("#error").inner_text() == ""
+    marked = [msgs.nth(i).evaluate("e => e.classList.contains('out-of-context')") for i in range(4)]
+    assert marked == [True, True, False, False], marked
+    assert "oldest messages were left out" in page.locator("#status").inner_text()
+    assert session.js("exactspec.receipt().counts.dropped_messages") == 2
+    assert msgs.nth(0).inner_text() == "Count with me please"                  # shown, only not read
