@@ -568,8 +568,11 @@ def table(report: dict) -> str:
         lines.append("")
         lines.append(f"{len(report['errors'])} request(s) failed, e.g.: {report['errors'][0]}")
     lines.append("")
-    lines.append(f"identical: {'yes' if report['all_identical'] else 'NO'} "
-                 f"({report['answers']} answers, every speculative answer vs the champion alone)")
+    if report["answers"]:
+        lines.append(f"identical: {'yes' if report['all_identical'] else 'NO'} "
+                     f"({report['answers']} answers, every speculative answer vs the champion alone)")
+    else:
+        lines.append("identical: no speculative answer to compare (none was made)")
     return "\n".join(lines)
 
 
