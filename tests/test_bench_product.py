@@ -102,6 +102,7 @@ def test_json_mode_answers_the_strict_json_prompts_in_json_mode():
     report = P.build_report(res, a, {}, [], 0.0, 0.0)
     assert report["meta"]["json_mode"] == [jid]
     assert f"JSON mode (each prompt's frozen schema, alone and with speculation): {jid}" in P.table(report)
+    assert recs[(jid, "ngram")]["json_mode"] and "json_mode" not in recs[(sid, "ngram")]
     empty = P.build_report({"records": [], "timings": [], "warmups": [], "errors": [], "stopped": None}, a, {}, [],
                            0.0, 0.0)
     assert "identical: no speculative answer to compare" in P.table(empty)     # not "yes" over nothing

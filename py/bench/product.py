@@ -353,7 +353,7 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                         # proposals off: drafter none alone leaves them on, exactspec.settings.effective)
                         spec = {"drafter": "none", "k": 0, "adaptive": False, "speculation": False} if c is None else c
                         where = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
-                                 "max_new_tokens": max_new, **spec}
+                                 "max_new_tokens": max_new, **spec, **({"json_mode": True} if fmt else {})}
                         try:
                             out = host.generate({**base, **fmt, **settings, **spec})
                         except HostError as e:
@@ -472,7 +472,9 @@ def summarise(res: dict, a) -> list[dict]:
                     ahead = sum(max(0, (r.get("ahead_passes") or 0) - (r.get("wasted_passes") or 0)) for r in spec)
                     cr = sum(r.get("chain_rounds") or 0 for r in spec)      # rounds made by the device's chains
                     vr = rounds - ahead
-                    if t and ra and tau and rounds and not c["adaptive"]:
+                    # (no prediction in JSON mode: its passes read whole rows back and mask them, the timings'
+                    #  passes are free text's)
+                    if t and ra and tau and rounds and not c["adaptive"] and not any(r.get("json_mode") for r in spec):
                         o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
                         if cr and cr >= vr:             # every verify round a chain's
                             pred, parts = predicted_chain_speedup(
@@ -762,6 +764,9 @@ def redraw(path: str, table_out: str | None) -> int:
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         rep = json.load(f)
     m = rep["meta"]
+    for r in rep["records"]:            # (records made before they said so: the meta's list of JSON-mode prompts)
+        if r["prompt_id"] in (m.get("json_mode") or ()):
+            r["json_mode"] = True
     a = SimpleNamespace(modes=m["modes"], drafters=m["drafters"], ks=m["ks"], runs=m["runs"],
                         adaptives=ADAPTIVES[m["adaptive"]])
     rep["summary"], rep["alone"] = summarise(rep, a), alone_rows(rep, a)
