@@ -251,8 +251,12 @@ async function runAnswer({ cont = false } = {}) {
     ui.lastFinish = res.finish_reason;
     if (!cont) {              // the messages this answer's prompt left out (exactspec.session.fit_prompt)
       const head = chat.length && chat[0].role === 'system' ? 1 : 0;
-      chat.forEach((m, i) => { m.outOfContext = i >= head && i < head + (res.dropped_messages || 0); });
-      renderTranscript();
+      let changed = false;
+      chat.forEach((m, i) => {
+        const out = i >= head && i < head + (res.dropped_messages || 0);
+        if (!!m.outOfContext !== out) { m.outOfContext = out; changed = true; }
+      });
+      if (changed) renderTranscript();      // (most answers leave nothing out: the transcript stays as it is)
     }
     renderMetrics(res.stats);
     if (res.finish_reason === 'error') {

@@ -59,13 +59,13 @@ sys.path.insert(0, str(ROOT / "py"))
 from exactspec import benchmatrix as bm  # noqa: E402
 from exactspec.settings import DRAFTERS  # noqa: E402
 from exactspec_train.data import load_workload, workload_messages  # noqa: E402
+from bench.json_mode import SCHEMAS  # noqa: E402   # {"workload": {prompt id: schema}, ...}
 
 MODELS = ROOT / "static" / "models"
 CHAMPION = MODELS / "smollm2-135m-instruct-q4_1.gguf"
 DRAFT = MODELS / "draft-smollm2-kd.gguf"
 HEAD = MODELS / "head-smollm2.gguf"
 WORKLOAD = ROOT / "tests" / "data" / "workload.jsonl"
-SCHEMAS = ROOT / "tests" / "data" / "json_schemas.json"       # {"workload": {prompt id: schema}, ...}
 NODE_HOST = ROOT / "bench" / "product" / "node_host.mjs"
 HOST_BACKENDS = {"chromium": ("cpu", "webgpu"), "node": ("opengl", "vulkan", "cpu")}
 MODES = ("greedy", "coupled")

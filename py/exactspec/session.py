@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .backend import PassThrough
@@ -537,19 +537,18 @@ class Session:
         head = 1 if chat and chat[0].get("role") == "system" else 0
         cuts = [i for i in range(head + 1, len(chat) - 1) if chat[i].get("role") == "user"] + [len(chat) - 1]
 
-        def fit(i):
-            got = self.prompt_ids({**req, "chat": chat[:head] + chat[i:]})
-            return got if len(got) + budget <= n_ctx else None
-        last = fit(cuts[-1])
-        if last is None:
-            n = len(self.prompt_ids({**req, "chat": chat[:head] + chat[-1:]}))
-            raise SessionError(f"the message is too long for the context: its prompt ({n} tokens) + max_new_tokens "
-                               f"({budget}) exceed the context length {n_ctx}: shorten it or lower max_new_tokens")
-        lo, hi, best = 0, len(cuts) - 1, (cuts[-1], last)    # the fewest turns left out (binary search on cuts)
+        def kept(i):         # the prompt of the system message (if any) and chat[i:]
+            return self.prompt_ids({**req, "chat": chat[:head] + chat[i:]})
+        best = (cuts[-1], kept(cuts[-1]))
+        if len(best[1]) + budget > n_ctx:
+            raise SessionError(f"the message is too long for the context: its prompt ({len(best[1])} tokens) + "
+                               f"max_new_tokens ({budget}) exceed the context length {n_ctx}: shorten it or lower "
+                               f"max_new_tokens")
+        lo, hi = 0, len(cuts) - 1            # the fewest turns left out: binary search on cuts (best: cuts[hi]'s)
         while lo < hi:
             mid = (lo + hi) // 2
-            got = fit(cuts[mid])
-            if got is None:
+            got = kept(cuts[mid])
+            if len(got) + budget > n_ctx:
                 lo = mid + 1
             else:
                 hi, best = mid, (cuts[mid], got)
@@ -649,9 +648,8 @@ class Session:
                 raise SessionError(f"the context ({m.config.seq_len} tokens) is full: this answer cannot go on; "
                                    f"start a new chat")
             if cfg.max_new_tokens > room:
-                import dataclasses
                 clamped = (cfg.max_new_tokens, room)
-                cfg = dataclasses.replace(cfg, max_new_tokens=room)
+                cfg = replace(cfg, max_new_tokens=room)
         elif len(ids) + cfg.max_new_tokens > m.config.seq_len:
             raise SessionError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the "
                                f"context length {m.config.seq_len}")
@@ -731,8 +729,7 @@ class Session:
                 if left <= 0:
                     results.append(type(res)([], "length", {}, text=""))
                     break
-                import dataclasses
-                run_cfg = dataclasses.replace(run_cfg, max_new_tokens=left)
+                run_cfg = replace(run_cfg, max_new_tokens=left)
         finally:
             self._busy = False
             self._cancel = False
@@ -896,8 +893,7 @@ class Session:
 
 def _no_speculation(cfg):
     """The config with speculation off (the champion alone; JSON mode's grammar-forced drafting off too)."""
-    import dataclasses
-    return dataclasses.replace(cfg, drafter="none", k=0, adaptive=False, grammar_draft=False)
+    return replace(cfg, drafter="none", k=0, adaptive=False, grammar_draft=False)
 
 
 def _merge_stats(stats: list[dict], new_tokens: int, elapsed_s: float) -> dict:
