@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from exactspec.constrain import Constraint, Grammar, NO, SchemaError, TokenVocab, parse_response_format, parse_schema
+from exactspec.backend import RunsAhead, verify_by_forwards
 from exactspec.decode import GenerateConfig, generate
 from toy import ToyLM
 
@@ -369,6 +370,58 @@ def test_forced_tokens_cost_no_draft_pass_and_raise_tau():
     assert on.stats["target_passes"] < off.stats["target_passes"]
     assert off.stats["tau"] == 1.0 and on.stats["tau"] > 1.5
     assert on.stats["acceptance_by_position"] == [] and on.stats["proposed"] == 0
+
+
+class Device(RunsAhead):
+    """A device in CPython: runs ahead (ahead_max 8) and verifies with its argmax ids (exactspec.backend's
+    verify_by_forwards), as the WebGPU engine does; `verifies` counts its verify calls."""
+    verifies = 0
+
+    def verify(self, tokens, start_pos, pick, rows=False):
+        self.verifies += 1
+        return verify_by_forwards(self.inner, tokens, start_pos, pick, rows, picker=self.picker)
+
+
+def test_json_mode_on_a_device_confirms_from_argmax_ids():
+    """Greedy JSON mode on a device verifies with the device's argmax ids, not whole rows: a row's token is the id
+    where the grammar's mask allows it, the one allowed token where the mask allows one, else the rows from there are
+    computed again and picked as the rows path picks. The same tokens and rounds as the rows path (the toy model's
+    argmax is refused often: both ways are taken), less read back; coupled mode keeps the rows."""
+    vocab = toy_vocab()
+    V = vocab.vocab_size
+    cases = [{"type": "json_schema", "schema": s} for s in TOY_SCHEMAS[:4]] + [{"type": "json_object"}]
+    reads = from_ids = 0             # rows read again; rounds confirmed from the ids alone
+    for ci, rf in enumerate(cases):
+        c = Constraint(Grammar(parse_response_format(rf)), vocab)
+        for seed in range(2):
+            prompt = [5 + seed, 40, 41, 42]
+            for conf in CONFIGS[1:4]:
+                for temperature in (0.0, 0.8):
+                    def run(device):
+                        draft = ToyLM(V, seed=0, blend=(1, 0.4)) if conf["drafter"] == "model" else None
+                        champ = Device(ToyLM(V, seed=0)) if device else ToyLM(V, seed=0)
+                        res = generate(champ, prompt, GenerateConfig(
+                            adaptive=False, response_format=rf, max_new_tokens=60, temperature=temperature,
+                            seed=seed, mode="coupled", **conf), draft=draft, constraint=c, eos_ids=vocab.eos_ids)
+                        return res, champ
+                    (rows, _), (ids, dev) = run(False), run(True)
+                    assert ids.token_ids == rows.token_ids, (ci, seed, conf, temperature)
+                    for key in ("rounds", "draft_passes", "forced_proposed", "forced_accepted"):
+                        assert ids.stats[key] == rows.stats[key], key
+                    assert rows.stats["row_reads"] == 0
+                    if temperature:           # coupled: the rows, as without a device
+                        assert dev.verifies == 0 and ids.stats["row_reads"] == 0
+                        assert ids.stats["readback_bytes"] == rows.stats["readback_bytes"]
+                        continue
+                    assert dev.verifies == ids.stats["rounds"]
+                    # every pass after the round's verify reads rows again (from the first row whose id was refused)
+                    assert ids.stats["target_passes"] - rows.stats["target_passes"] <= ids.stats["row_reads"]
+                    assert (ids.stats["row_reads"] > 0) == (ids.stats["target_passes"] > rows.stats["target_passes"])
+                    if not ids.stats["row_reads"]:
+                        assert ids.stats["readback_bytes"] < rows.stats["readback_bytes"]
+                    reads += ids.stats["row_reads"]
+                    from_ids += ids.stats["rounds"] - (ids.stats["target_passes"] - rows.stats["target_passes"])
+    assert reads > 0 and from_ids > 0
 
 
 def test_budget_keeps_every_answer_complete():

@@ -129,6 +129,7 @@ class _Counters:
     chain_proposed: int = 0     # the proposals those rounds verified
     device_wait: float = 0.0    # seconds the loop awaited the device's batched calls
     forced_accepted: int = 0
+    row_reads: int = 0          # JSON mode on a device: rows read again (a device's argmax the mask refused)
 
 
 class _Picker:
@@ -259,6 +260,12 @@ async def generate_async(
     # was sampled from, which only its per-forward path gives Python. JSON mode takes the per-forward path too: its
     # rounds carry grammar-forced tokens and every row is masked, which the device's picks cannot do.
     batched = cfg.batched and (params.greedy or cfg.mode == "coupled") and gram is None
+    # JSON mode, greedy, on a device with round trips to save (ahead_max: not the CPU's reference): a verify reads back
+    # the device's argmax ids, not whole rows, and each row's token under its mask is read from them (json_tokens);
+    # a row whose argmax the mask refuses is computed again alone. On the CPU the rows are at hand and a pass again
+    # would cost a whole pass: the rows path.
+    json_ids = cfg.batched and params.greedy and gram is not None and champion.offers("verify") \
+        and champion.ahead_max >= 2
     pick = Pick(0.0 if params.greedy else float(params.temperature), cfg.seed, params.top_k, params.top_p)
     want_rows = not params.greedy        # greedy confirms from the device's argmax ids (equal to numpy's: tested)
     ahead = 4                            # decode_ahead passes; doubles while every row is confirmed
@@ -330,6 +337,37 @@ async def generate_async(
             if any(t in eos for t in got) or len(emitted) >= remaining:
                 break
         return emitted, counted
+
+    async def json_tokens(tokens, ids, masks, t0: int) -> list[int]:
+        """JSON mode, greedy, from a verify's argmax ids (tokens: the rows' inputs, the last committed token and the
+        proposals; ids: the device's argmax of each row; masks: each row's grammar mask): what the rows path emits.
+        Row i's token under its mask is the device's id where the mask allows it (the row's maximum is allowed, so it
+        is the masked maximum, and the lowest id among equal ones as np.argmax's), the one token a mask allows where
+        it allows one; else the rows from i on are read: computed again at their positions, the cache cut back to
+        row i first (the same bits as the verify's rows: batch invariance; the cache ends where the verify left it),
+        and picked as the rows path picks. Up to the first row whose token is not the proposal after it."""
+        out: list[int] = []
+        rows, at = None, 0               # (len(tokens) - at, vocab) the rows read again, from row `at` on
+        for i, dev in enumerate(ids):
+            mask = masks[i]                  # (vocab,) bool
+            if rows is None and mask[int(dev)]:
+                tok = int(dev)
+            elif rows is None and np.count_nonzero(mask) == 1:
+                tok = int(np.flatnonzero(mask)[0])
+            else:
+                if rows is None:
+                    rows, at = None, i
+                    champion.truncate(t0 - 1 + i)
+                    rows = await champion_pass(tokens[i:], t0 - 1 + i, len(tokens) - i, "rows")
+                    n.row_reads += len(tokens) - i
+                    n.target_passes += 1
+                    n.submissions += 1
+                    n.readback_bytes += (len(tokens) - i) * V * 4
+                tok = picker.champion_token(rows[i - at], t0 + i, mask)
+            out.append(tok)
+            if i + 1 >= len(tokens) or tok != tokens[i + 1]:
+                break
+        return out
 
     def confirm(row, t: int, device_id: int) -> int:
         """The champion's own token at absolute position t, from its row (as without the batched step)."""
@@ -622,7 +660,7 @@ async def generate_async(
                     hit("verify")
                     d_passes = getattr(drafter, "passes", 0) - passes_before
                     n.submissions += 1 + d_passes
-                    if batched and params.greedy and champion.offers("verify"):
+                    if (batched or json_ids) and params.greedy and champion.offers("verify"):
                         # proposals made here (n-gram, a bridged draft): the device's argmax of each row comes back,
                         # not the rows (greedy confirms from those ids, as on the batched step)
                         try:
@@ -639,7 +677,9 @@ async def generate_async(
                 n.draft_passes += getattr(drafter, "passes", 0) - passes_before
                 n.target_passes += 1
                 n.rounds += 1
-                if logits is None:                       # greedy, ids only: the champion's argmax of each row
+                if logits is None and gram is not None:  # JSON mode, greedy, ids only (json_tokens)
+                    emitted = await json_tokens([seq[-1]] + proposals, champ_ids, drafter.masks(g + 1), t0)
+                elif logits is None:                     # greedy, ids only: the champion's argmax of each row
                     emitted = verify.accept_while_equal(proposals, lambda i: champ_ids[i])
                 elif params.greedy or cfg.mode == "coupled":   # rows up to the first mismatch only
                     masks = drafter.masks(g + 1) if gram is not None else [None] * (g + 1)   # JSON mode: (g+1, vocab)
@@ -763,6 +803,7 @@ async def generate_async(
         "wasted_passes": n.wasted_passes,
         "forced_proposed": n.forced_proposed,
         "forced_accepted": n.forced_accepted,
+        "row_reads": n.row_reads,
         "chain_rounds": n.chain_rounds,
         "chain_proposed": n.chain_proposed,
         "device_wait_ms": n.device_wait * 1000.0,

@@ -83,7 +83,8 @@ SCHEMA = {
         "counts": _obj({k: COUNT for k in (
             "prompt_tokens", "new_tokens", "target_passes", "prefill_passes", "draft_passes", "rounds", "proposed",
             "accepted", "submissions", "readback_bytes", "ahead_passes", "wasted_passes", "forced_proposed",
-            "forced_accepted", "reused_prefix_tokens", "spec_disabled_rounds", "attempts", "dropped_messages")} | {
+            "forced_accepted", "reused_prefix_tokens", "spec_disabled_rounds", "attempts", "dropped_messages",
+            "row_reads")} | {
             "proposed_at": {"type": "array", "items": COUNT, "maxItems": 64},
             "accepted_at": {"type": "array", "items": COUNT, "maxItems": 64}}),
         "timings": _obj({"ttft_ms": NUM_OR_NULL, "elapsed_ms": NUM_OR_NULL, "tokens_per_s": NUM_OR_NULL,
@@ -275,6 +276,7 @@ def make_receipt(*, settings: dict, stats: dict, finish_reason: str, failed: str
         "readback_bytes", "ahead_passes", "wasted_passes", "forced_proposed", "forced_accepted",
         "reused_prefix_tokens", "spec_disabled_rounds")}
     counts.update(dropped_messages=_count(stats.get("dropped_messages", 0)),   # a chat's turns left out (context)
+                  row_reads=_count(stats.get("row_reads", 0)),    # JSON mode on a device: rows read again
                   prompt_tokens=_count(prompt_tokens), new_tokens=_count(stats.get("new_tokens")),
                   attempts=_count(stats.get("attempts", 1)),
                   proposed_at=[_count(x) for x in (stats.get("proposed_at") or [])][:64],

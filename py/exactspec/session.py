@@ -902,7 +902,7 @@ def _merge_stats(stats: list[dict], new_tokens: int, elapsed_s: float) -> dict:
     out = dict(stats[-1])
     for k in ("target_passes", "prefill_passes", "draft_passes", "rounds", "proposed", "accepted", "submissions",
               "readback_bytes", "ahead_passes", "wasted_passes", "forced_proposed", "forced_accepted",
-              "spec_disabled_rounds", "mask_ms", "chain_rounds", "chain_proposed", "device_wait_ms"):
+              "spec_disabled_rounds", "mask_ms", "chain_rounds", "chain_proposed", "device_wait_ms", "row_reads"):
         out[k] = sum(s.get(k, 0) or 0 for s in stats)
     width = max(len(s.get("proposed_at") or []) for s in stats)
     pa = [sum((s.get("proposed_at") or [])[i] if i < len(s.get("proposed_at") or []) else 0 for s in stats)

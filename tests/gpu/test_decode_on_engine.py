@@ -96,3 +96,36 @@ def test_no_run_ahead_where_the_engine_says_so(engine):
         assert c.calls["decodeAhead"] == before and r.stats["submissions"] == 5
     finally:
         c.aheadMax = 8
+
+
+def test_json_mode_verifies_with_ids(engine):
+    """Greedy JSON mode on the engine verifies through model.verify (the argmax ids come back) and reads rows again
+    only from a row whose id the grammar's mask refuses: the tokens and rounds of the rows path (the model without
+    verify), with the grammar's forced proposals, the n-gram's and the draft's."""
+    from exactspec.constrain import Constraint, Grammar, parse_response_format
+    from exactspec.decode import GenerateConfig, generate as gen
+    from test_json_mode import TOY_SCHEMAS, TRICKY, toy_vocab
+
+    champ, draft, c, d = engine
+    vocab = toy_vocab(TRICKY[:champ.config.vocab_size - 257])      # the micro model's 300 tokens
+    reads = 0
+    for schema in TOY_SCHEMAS[:2]:
+        rf = {"type": "json_schema", "schema": schema}
+        con = Constraint(Grammar(parse_response_format(rf)), vocab)
+        for conf in (dict(drafter="none", k=0), dict(drafter="ngram", k=3), dict(drafter="model", k=2)):
+            def run():
+                return gen(champ, [1, 20, 30, 40], GenerateConfig(adaptive=False, response_format=rf,
+                                                                  max_new_tokens=40, **conf),
+                           draft=draft, constraint=con, eos_ids=vocab.eos_ids)
+            c.verify = None                         # the model without verify: the rows of each round come back
+            try:
+                rows = run()
+            finally:
+                del c.verify
+            before = c.calls.get("verify", 0)
+            ids = run()
+            assert ids.token_ids == rows.token_ids and ids.finish_reason == rows.finish_reason, conf
+            assert ids.stats["rounds"] == rows.stats["rounds"] == c.calls["verify"] - before
+            assert ids.stats["target_passes"] - rows.stats["target_passes"] <= ids.stats["row_reads"]
+            reads += ids.stats["row_reads"]
+    assert reads > 0
