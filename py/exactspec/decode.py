@@ -262,8 +262,9 @@ async def generate_async(
     batched = cfg.batched and (params.greedy or cfg.mode == "coupled") and gram is None
     # JSON mode, greedy, on a device with round trips to save (ahead_max: not the CPU's reference): a verify reads back
     # the device's argmax ids, not whole rows, and each row's token under its mask is read from them (json_tokens);
-    # a row whose argmax the mask refuses is computed again alone. On the CPU the rows are at hand and a pass again
-    # would cost a whole pass: the rows path.
+    # a row whose argmax the mask refuses is computed again. A round with nothing to verify runs ahead on the device,
+    # confirmed the same way. On the CPU the rows are at hand and a pass again would cost a whole pass: the rows
+    # path.
     json_ids = cfg.batched and params.greedy and gram is not None and champion.offers("verify") \
         and champion.ahead_max >= 2
     pick = Pick(0.0 if params.greedy else float(params.temperature), cfg.seed, params.top_k, params.top_p)
@@ -637,6 +638,51 @@ async def generate_async(
                 since_chain += 1
                 t_mark = clock()
                 sched.observe(0, (t_mark - t_a) / used)
+            elif json_ids and not proposals and champion.offers("decode_ahead"):
+                # JSON mode, greedy, nothing to verify: the champion runs ahead on the device with its own argmax
+                # picks, confirmed here one by one under the grammar's mask (json_tokens' rule); the run ends at the
+                # first pick the mask refuses (that position's token read from its row, computed again alone), an
+                # EOS, or the document's end; the passes after it are rolled back
+                n_ahead = ahead_n(ahead, 0, remaining, t0)
+                hit("verify")
+                try:
+                    res = await waited(champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, False, then=0,
+                                                             stop=eos_list))
+                except Exception as e:
+                    raise BackendError(f"champion forward failed: {e}") from e
+                n.submissions += 1
+                n.readback_bytes += 4 * n_ahead
+                n.ahead_passes += n_ahead
+                budget = min(remaining, C.seq_len - t0)
+                emitted = []
+                for i in range(n_ahead):
+                    if gram.done(gstate):
+                        break                   # the document is complete: nothing may follow
+                    mask = gram.mask(gstate, budget - i)      # (vocab,) bool
+                    dev = int(res.ids[i])
+                    if mask[dev]:
+                        tok = dev
+                    elif np.count_nonzero(mask) == 1:
+                        tok = int(np.flatnonzero(mask)[0])
+                    else:
+                        champion.truncate(t0 - 1 + i)
+                        row = await champion_pass([emitted[-1] if emitted else seq[-1]], t0 - 1 + i, 1, "row")
+                        n.row_reads += 1
+                        n.target_passes += 1
+                        n.submissions += 1
+                        n.readback_bytes += V * 4
+                        tok = picker.champion_token(row[0], t0 + i, mask)
+                    emitted.append(tok)
+                    gstate = gram.advance(gstate, tok)
+                    if tok in eos or tok != dev:
+                        break                   # rows past it were fed a token Python did not emit
+                used = len(emitted)
+                n.wasted_passes += n_ahead - used
+                n.target_passes += used
+                n.rounds += used
+                ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
+                t_mark = clock()
+                sched.observe(0, (t_mark - t_a) / max(1, used))
             else:
                 if on_device:
                     # the draft's k passes and the champion's verify in one submission
