@@ -344,30 +344,41 @@ async def generate_async(
         proposals; ids: the device's argmax of each row; masks: each row's grammar mask): what the rows path emits.
         Row i's token under its mask is the device's id where the mask allows it (the row's maximum is allowed, so it
         is the masked maximum, and the lowest id among equal ones as np.argmax's), the one token a mask allows where
-        it allows one; else the rows from i on are read: computed again at their positions, the cache cut back to
-        row i first (the same bits as the verify's rows: batch invariance; the cache ends where the verify left it),
-        and picked as the rows path picks. Up to the first row whose token is not the proposal after it."""
+        it allows one; else row i itself is read: computed again alone at its position, the cache cut back to it
+        first (the same bits as the verify's row: batch invariance), and picked as the rows path picks; where that
+        token is the proposal after it, the rows after it are verified again (their cache positions were cut). Up to
+        the first row whose token is not the proposal after it."""
         out: list[int] = []
-        rows, at = None, 0               # (len(tokens) - at, vocab) the rows read again, from row `at` on
-        for i, dev in enumerate(ids):
+        base = 0                         # ids[j] is the argmax of row base + j
+        i = 0
+        while i < len(tokens):
             mask = masks[i]                  # (vocab,) bool
-            if rows is None and mask[int(dev)]:
-                tok = int(dev)
-            elif rows is None and np.count_nonzero(mask) == 1:
+            dev = int(ids[i - base])
+            if mask[dev]:
+                tok = dev
+            elif np.count_nonzero(mask) == 1:
                 tok = int(np.flatnonzero(mask)[0])
             else:
-                if rows is None:
-                    rows, at = None, i
-                    champion.truncate(t0 - 1 + i)
-                    rows = await champion_pass(tokens[i:], t0 - 1 + i, len(tokens) - i, "rows")
-                    n.row_reads += len(tokens) - i
+                champion.truncate(t0 - 1 + i)
+                row = await champion_pass([tokens[i]], t0 - 1 + i, 1, "row")   # (1, vocab)
+                n.row_reads += 1
+                n.target_passes += 1
+                n.submissions += 1
+                n.readback_bytes += V * 4
+                tok = picker.champion_token(row[0], t0 + i, mask)
+                if i + 1 < len(tokens) and tok == tokens[i + 1]:
+                    try:
+                        res = await waited(champion.verify(tokens[i + 1:], t0 + i, pick, False))
+                    except Exception as e:
+                        raise BackendError(f"champion verify failed: {e}") from e
+                    ids, base = res.ids, i + 1
                     n.target_passes += 1
                     n.submissions += 1
-                    n.readback_bytes += (len(tokens) - i) * V * 4
-                tok = picker.champion_token(rows[i - at], t0 + i, mask)
+                    n.readback_bytes += 4 * (len(tokens) - i - 1)
             out.append(tok)
             if i + 1 >= len(tokens) or tok != tokens[i + 1]:
                 break
+            i += 1
         return out
 
     def confirm(row, t: int, device_id: int) -> int:

@@ -130,7 +130,7 @@ def test_json_mode_verifies_with_ids(engine):
             runs = c.calls.get("decodeAhead", 0) - before.get("decodeAhead", 0)
             st = ids.stats
             assert verifies + runs > 0 and rows.stats["ahead_passes"] == 0
-            assert 0 <= st["target_passes"] - verifies - (st["ahead_passes"] - st["wasted_passes"]) <= st["row_reads"]
+            assert st["target_passes"] - verifies - (st["ahead_passes"] - st["wasted_passes"]) == st["row_reads"]
             reads += st["row_reads"]
             ahead += st["ahead_passes"]
     assert reads > 0 and ahead > 0
