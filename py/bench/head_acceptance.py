@@ -215,8 +215,8 @@ def main(argv=None) -> int:
                 continue
             for m in MODES:
                 head.bind(champ)
-                r = generate(champ, tr["prompt"], gen_cfg(m, tr["max_new"], k=4, drafter="head"), draft=head,
-                             eos_ids=[EOS])
+                r = generate(champ, tr["prompt"], gen_cfg(m, tr["max_new"], k=4, drafter="head", head_copy=False),
+                             draft=head, eos_ids=[EOS])           # (the head alone, as simulated)
                 want = [t for t in tr[m][0] if t != EOS]
                 sim = rec["sims"][(main_head, m)]["fixed k=4"]
                 ok = (r.token_ids == want and abs(r.stats["tau"] - sim["tau"]) < 1e-12

@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "py"))
 
 from exactspec import benchmatrix as bm  # noqa: E402
-from exactspec.settings import DRAFTERS  # noqa: E402
+from exactspec.settings import DEFAULTS, DRAFTERS  # noqa: E402
 from exactspec_train.data import load_workload, workload_messages  # noqa: E402
 from bench.json_mode import SCHEMAS  # noqa: E402   # {"workload": {prompt id: schema}, ...}
 
@@ -321,7 +321,8 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
             for it in s_items:
                 chat = workload_messages(it)
                 max_new = min(int(it["max_new_tokens"]), a.max_new_tokens)
-                base = {"chat": chat, "max_new_tokens": max_new, **({"head_copy": True} if a.head_copy else {})}
+                base = {"chat": chat, "max_new_tokens": max_new,
+                        **({"head_copy": a.head_copy} if a.head_copy is not None else {})}
                 # JSON mode (--json-mode) for the measured answers; the warm-up's 2 tokens are free text (the same
                 # prefill: a schema's shortest document is longer than that)
                 fmt = {"response_format": a.json_formats[it["id"]]} if it["id"] in a.json_formats else {}
@@ -595,8 +596,9 @@ def parse_args(argv=None):
     ap.add_argument("--temperature", type=float, default=0.7, help="coupled mode's temperature")
     ap.add_argument("--runs", type=int, default=None, help="default 3 (>= 3 for figures)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="cap on each answer (default 64)")
-    ap.add_argument("--head-copy", action="store_true",
-                    help="every answer with head_copy (drafter head: the n-gram's copies first); an A/B runs twice")
+    ap.add_argument("--head-copy", action=argparse.BooleanOptionalAction, default=None,
+                    help="every answer with head_copy on / off (drafter head: the n-gram's copies first; default: the "
+                         "product's setting, on); an A/B runs twice")
     ap.add_argument("--json-mode", action="store_true",
                     help="prompts with a frozen schema (strict JSON extraction) answer in JSON mode, alone and with "
                          "speculation")
@@ -737,7 +739,7 @@ def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> di
         "strata": list(dict.fromkeys(i["stratum"] for i in a.items)), "prompts": [i["id"] for i in a.items],
         "per_stratum": a.per_stratum, "drafters": a.drafters, "ks": a.ks, "modes": a.modes, "seeds": a.seeds,
         "temperature": a.temperature, "runs": a.runs, "max_new_tokens": a.max_new_tokens, "adaptive": a.adaptive,
-        "head_copy": a.head_copy,
+        "head_copy": DEFAULTS["head_copy"] if a.head_copy is None else a.head_copy,
         "json_mode": sorted(i["id"] for i in a.items if i["id"] in a.json_formats),
         "timing_reps": a.timing_reps, "deadline_s": a.deadline,
     }

@@ -32,7 +32,9 @@ DEFAULTS = {
     "k": 4,
     "k_schedule": "fixed",
     "draft_stop": 0.0,       # confidence stop: a model/head draft halts once its top probability is below this (0 = off)
-    "head_copy": False,      # drafter 'head': where the n-gram finds a copy in the text, its proposals come first
+    "head_copy": True,       # drafter 'head': where the n-gram finds a copy in the text, its proposals come first
+                             # (on since 2026-12-05: faster than the head alone at k = 1, 2 and 4 on the CPU fallback
+                             # and in three H100 leases, README "The draft head")
     "mode": "coupled",
     "temperature": 0.0,      # 0 = greedy
     "top_k": 0,              # 0 = off

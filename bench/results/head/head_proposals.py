@@ -26,7 +26,7 @@ for pid in sys.argv[1:]:
     prompt, y = rec['prompt'], rec['y']
     champ.truncate(0); head.truncate(0); log.clear()
     r = generate(champ, prompt, GenerateConfig(max_new_tokens=rec['max_new'], k=1, drafter="head", adaptive=False,
-                 temperature=0.0, batched=False), draft=head, eos_ids=[2])
+                 temperature=0.0, batched=False, head_copy=False), draft=head, eos_ids=[2])
     full = prompt + r.token_ids + [2]
     pairs = [(tok.decode([full[n]]), tok.decode(p)) for n, p, _ in log if n < len(full)]
     hits = sum(1 for n, p, _ in log if n < len(full) and p and p[0] == full[n])
