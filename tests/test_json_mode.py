@@ -260,6 +260,8 @@ def test_masks_equal_brute_force_on_a_toy_vocabulary(i):
             want = brute_force_mask(c, st, budget)
             got = c.mask(st, budget)
             assert np.array_equal(got, want), (st, budget, [vocab.token_bytes[t] for t in np.nonzero(got != want)[0]])
+            one = np.array([c.allows(st, t, budget) for t in range(vocab.vocab_size)])    # a token at a time
+            assert np.array_equal(one, want), (st, budget)
         cost = c.cost(st)
         assert ((cost < NO) == brute_force_mask(c, st, None)).all()
 
@@ -391,7 +393,7 @@ def test_json_mode_on_a_device_confirms_from_argmax_ids():
     vocab = toy_vocab()
     V = vocab.vocab_size
     cases = [{"type": "json_schema", "schema": s} for s in TOY_SCHEMAS[:4]] + [{"type": "json_object"}]
-    reads = from_ids = ahead = 0      # rows read again; verify rounds confirmed from ids alone; passes run ahead
+    reads = from_ids = ahead = hints = 0   # rows read again; verify rounds from ids alone; passes run ahead; hints
     bytes_ids = bytes_rows = 0
     for ci, rf in enumerate(cases):
         c = Constraint(Grammar(parse_response_format(rf)), vocab)
@@ -420,14 +422,17 @@ def test_json_mode_on_a_device_confirms_from_argmax_ids():
                     again = st["target_passes"] - dev.verifies - (st["ahead_passes"] - st["wasted_passes"])
                     assert again == st["row_reads"]
                     assert st["ahead_passes"] == sum(c[2] for c in dev.calls)
-                    if not conf.get("grammar_draft", True):     # the champion alone: every token a run's
-                        assert dev.verifies == 0 and st["ahead_passes"] > 0
+                    if not conf.get("grammar_draft", True):     # the champion alone: every token a run's, each
+                        assert dev.verifies == 0 and st["ahead_passes"] > 0     # after the first hinting the next
+                        hints += sum(1 for c in dev.calls if c[3])
+                    else:
+                        assert not any(c[3] for c in dev.calls)
                     reads += st["row_reads"]
                     ahead += st["ahead_passes"]
                     from_ids += dev.verifies
                     bytes_ids += st["readback_bytes"]
                     bytes_rows += rows.stats["readback_bytes"]
-    assert reads > 0 and from_ids > 0 and ahead > 0
+    assert reads > 0 and from_ids > 0 and ahead > 0 and hints > 0
     assert bytes_ids < bytes_rows
 
 

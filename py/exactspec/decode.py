@@ -267,6 +267,9 @@ async def generate_async(
     # path.
     json_ids = cfg.batched and params.greedy and gram is not None and champion.offers("verify") \
         and champion.ahead_max >= 2
+    # ... and where no round will have proposals (JSON mode's champion alone: speculation off turns the grammar's
+    # forced proposals off too), each run hints the next, as the champion alone's runs in free text do
+    json_hints = json_ids and not cfg.grammar_draft and (cfg.drafter == "none" or not cfg.k)
     pick = Pick(0.0 if params.greedy else float(params.temperature), cfg.seed, params.top_k, params.top_p)
     want_rows = not params.greedy        # greedy confirms from the device's argmax ids (equal to numpy's: tested)
     ahead = 4                            # decode_ahead passes; doubles while every row is confirmed
@@ -339,24 +342,24 @@ async def generate_async(
                 break
         return emitted, counted
 
-    async def json_tokens(tokens, ids, masks, t0: int) -> list[int]:
+    async def json_tokens(tokens, ids, t0: int) -> list[int]:
         """JSON mode, greedy, from a verify's argmax ids (tokens: the rows' inputs, the last committed token and the
-        proposals; ids: the device's argmax of each row; masks: each row's grammar mask): what the rows path emits.
-        Row i's token under its mask is the device's id where the mask allows it (the row's maximum is allowed, so it
-        is the masked maximum, and the lowest id among equal ones as np.argmax's), the one token a mask allows where
-        it allows one; else row i itself is read: computed again alone at its position, the cache cut back to it
-        first (the same bits as the verify's row: batch invariance), and picked as the rows path picks; where that
-        token is the proposal after it, the rows after it are verified again (their cache positions were cut). Up to
-        the first row whose token is not the proposal after it."""
+        proposals; ids: the device's argmax of each row; the rows' grammar masks: the GrammarDrafter's): what the
+        rows path emits. Row i's token under its mask is the device's id where the mask allows it (the row's maximum
+        is allowed, so it is the masked maximum, and the lowest id among equal ones as np.argmax's; checked without
+        the mask: Constraint.allows), the one token a mask allows where it allows one; else row i itself is read:
+        computed again alone at its position, the cache cut back to it first (the same bits as the verify's row:
+        batch invariance), and picked as the rows path picks; where that token is the proposal after it, the rows
+        after it are verified again (their cache positions were cut). Up to the first row whose token is not the
+        proposal after it."""
         out: list[int] = []
         base = 0                         # ids[j] is the argmax of row base + j
         i = 0
         while i < len(tokens):
-            mask = masks[i]                  # (vocab,) bool
             dev = int(ids[i - base])
-            if mask[dev]:
+            if drafter.allows(i, dev):
                 tok = dev
-            elif np.count_nonzero(mask) == 1:
+            elif np.count_nonzero(mask := drafter.mask_at(i)) == 1:     # (vocab,) bool
                 tok = int(np.flatnonzero(mask)[0])
             else:
                 champion.truncate(t0 - 1 + i)
@@ -654,10 +657,13 @@ async def generate_async(
                 # picks, confirmed here one by one under the grammar's mask (json_tokens' rule); the run ends at the
                 # first pick the mask refuses (that position's token read from its row, computed again alone), an
                 # EOS, or the document's end; the passes after it are rolled back
-                n_ahead = ahead_n(ahead, 0, remaining, t0)
+                n_ahead = take or ahead_n(ahead, 0, remaining, t0)
+                t_next = t0 + n_ahead
+                then = ahead_n(min(2 * ahead, champion.ahead_max), 0, remaining - n_ahead, t_next) \
+                    if json_hints and n.ahead_passes and remaining > n_ahead and t_next < C.seq_len else 0
                 hit("verify")
                 try:
-                    res = await waited(champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, False, then=0,
+                    res = await waited(champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, False, then=then,
                                                              stop=eos_list))
                 except Exception as e:
                     raise BackendError(f"champion forward failed: {e}") from e
@@ -669,11 +675,10 @@ async def generate_async(
                 for i in range(n_ahead):
                     if gram.done(gstate):
                         break                   # the document is complete: nothing may follow
-                    mask = gram.mask(gstate, budget - i)      # (vocab,) bool
                     dev = int(res.ids[i])
-                    if mask[dev]:
+                    if gram.allows(gstate, dev, budget - i):
                         tok = dev
-                    elif np.count_nonzero(mask) == 1:
+                    elif np.count_nonzero(mask := gram.mask(gstate, budget - i)) == 1:     # (vocab,) bool
                         tok = int(np.flatnonzero(mask)[0])
                     else:
                         champion.truncate(t0 - 1 + i)
@@ -692,7 +697,10 @@ async def generate_async(
                 n.target_passes += used
                 n.rounds += used
                 ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
-                t_mark = clock()
+                if used == n_ahead and emitted[-1] == int(res.ids[used - 1]) and emitted[-1] not in eos \
+                        and not gram.done(gstate):
+                    hinted = then                # the device runs it already (fed the last pick, confirmed): the
+                t_mark = clock()                 # next round takes it
                 sched.observe(0, (t_mark - t_a) / max(1, used))
             else:
                 if on_device:
@@ -735,7 +743,7 @@ async def generate_async(
                 n.target_passes += 1
                 n.rounds += 1
                 if logits is None and gram is not None:  # JSON mode, greedy, ids only (json_tokens)
-                    emitted = await json_tokens([seq[-1]] + proposals, champ_ids, drafter.masks(g + 1), t0)
+                    emitted = await json_tokens([seq[-1]] + proposals, champ_ids, t0)
                 elif logits is None:                     # greedy, ids only: the champion's argmax of each row
                     emitted = verify.accept_while_equal(proposals, lambda i: champ_ids[i])
                 elif params.greedy or cfg.mode == "coupled":   # rows up to the first mismatch only

@@ -109,11 +109,12 @@ def test_json_mode_verifies_with_ids(engine):
 
     champ, draft, c, d = engine
     vocab = toy_vocab(TRICKY[:champ.config.vocab_size - 257])      # the micro model's 300 tokens
-    reads = ahead = 0
+    reads = ahead = continued = 0
     for schema in TOY_SCHEMAS[:2]:
         rf = {"type": "json_schema", "schema": schema}
         con = Constraint(Grammar(parse_response_format(rf)), vocab)
-        for conf in (dict(drafter="none", k=0), dict(drafter="ngram", k=3), dict(drafter="model", k=2)):
+        for conf in (dict(drafter="none", k=0, grammar_draft=False), dict(drafter="none", k=0),
+                     dict(drafter="ngram", k=3), dict(drafter="model", k=2)):
             def run():
                 return gen(champ, [1, 20, 30, 40], GenerateConfig(adaptive=False, response_format=rf,
                                                                   max_new_tokens=40, **conf),
@@ -133,4 +134,6 @@ def test_json_mode_verifies_with_ids(engine):
             assert st["target_passes"] - verifies - (st["ahead_passes"] - st["wasted_passes"]) == st["row_reads"]
             reads += st["row_reads"]
             ahead += st["ahead_passes"]
-    assert reads > 0 and ahead > 0
+            if not conf.get("grammar_draft", True):      # the champion alone: runs hint the next (continuations)
+                continued += c.calls.get("continued", 0) - before.get("continued", 0)
+    assert reads > 0 and ahead > 0 and continued > 0

@@ -296,8 +296,15 @@ class GrammarDrafter:
 
     def masks(self, n_rows: int) -> list:
         """(n_rows,) masks (vocab,) bool of the verify rows: row i is the position after proposals[:i]."""
-        c = self.constraint
-        return [c.mask(self.states[i], self._budget - i) for i in range(n_rows)]
+        return [self.mask_at(i) for i in range(n_rows)]
+
+    def mask_at(self, i: int) -> np.ndarray:
+        """(vocab,) bool: the mask of verify row i."""
+        return self.constraint.mask(self.states[i], self._budget - i)
+
+    def allows(self, i: int, token: int) -> bool:
+        """mask_at(i)[token], without the mask (Constraint.allows)."""
+        return self.constraint.allows(self.states[i], token, self._budget - i)
 
     async def propose(self, seq, k, pick):
         """(proposals, q_rows): at most k free proposals plus the forced ones, up to the round's cap. q_rows

@@ -2,6 +2,7 @@
 
     c = Constraint(Grammar(spec), vocab)
     m = c.mask(state, budget)         # (vocab,) bool: tokens whose bytes can continue a valid document
+    ok = c.allows(state, t, budget)   # m[t], without computing m
     state = c.advance(state, token)   # None if the token cannot
     ids = c.forced(state)             # the tokens of the only byte string the grammar admits next (may be [])
 
@@ -108,6 +109,22 @@ class Constraint:
         m = (c < NO) if budget is None or budget > CAP else (c <= budget - 1)
         self.seconds += time.perf_counter() - t0
         return m
+
+    def allows(self, state: tuple, token: int, budget: int | None = None) -> bool:
+        """mask(state, budget)[token], without the mask: the token's bytes walked through the grammar (a device's
+        pick is checked so, and the whole mask is computed only where it is refused)."""
+        t0 = time.perf_counter()
+        g, vocab = self.grammar, self.vocab
+        tb = vocab.token_bytes[token] if 0 <= token < vocab.vocab_size else None
+        if token in vocab.eos_ids:
+            ok = g.accepting(state) and (budget is None or budget >= 1)
+        elif tb is None:
+            ok = False
+        else:
+            s = g.walk(state, tb)
+            ok = s is not None and (budget is None or budget > CAP or min(g.min_bytes(s), CAP) <= budget - 1)
+        self.seconds += time.perf_counter() - t0
+        return bool(ok)
 
     def _walk_cost(self, state: tuple) -> np.ndarray:
         g, vocab = self.grammar, self.vocab
