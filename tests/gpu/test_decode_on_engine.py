@@ -27,7 +27,9 @@ def engine(request, tmp_path_factory):
     write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
     write_micro_gguf(draft, micro_config(n_layers=1), seed=1, tensor_type="Q8_0")   # shares the embedding: agrees often
     opts = request.param
-    proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8}})
+    # chains off on every adapter (a GPU's default is 4: its n-gram and draft rounds would run several a submission,
+    # tests/gpu/test_chain_engine.py and test_spec_chain_engine.py): the per-round paths this file counts
+    proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8, "chainRounds": 0}})
     c = proc.load("champion", champ, describe(champ), seq_len=128)
     d = proc.load("draft", draft, describe(draft), seq_len=128)
     yield JsBackend(c), JsBackend(d), c, d
