@@ -81,7 +81,9 @@ def engine(request, files):
     from exactspec.bridge import JsBackend, JsHead
 
     opts = request.param
-    proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8}})
+    # chains off on every adapter (a GPU's default is 4: the head's greedy rounds would run several a submission,
+    # tests/gpu/test_spec_chain_engine.py): the one-round-a-submission path this file counts
+    proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8, "chainRounds": 0}})
     c = proc.load("champion", *files["champion"], seq_len=128)
     champ = JsBackend(c)
     heads = {}
