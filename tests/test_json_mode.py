@@ -393,7 +393,7 @@ def test_json_mode_on_a_device_confirms_from_argmax_ids():
     vocab = toy_vocab()
     V = vocab.vocab_size
     cases = [{"type": "json_schema", "schema": s} for s in TOY_SCHEMAS[:4]] + [{"type": "json_object"}]
-    reads = from_ids = ahead = hints = 0   # rows read again; verify rounds from ids alone; passes run ahead; hints
+    reads = from_ids = ahead = 0      # rows read again; verify rounds confirmed from ids alone; passes run ahead
     bytes_ids = bytes_rows = 0
     for ci, rf in enumerate(cases):
         c = Constraint(Grammar(parse_response_format(rf)), vocab)
@@ -422,17 +422,15 @@ def test_json_mode_on_a_device_confirms_from_argmax_ids():
                     again = st["target_passes"] - dev.verifies - (st["ahead_passes"] - st["wasted_passes"])
                     assert again == st["row_reads"]
                     assert st["ahead_passes"] == sum(c[2] for c in dev.calls)
-                    if not conf.get("grammar_draft", True):     # the champion alone: every token a run's, each
-                        assert dev.verifies == 0 and st["ahead_passes"] > 0     # after the first hinting the next
-                        hints += sum(1 for c in dev.calls if c[3])
-                    else:
-                        assert not any(c[3] for c in dev.calls)
+                    if not conf.get("grammar_draft", True):     # the champion alone: every token a run's
+                        assert dev.verifies == 0 and st["ahead_passes"] > 0
+                    assert not any(c[3] for c in dev.calls)              # (no continuation hinted)
                     reads += st["row_reads"]
                     ahead += st["ahead_passes"]
                     from_ids += dev.verifies
                     bytes_ids += st["readback_bytes"]
                     bytes_rows += rows.stats["readback_bytes"]
-    assert reads > 0 and from_ids > 0 and ahead > 0 and hints > 0
+    assert reads > 0 and from_ids > 0 and ahead > 0
     assert bytes_ids < bytes_rows
 
 

@@ -267,9 +267,6 @@ async def generate_async(
     # path.
     json_ids = cfg.batched and params.greedy and gram is not None and champion.offers("verify") \
         and champion.ahead_max >= 2
-    # ... and where no round will have proposals (JSON mode's champion alone: speculation off turns the grammar's
-    # forced proposals off too), each run hints the next, as the champion alone's runs in free text do
-    json_hints = json_ids and not cfg.grammar_draft and (cfg.drafter == "none" or not cfg.k)
     pick = Pick(0.0 if params.greedy else float(params.temperature), cfg.seed, params.top_k, params.top_p)
     want_rows = not params.greedy        # greedy confirms from the device's argmax ids (equal to numpy's: tested)
     ahead = 4                            # decode_ahead passes; doubles while every row is confirmed
@@ -657,13 +654,12 @@ async def generate_async(
                 # picks, confirmed here one by one under the grammar's mask (json_tokens' rule); the run ends at the
                 # first pick the mask refuses (that position's token read from its row, computed again alone), an
                 # EOS, or the document's end; the passes after it are rolled back
-                n_ahead = take or ahead_n(ahead, 0, remaining, t0)
-                t_next = t0 + n_ahead
-                then = ahead_n(min(2 * ahead, champion.ahead_max), 0, remaining - n_ahead, t_next) \
-                    if json_hints and n.ahead_passes and remaining > n_ahead and t_next < C.seq_len else 0
+                # (no continuation hinted: runs end at refused picks often, and a dropped continuation is waited
+                # for; hints cost device time on an H100, bench/h200/results/2026-12-05d calls 17 and 21)
+                n_ahead = ahead_n(ahead, 0, remaining, t0)
                 hit("verify")
                 try:
-                    res = await waited(champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, False, then=then,
+                    res = await waited(champion.decode_ahead(seq[-1], t0 - 1, n_ahead, pick, False, then=0,
                                                              stop=eos_list))
                 except Exception as e:
                     raise BackendError(f"champion forward failed: {e}") from e
@@ -697,10 +693,7 @@ async def generate_async(
                 n.target_passes += used
                 n.rounds += used
                 ahead = min(2 * ahead, champion.ahead_max) if used == n_ahead else max(2, ahead // 2)
-                if used == n_ahead and emitted[-1] == int(res.ids[used - 1]) and emitted[-1] not in eos \
-                        and not gram.done(gstate):
-                    hinted = then                # the device runs it already (fed the last pick, confirmed): the
-                t_mark = clock()                 # next round takes it
+                t_mark = clock()
                 sched.observe(0, (t_mark - t_a) / max(1, used))
             else:
                 if on_device:

@@ -111,7 +111,7 @@ def test_json_mode_verifies_with_ids(engine):
 
     champ, draft, c, d = engine
     vocab = toy_vocab(TRICKY[:champ.config.vocab_size - 257])      # the micro model's 300 tokens
-    reads = ahead = continued = 0
+    reads = ahead = 0
     for schema in TOY_SCHEMAS[:2]:
         rf = {"type": "json_schema", "schema": schema}
         con = Constraint(Grammar(parse_response_format(rf)), vocab)
@@ -136,6 +136,4 @@ def test_json_mode_verifies_with_ids(engine):
             assert st["target_passes"] - verifies - (st["ahead_passes"] - st["wasted_passes"]) == st["row_reads"]
             reads += st["row_reads"]
             ahead += st["ahead_passes"]
-            if not conf.get("grammar_draft", True):      # the champion alone: runs hint the next (continuations)
-                continued += c.calls.get("continued", 0) - before.get("continued", 0)
-    assert reads > 0 and ahead > 0 and continued > 0
+    assert reads > 0 and ahead > 0
