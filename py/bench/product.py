@@ -275,7 +275,7 @@ def mode_settings(mode: str, seed: int, temperature: float) -> dict:
 RECORD_STATS = ("tokens_per_s", "elapsed_ms", "ttft_ms", "tau", "rounds", "target_passes", "draft_passes",
                 "prefill_passes", "submissions", "readback_bytes", "ahead_passes", "wasted_passes", "proposed",
                 "accepted", "acceptance_by_position", "spec_disabled_rounds", "reused_prefix_tokens", "backend",
-                "chain_rounds", "chain_proposed", "device_wait_ms", "row_reads")
+                "chain_rounds", "chain_proposed", "device_wait_ms", "row_reads", "mask_ms")
 
 
 def record(out: dict, **where) -> dict:

@@ -339,42 +339,47 @@ async def generate_async(
                 break
         return emitted, counted
 
+    async def json_token(dev: int, state, budget: int, token_in: int, t: int) -> int:
+        """JSON mode, greedy, on a device: the champion's token at absolute position t under the grammar's mask at
+        `state` (`budget` tokens left), from the device's argmax `dev` of that position's row, as the rows path picks
+        it: `dev` where the mask allows it (the row's maximum is allowed, so it is the masked maximum, and the lowest
+        id among equal ones as np.argmax's; checked without the mask, Constraint.allows), the one token a mask allows
+        where it allows one; else the row itself is read: computed again alone from `token_in` at position t - 1,
+        the cache cut back to it first (the same bits as the device's row: batch invariance)."""
+        if gram.allows(state, dev, budget):
+            return dev
+        mask = gram.mask(state, budget)              # (vocab,) bool
+        if np.count_nonzero(mask) == 1:
+            return int(np.flatnonzero(mask)[0])
+        champion.truncate(t - 1)
+        row = await champion_pass([token_in], t - 1, 1, "row")    # (1, vocab)
+        n.row_reads += 1
+        n.target_passes += 1
+        n.submissions += 1
+        n.readback_bytes += V * 4
+        return picker.champion_token(row[0], t, mask)
+
     async def json_tokens(tokens, ids, t0: int) -> list[int]:
         """JSON mode, greedy, from a verify's argmax ids (tokens: the rows' inputs, the last committed token and the
-        proposals; ids: the device's argmax of each row; the rows' grammar masks: the GrammarDrafter's): what the
-        rows path emits. Row i's token under its mask is the device's id where the mask allows it (the row's maximum
-        is allowed, so it is the masked maximum, and the lowest id among equal ones as np.argmax's; checked without
-        the mask: Constraint.allows), the one token a mask allows where it allows one; else row i itself is read:
-        computed again alone at its position, the cache cut back to it first (the same bits as the verify's row:
-        batch invariance), and picked as the rows path picks; where that token is the proposal after it, the rows
-        after it are verified again (their cache positions were cut). Up to the first row whose token is not the
-        proposal after it."""
+        proposals; ids: the device's argmax of each row): what the rows path emits, each row's token by json_token
+        under the GrammarDrafter's state and budget for that row; where a row was read again and its token is the
+        proposal after it, the rows after it are verified again (their cache positions were cut). Up to the first
+        row whose token is not the proposal after it."""
         out: list[int] = []
         base = 0                         # ids[j] is the argmax of row base + j
         i = 0
         while i < len(tokens):
-            dev = int(ids[i - base])
-            if drafter.allows(i, dev):
-                tok = dev
-            elif np.count_nonzero(mask := drafter.mask_at(i)) == 1:     # (vocab,) bool
-                tok = int(np.flatnonzero(mask)[0])
-            else:
-                champion.truncate(t0 - 1 + i)
-                row = await champion_pass([tokens[i]], t0 - 1 + i, 1, "row")   # (1, vocab)
-                n.row_reads += 1
+            reads = n.row_reads
+            tok = await json_token(int(ids[i - base]), drafter.states[i], drafter.budget - i, tokens[i], t0 + i)
+            if n.row_reads > reads and i + 1 < len(tokens) and tok == tokens[i + 1]:
+                try:
+                    res = await waited(champion.verify(tokens[i + 1:], t0 + i, pick, False))
+                except Exception as e:
+                    raise BackendError(f"champion verify failed: {e}") from e
+                ids, base = res.ids, i + 1
                 n.target_passes += 1
                 n.submissions += 1
-                n.readback_bytes += V * 4
-                tok = picker.champion_token(row[0], t0 + i, mask)
-                if i + 1 < len(tokens) and tok == tokens[i + 1]:
-                    try:
-                        res = await waited(champion.verify(tokens[i + 1:], t0 + i, pick, False))
-                    except Exception as e:
-                        raise BackendError(f"champion verify failed: {e}") from e
-                    ids, base = res.ids, i + 1
-                    n.target_passes += 1
-                    n.submissions += 1
-                    n.readback_bytes += 4 * (len(tokens) - i - 1)
+                n.readback_bytes += 4 * (len(tokens) - i - 1)
             out.append(tok)
             if i + 1 >= len(tokens) or tok != tokens[i + 1]:
                 break
@@ -672,18 +677,7 @@ async def generate_async(
                     if gram.done(gstate):
                         break                   # the document is complete: nothing may follow
                     dev = int(res.ids[i])
-                    if gram.allows(gstate, dev, budget - i):
-                        tok = dev
-                    elif np.count_nonzero(mask := gram.mask(gstate, budget - i)) == 1:     # (vocab,) bool
-                        tok = int(np.flatnonzero(mask)[0])
-                    else:
-                        champion.truncate(t0 - 1 + i)
-                        row = await champion_pass([emitted[-1] if emitted else seq[-1]], t0 - 1 + i, 1, "row")
-                        n.row_reads += 1
-                        n.target_passes += 1
-                        n.submissions += 1
-                        n.readback_bytes += V * 4
-                        tok = picker.champion_token(row[0], t0 + i, mask)
+                    tok = await json_token(dev, gstate, budget - i, emitted[-1] if emitted else seq[-1], t0 + i)
                     emitted.append(tok)
                     gstate = gram.advance(gstate, tok)
                     if tok in eos or tok != dev:

@@ -299,12 +299,13 @@ class GrammarDrafter:
         return [self.mask_at(i) for i in range(n_rows)]
 
     def mask_at(self, i: int) -> np.ndarray:
-        """(vocab,) bool: the mask of verify row i."""
+        """(vocab,) bool: the mask of verify row i (grammar state states[i], budget - i tokens left)."""
         return self.constraint.mask(self.states[i], self._budget - i)
 
-    def allows(self, i: int, token: int) -> bool:
-        """mask_at(i)[token], without the mask (Constraint.allows)."""
-        return self.constraint.allows(self.states[i], token, self._budget - i)
+    @property
+    def budget(self) -> int:
+        """The tokens this round may still emit (begin_round's budget): row i has budget - i left."""
+        return self._budget
 
     async def propose(self, seq, k, pick):
         """(proposals, q_rows): at most k free proposals plus the forced ones, up to the round's cap. q_rows
