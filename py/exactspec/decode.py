@@ -258,7 +258,8 @@ async def generate_async(
         mask_s0 = gram.seconds
     # the batched step (exactspec.backend): greedy and coupled only; rejection mode needs the exact q each proposal
     # was sampled from, which only its per-forward path gives Python. JSON mode takes the per-forward path too: its
-    # rounds carry grammar-forced tokens and every row is masked, which the device's picks cannot do.
+    # rounds carry grammar-forced tokens and every row is masked, which the device's picks cannot do (greedy on a
+    # device, its verifies and runs ahead read the device's ids and check them against the masks: json_ids).
     batched = cfg.batched and (params.greedy or cfg.mode == "coupled") and gram is None
     # JSON mode, greedy, on a device with round trips to save (ahead_max: not the CPU's reference): a verify reads back
     # the device's argmax ids, not whole rows, and each row's token under its mask is read from them (json_tokens);
