@@ -1,5 +1,7 @@
 """bench product's prediction (py/bench/product.py): the break-even formula, with the tokens of runs ahead priced as
-plain decoding."""
+plain decoding; its JSON mode through the product's own session."""
+import asyncio
+
 import pytest
 
 from bench.product import predicted_chain_speedup, predicted_speedup
@@ -45,39 +47,44 @@ def test_chains_are_priced_as_passes_plus_their_rows():
     assert predicted_chain_speedup(T, 30, 0, 30, 0.0, 0.2)[0] == pytest.approx(1.0)
 
 
+class SessionHost:
+    """The worker's Python side, without a page around it: bench product's host over a CPython Session."""
+
+    def __init__(self, champion):
+        from exactspec.session import Session
+        self.s, self.requests = Session(), []
+        self.s.load("champion", str(champion))
+
+    def generate(self, params):
+        from bench.product import HostError
+        from exactspec.session import SessionError
+        self.requests.append(params)
+        try:
+            return asyncio.run(self.s.generate(dict(params)))
+        except SessionError as e:           # (as the page's and Node's hosts report a refused request)
+            raise HostError(str(e)) from None
+
+    def timings(self, params):
+        from bench.product import HostError
+        raise HostError("no timings here")
+
+
 def test_json_mode_answers_the_strict_json_prompts_in_json_mode():
     """--json-mode: the prompts with a frozen schema answer in JSON mode (alone and with speculation: valid for the
     schema, identical), the others as before; the report says which. Through the product's own session (CPython)."""
-    import asyncio
     import json
     from pathlib import Path
 
     from bench import product as P
-    from exactspec.session import Session, SessionError
     root = Path(__file__).resolve().parents[1]
     if not P.CHAMPION.exists():
         pytest.skip("SmolLM2 not set up (python build.py setup)")
     jsonschema = pytest.importorskip("jsonschema")
 
-    class SessionHost:                       # the worker's Python side, without a page around it
-        def __init__(self):
-            self.s, self.requests = Session(), []
-            self.s.load("champion", str(P.CHAMPION))
-
-        def generate(self, params):
-            self.requests.append(params)
-            try:
-                return asyncio.run(self.s.generate(dict(params)))
-            except SessionError as e:           # (as the page's and Node's hosts report a refused request)
-                raise P.HostError(str(e)) from None
-
-        def timings(self, params):
-            raise P.HostError("no timings here")
-
     a = P.parse_args(["--strata", "json_extraction,summaries", "--per-stratum", "1", "--drafters", "none,ngram",
                       "--ks", "2", "--runs", "1", "--max-new-tokens", "40", "--json-mode"])
     a.items = P.select_items(a)
-    host = SessionHost()
+    host = SessionHost(P.CHAMPION)
     res = P.run_bench(host, a.items, a, log=lambda m: None)
     assert not [e for e in res["errors"] if e["what"] != "timings"], res["errors"]
     schemas = json.loads((root / "tests/data/json_schemas.json").read_text())["workload"]
@@ -106,3 +113,32 @@ def test_json_mode_answers_the_strict_json_prompts_in_json_mode():
     empty = P.build_report({"records": [], "timings": [], "warmups": [], "errors": [], "stopped": None}, a, {}, [],
                            0.0, 0.0)
     assert "identical: no speculative answer to compare" in P.table(empty)     # not "yes" over nothing
+
+
+def test_the_grammar_setting_is_json_modes_own_proposals_alone():
+    """--drafters grammar (with --json-mode only): the JSON-mode prompts answered with speculation on and no drafter
+    (the grammar's forced proposals alone), recorded as drafter 'grammar'; other prompts skip it."""
+    from bench import product as P
+    if not P.CHAMPION.exists():
+        pytest.skip("SmolLM2 not set up (python build.py setup)")
+    with pytest.raises(SystemExit):
+        P.parse_args(["--drafters", "none,grammar"])                 # (needs --json-mode)
+    a = P.parse_args(["--strata", "json_extraction,summaries", "--per-stratum", "1", "--drafters", "none,grammar",
+                      "--ks", "2", "--runs", "1", "--max-new-tokens", "40", "--json-mode"])
+    a.items = P.select_items(a)
+    host = SessionHost(P.CHAMPION)
+    res = P.run_bench(host, a.items, a, log=lambda m: None)
+    assert not [e for e in res["errors"] if e["what"] != "timings"], res["errors"]
+    recs = {(r["prompt_id"], r["drafter"]): r for r in res["records"]}
+    jid = next(i["id"] for i in a.items if i["stratum"] == "json_extraction")
+    assert sorted(recs) == sorted([(jid, "none"), (jid, "grammar")] +
+                                  [(i["id"], "none") for i in a.items if i["id"] != jid])
+    g, alone = recs[(jid, "grammar")], recs[(jid, "none")]
+    assert g["identical"] and g["k"] == 0 and g["target_passes"] < alone["target_passes"]   # forced runs verified
+    sent = [q for q in host.requests if q.get("max_new_tokens") == 40 and "response_format" in q]
+    assert sorted((q["drafter"], q.get("speculation")) for q in sent) == [("none", False), ("none", True)]
+    a.sha = P.artifact_sha256s(a)
+    rows = P.summarise(res, a)
+    assert [(r["stratum"], r["drafter"]) for r in rows] == [("json_extraction", "grammar")]
+    table = P.table(P.build_report(res, a, {}, [], 0.0, 0.0))
+    assert any(line.startswith("json_extraction") and " grammar " in line for line in table.splitlines()), table

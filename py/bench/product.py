@@ -1,7 +1,7 @@
 """The product's own speed: the champion alone vs speculation, through the page's code path, per workload stratum.
 
     python build.py bench product [--host chromium|node] [--backend cpu|webgpu|opengl|vulkan]
-        [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model,head] [--ks 1,2,3,4]
+        [--strata casual_chat,summaries|all] [--per-stratum N] [--drafters none,ngram,model,head,grammar] [--ks 1,2,3,4]
         [--modes greedy,coupled] [--seeds 0,1] [--temperature 0.7] [--runs 3] [--max-new-tokens 64]
         [--adaptive off|on|both] [--head-copy] [--json-mode] [--timing-reps 5] [--champion GGUF] [--draft GGUF] [--head GGUF]
         [--workload JSONL]
@@ -38,7 +38,9 @@ Figures need --runs >= 3.
 `--json-mode`: the prompts that have a frozen schema (the strict JSON extraction stratum; tests/data/json_schemas.json)
 answer in JSON mode, alone and with speculation: response_format {type: json_schema, schema}, the page's JSON mode
 with its default grammar drafting (the grammar's forced tokens and copies first, then the drafter). The report's
-meta lists the prompts that did.
+meta lists the prompts that did. Drafter `grammar` (with --json-mode only): JSON mode's own proposals alone, i.e. the
+product's drafter none with speculation on (forced runs verified, the rest decoded as the champion alone's), for
+the JSON-mode prompts only (elsewhere it is the champion alone).
 """
 from __future__ import annotations
 
@@ -261,9 +263,16 @@ def open_host(a) -> NodeHost | ChromiumHost:
 ADAPTIVES = {"off": [False], "on": [True], "both": [False, True]}
 
 
+# drafter `grammar` (--json-mode): the settings a JSON-mode answer is sent with (speculation on, no drafter: the
+# grammar's forced proposals alone; exactspec.settings.effective)
+GRAMMAR_ONLY = {"drafter": "none", "k": 0, "adaptive": False, "speculation": True}
+
+
 def spec_configs(drafters, ks, adaptives) -> list[dict]:
-    """Every speculative setting of one answer group: drafter x k x adaptive."""
-    return [{"drafter": d, "k": k, "adaptive": ad} for d in drafters if d != "none" for k in ks for ad in adaptives]
+    """Every speculative setting of one answer group: drafter x k x adaptive (drafter `grammar`: one, k 0)."""
+    return [{"drafter": d, "k": k, "adaptive": ad} for d in drafters if d not in ("none", "grammar")
+            for k in ks for ad in adaptives] + \
+        ([{"drafter": "grammar", "k": 0, "adaptive": False}] if "grammar" in drafters else [])
 
 
 def mode_settings(mode: str, seed: int, temperature: float) -> dict:
@@ -311,7 +320,7 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
             for mode, seed in groups:
                 try:
                     t = host.timings({"chat": workload_messages(s_items[0]), "ks": a.ks, "reps": a.timing_reps,
-                                      "drafters": [d for d in a.drafters if d != "none"],
+                                      "drafters": [d for d in a.drafters if d not in ("none", "grammar")],
                                       **mode_settings(mode, seed, a.temperature)})
                     timings.append({"run": run, "stratum": stratum, "prompt_id": s_items[0]["id"], "mode": mode,
                                     "seed": seed, **t})
@@ -350,13 +359,17 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                     order = order[shift:] + order[:shift]     # rotate: no setting always runs first
                     alone, group = None, []
                     for c in order:
+                        if c is not None and c["drafter"] == "grammar" and not fmt:
+                            done += 1
+                            continue             # (not a JSON-mode prompt: it would be the champion alone)
                         # the champion alone: speculation off (in JSON mode that also turns the grammar's own
                         # proposals off: drafter none alone leaves them on, exactspec.settings.effective)
                         spec = {"drafter": "none", "k": 0, "adaptive": False, "speculation": False} if c is None else c
                         where = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
                                  "max_new_tokens": max_new, **spec, **({"json_mode": True} if fmt else {})}
+                        send = GRAMMAR_ONLY if spec["drafter"] == "grammar" else spec
                         try:
-                            out = host.generate({**base, **fmt, **settings, **spec})
+                            out = host.generate({**base, **fmt, **settings, **send})
                         except HostError as e:
                             errors.append({**where, "what": "generate", "error": str(e)})
                             log(f"{it['id']} {spec}: {e}")
@@ -589,7 +602,8 @@ def parse_args(argv=None):
                     help="chromium, CPU fallback: the kernel's threads (the page's ?threads=; default its own choice)")
     ap.add_argument("--strata", default="all", help="comma list of workload strata, or all")
     ap.add_argument("--per-stratum", type=int, default=None, help="prompts per stratum (default 2)")
-    ap.add_argument("--drafters", default="none,ngram,model", help="comma list of none, ngram, model, head")
+    ap.add_argument("--drafters", default="none,ngram,model",
+                    help="comma list of none, ngram, model, head, grammar (JSON mode's own proposals: --json-mode)")
     ap.add_argument("--ks", default=None, help="comma list (default 1,2,3,4)")
     ap.add_argument("--modes", default="greedy", help="comma list of greedy, coupled")
     ap.add_argument("--seeds", default="0", help="comma list (coupled answers run once per seed)")
@@ -643,9 +657,11 @@ def parse_args(argv=None):
     a.ks = ints("ks", a.ks, 1)
     a.seeds = ints("seeds", a.seeds, 0)
     a.drafters = [d.strip() for d in a.drafters.split(",") if d.strip()]
-    bad = [d for d in a.drafters if d not in DRAFTERS]
+    bad = [d for d in a.drafters if d not in DRAFTERS + ("grammar",)]
     if bad or not a.drafters:
-        ap.error(f"--drafters: each must be one of {', '.join(DRAFTERS)} (got {a.drafters})")
+        ap.error(f"--drafters: each must be one of {', '.join(DRAFTERS + ('grammar',))} (got {a.drafters})")
+    if "grammar" in a.drafters and not a.json_mode:
+        ap.error("--drafters grammar (JSON mode's own proposals) needs --json-mode")
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if not a.modes or any(m not in MODES for m in a.modes):
         ap.error(f"--modes: each must be one of {', '.join(MODES)}")
