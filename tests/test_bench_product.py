@@ -69,6 +69,19 @@ class SessionHost:
         raise HostError("no timings here")
 
 
+def json_bench(P, drafters: str):
+    """bench product over the first strict-JSON and summary prompts, --json-mode, 1 run of 40 tokens, through the
+    CPython session: (args, host, result, records by (prompt, drafter), the JSON prompt's id)."""
+    a = P.parse_args(["--strata", "json_extraction,summaries", "--per-stratum", "1", "--drafters", drafters,
+                      "--ks", "2", "--runs", "1", "--max-new-tokens", "40", "--json-mode"])
+    a.items = P.select_items(a)
+    host = SessionHost(P.CHAMPION)
+    res = P.run_bench(host, a.items, a, log=lambda m: None)
+    assert not [e for e in res["errors"] if e["what"] != "timings"], res["errors"]
+    recs = {(r["prompt_id"], r["drafter"]): r for r in res["records"]}
+    return a, host, res, recs, next(i["id"] for i in a.items if i["stratum"] == "json_extraction")
+
+
 def test_json_mode_answers_the_strict_json_prompts_in_json_mode():
     """--json-mode: the prompts with a frozen schema answer in JSON mode (alone and with speculation: valid for the
     schema, identical), the others as before; the report says which. Through the product's own session (CPython)."""
@@ -81,15 +94,8 @@ def test_json_mode_answers_the_strict_json_prompts_in_json_mode():
         pytest.skip("SmolLM2 not set up (python build.py setup)")
     jsonschema = pytest.importorskip("jsonschema")
 
-    a = P.parse_args(["--strata", "json_extraction,summaries", "--per-stratum", "1", "--drafters", "none,ngram",
-                      "--ks", "2", "--runs", "1", "--max-new-tokens", "40", "--json-mode"])
-    a.items = P.select_items(a)
-    host = SessionHost(P.CHAMPION)
-    res = P.run_bench(host, a.items, a, log=lambda m: None)
-    assert not [e for e in res["errors"] if e["what"] != "timings"], res["errors"]
+    a, host, res, recs, jid = json_bench(P, "none,ngram")
     schemas = json.loads((root / "tests/data/json_schemas.json").read_text())["workload"]
-    recs = {(r["prompt_id"], r["drafter"]): r for r in res["records"]}
-    jid = next(i["id"] for i in a.items if i["stratum"] == "json_extraction")
     sid = next(i["id"] for i in a.items if i["stratum"] == "summaries")
     assert all(r["identical"] for r in res["records"]) and len(res["records"]) == 4
     jsonschema.validate(json.loads(recs[(jid, "ngram")]["text"]), schemas[jid])
@@ -123,14 +129,7 @@ def test_the_grammar_setting_is_json_modes_own_proposals_alone():
         pytest.skip("SmolLM2 not set up (python build.py setup)")
     with pytest.raises(SystemExit):
         P.parse_args(["--drafters", "none,grammar"])                 # (needs --json-mode)
-    a = P.parse_args(["--strata", "json_extraction,summaries", "--per-stratum", "1", "--drafters", "none,grammar",
-                      "--ks", "2", "--runs", "1", "--max-new-tokens", "40", "--json-mode"])
-    a.items = P.select_items(a)
-    host = SessionHost(P.CHAMPION)
-    res = P.run_bench(host, a.items, a, log=lambda m: None)
-    assert not [e for e in res["errors"] if e["what"] != "timings"], res["errors"]
-    recs = {(r["prompt_id"], r["drafter"]): r for r in res["records"]}
-    jid = next(i["id"] for i in a.items if i["stratum"] == "json_extraction")
+    a, host, res, recs, jid = json_bench(P, "none,grammar")
     assert sorted(recs) == sorted([(jid, "none"), (jid, "grammar")] +
                                   [(i["id"], "none") for i in a.items if i["id"] != jid])
     g, alone = recs[(jid, "grammar")], recs[(jid, "none")]
