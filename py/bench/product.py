@@ -266,6 +266,7 @@ ADAPTIVES = {"off": [False], "on": [True], "both": [False, True]}
 # drafter `grammar` (--json-mode): the settings a JSON-mode answer is sent with (speculation on, no drafter: the
 # grammar's forced proposals alone; exactspec.settings.effective)
 GRAMMAR_ONLY = {"drafter": "none", "k": 0, "adaptive": False, "speculation": True}
+BENCH_DRAFTERS = DRAFTERS + ("grammar",)     # --drafters: the product's, and `grammar`
 
 
 def spec_configs(drafters, ks, adaptives) -> list[dict]:
@@ -657,9 +658,9 @@ def parse_args(argv=None):
     a.ks = ints("ks", a.ks, 1)
     a.seeds = ints("seeds", a.seeds, 0)
     a.drafters = [d.strip() for d in a.drafters.split(",") if d.strip()]
-    bad = [d for d in a.drafters if d not in DRAFTERS + ("grammar",)]
+    bad = [d for d in a.drafters if d not in BENCH_DRAFTERS]
     if bad or not a.drafters:
-        ap.error(f"--drafters: each must be one of {', '.join(DRAFTERS + ('grammar',))} (got {a.drafters})")
+        ap.error(f"--drafters: each must be one of {', '.join(BENCH_DRAFTERS)} (got {a.drafters})")
     if "grammar" in a.drafters and not a.json_mode:
         ap.error("--drafters grammar (JSON mode's own proposals) needs --json-mode")
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]

@@ -340,25 +340,30 @@ async def generate_async(
                 break
         return emitted, counted
 
-    async def json_token(dev: int, state, budget: int, token_in: int, t: int) -> int:
-        """JSON mode, greedy, on a device: the champion's token at absolute position t under the grammar's mask at
-        `state` (`budget` tokens left), from the device's argmax `dev` of that position's row, as the rows path picks
-        it: `dev` where the mask allows it (the row's maximum is allowed, so it is the masked maximum, and the lowest
-        id among equal ones as np.argmax's; checked without the mask, Constraint.allows), the one token a mask allows
-        where it allows one; else the row itself is read: computed again alone from `token_in` at position t - 1,
-        the cache cut back to it first (the same bits as the device's row: batch invariance)."""
+    async def json_token(dev: int, state, budget: int, token_in: int, t: int) -> tuple[int, bool]:
+        """JSON mode, greedy, on a device: (the champion's token at absolute position t under the grammar's mask at
+        `state` (`budget` tokens left), whether its row was read), from the device's argmax `dev` of that position's
+        row, as the rows path picks it: `dev` where the mask allows it (the row's maximum is allowed, so it is the
+        masked maximum, and the lowest id among equal ones as np.argmax's; checked without the mask,
+        Constraint.allows), the one token a mask allows where it allows one; else the row itself is read: computed
+        again alone from `token_in` at position t - 1, the cache cut back to it first (the same bits as the device's
+        row: batch invariance)."""
         if gram.allows(state, dev, budget):
-            return dev
+            return dev, False
+        return await json_refused(state, budget, token_in, t)
+
+    async def json_refused(state, budget: int, token_in: int, t: int) -> tuple[int, bool]:
+        """json_token where the mask refuses the device's pick."""
         mask = gram.mask(state, budget)              # (vocab,) bool
         if np.count_nonzero(mask) == 1:
-            return int(np.flatnonzero(mask)[0])
+            return int(np.flatnonzero(mask)[0]), False
         champion.truncate(t - 1)
         row = await champion_pass([token_in], t - 1, 1, "row")    # (1, vocab)
         n.row_reads += 1
         n.target_passes += 1
         n.submissions += 1
         n.readback_bytes += V * 4
-        return picker.champion_token(row[0], t, mask)
+        return picker.champion_token(row[0], t, mask), True
 
     async def json_tokens(tokens, ids, t0: int) -> list[int]:
         """JSON mode, greedy, from a verify's argmax ids (tokens: the rows' inputs, the last committed token and the
@@ -370,9 +375,9 @@ async def generate_async(
         base = 0                         # ids[j] is the argmax of row base + j
         i = 0
         while i < len(tokens):
-            reads = n.row_reads
-            tok = await json_token(int(ids[i - base]), drafter.states[i], drafter.budget - i, tokens[i], t0 + i)
-            if n.row_reads > reads and i + 1 < len(tokens) and tok == tokens[i + 1]:
+            tok, read = await json_token(int(ids[i - base]), drafter.states[i], drafter.budget - i, tokens[i],
+                                         t0 + i)
+            if read and i + 1 < len(tokens) and tok == tokens[i + 1]:
                 try:
                     res = await waited(champion.verify(tokens[i + 1:], t0 + i, pick, False))
                 except Exception as e:
@@ -678,9 +683,14 @@ async def generate_async(
                     if gram.done(gstate):
                         break                   # the document is complete: nothing may follow
                     dev = int(res.ids[i])
-                    tok = await json_token(dev, gstate, budget - i, emitted[-1] if emitted else seq[-1], t0 + i)
+                    nxt = gram.allowed_step(gstate, dev, budget - i)     # (json_token's first check, walked once)
+                    if nxt is not None:
+                        tok = dev
+                    else:
+                        tok, _ = await json_refused(gstate, budget - i, emitted[-1] if emitted else seq[-1], t0 + i)
+                        nxt = gram.advance(gstate, tok)
                     emitted.append(tok)
-                    gstate = gram.advance(gstate, tok)
+                    gstate = nxt
                     if tok in eos or tok != dev:
                         break                   # rows past it were fed a token Python did not emit
                 used = len(emitted)

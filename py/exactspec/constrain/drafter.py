@@ -296,11 +296,8 @@ class GrammarDrafter:
 
     def masks(self, n_rows: int) -> list:
         """(n_rows,) masks (vocab,) bool of the verify rows: row i is the position after proposals[:i]."""
-        return [self.mask_at(i) for i in range(n_rows)]
-
-    def mask_at(self, i: int) -> np.ndarray:
-        """(vocab,) bool: the mask of verify row i (grammar state states[i], budget - i tokens left)."""
-        return self.constraint.mask(self.states[i], self._budget - i)
+        c = self.constraint
+        return [c.mask(self.states[i], self._budget - i) for i in range(n_rows)]
 
     @property
     def budget(self) -> int:

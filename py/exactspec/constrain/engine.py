@@ -2,7 +2,7 @@
 
     c = Constraint(Grammar(spec), vocab)
     m = c.mask(state, budget)         # (vocab,) bool: tokens whose bytes can continue a valid document
-    ok = c.allows(state, t, budget)   # m[t], without computing m
+    ok = c.allows(state, t, budget)   # m[t], without computing m (allowed_step: the state after t, or None)
     state = c.advance(state, token)   # None if the token cannot
     ids = c.forced(state)             # the tokens of the only byte string the grammar admits next (may be [])
 
@@ -111,20 +111,26 @@ class Constraint:
         return m
 
     def allows(self, state: tuple, token: int, budget: int | None = None) -> bool:
-        """mask(state, budget)[token], without the mask: the token's bytes walked through the grammar (a device's
-        pick is checked so, and the whole mask is computed only where it is refused)."""
+        """mask(state, budget)[token], without the mask (allowed_step)."""
+        return self.allowed_step(state, token, budget) is not None
+
+    def allowed_step(self, state: tuple, token: int, budget: int | None = None):
+        """advance(state, token) where mask(state, budget)[token], else None, without the mask: the token's bytes
+        walked through the grammar (a device's pick is checked so, and the whole mask is computed only where it is
+        refused)."""
         t0 = time.perf_counter()
         g, vocab = self.grammar, self.vocab
         tb = vocab.token_bytes[token] if 0 <= token < vocab.vocab_size else None
         if token in vocab.eos_ids:
-            ok = g.accepting(state) and (budget is None or budget >= 1)
+            out = state if g.accepting(state) and (budget is None or budget >= 1) else None
         elif tb is None:
-            ok = False
+            out = None
         else:
-            s = g.walk(state, tb)
-            ok = s is not None and (budget is None or budget > CAP or min(g.min_bytes(s), CAP) <= budget - 1)
+            out = g.walk(state, tb)
+            if out is not None and not (budget is None or budget > CAP or min(g.min_bytes(out), CAP) <= budget - 1):
+                out = None
         self.seconds += time.perf_counter() - t0
-        return bool(ok)
+        return out
 
     def _walk_cost(self, state: tuple) -> np.ndarray:
         g, vocab = self.grammar, self.vocab
