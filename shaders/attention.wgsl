@@ -27,6 +27,9 @@
 // slice is read by the n_rows workgroups of a head (from L2). BATCH INVARIANCE: each partial element is one fixed
 // sequence of adds in ascending unit order, whatever chunk the row is in.
 //
+// TOUCH with O_PROJ (override; engine option fuseTouch): before step 0 / 1 each invocation of step 4 loads the words of
+// its first output row's W_o units (lib/touch), so step 4 finds them in the cache; loads only, no operation changes.
+//
 // Define WINDOW (the draft head's `head_attention`, app/gpu/head.js; not with O_PROJ): an attention window W =
 // params.window > 0: position pos attends keys lo .. pos, lo = max(0, pos + 1 - W) (the numpy reference's
 // `keys > pos - window`, py/exactspec/reference.py; a head's GGUF may set exactspec.head.attention.window); W = 0:
@@ -91,6 +94,8 @@ override WTYPE: u32 = 0;
 // #let TERMO = term
 // #endif
 override OU: u32 = 8u;   // most 8-value units of W_o any head's slice takes (engine: max over heads of u1 - u0)
+override TOUCH: bool = false;   // warm W_o's words before step 1 (lib/touch; engine option fuseTouch)
+// #let RAW = 1
 // #endif
 
 struct Params {
@@ -219,6 +224,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #else
   let sbase = (t * params.n_heads + h) * params.seq_len;  // scores row
 // #endif
+// #endif
+// #if O_PROJ
+  // step 4's units: those of the blocks touching the head
+  let c0 = h * params.head_dim;                 // first column of the head
+  let c1 = c0 + params.head_dim;
+  var u0 = c0 / 8u;
+  var u1 = c1 / 8u;
+  if (WTYPE == 2u || WTYPE == 3u || WTYPE == 8u) {   // quant blocks of 32: whole blocks
+    u0 = (c0 / 32u) * 4u;
+    u1 = ((c1 + 31u) / 32u) * 4u;
+  }
+  // TOUCH (lib/touch): the words of step 4's first output row (its first 16 units), loaded now, before step 0 / 1
+  var to: array<vec4<u32>, 16>;
+  if (TOUCH && lid < OW) {
+    let r = min(wid.z * OW + lid, params.dim - 1u);
+    for (var k = 0u; k < min(OU, 16u); k = k + 1u) {
+      to[k] = ${LUO}_raw(r, min(u0 + k, u1 - 1u));
+    }
+  }
 // #endif
 
 // #if QKV
@@ -389,15 +413,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #if O_PROJ
   workgroupBarrier();
 
-  // 4. this head's O-projection slice: rows r = z * OW + lid, + OW * nwg.z, ..., units of the blocks touching the head
-  let c0 = h * params.head_dim;                 // first column of the head
-  let c1 = c0 + params.head_dim;
-  var u0 = c0 / 8u;
-  var u1 = c1 / 8u;
-  if (WTYPE == 2u || WTYPE == 3u || WTYPE == 8u) {   // quant blocks of 32: whole blocks
-    u0 = (c0 / 32u) * 4u;
-    u1 = ((c1 + 31u) / 32u) * 4u;
-  }
+  // 4. this head's O-projection slice: rows r = z * OW + lid, + OW * nwg.z, ..., units u0 .. u1 (above)
   let h4 = c0 / 4u;
   let pb = h * params.pstride + t * params.dim;
   for (var r = wid.z * OW + lid; lid < OW && r < params.dim; r = r + OW * nwg.z) {
@@ -411,6 +427,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     pattn[pb + r] = acc;
   }
+  if (TOUCH && step.n > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads
+    var s = 0u;
+    for (var k = 0u; k < 16u; k = k + 1u) { s = s ^ kept(to[k]); }
+    pattn[lid] = bitcast<f32>(s);
+  }
 }
 
 // vec4 i (of a q_dim row) of this head's output; zeros outside the head (columns of another head in a shared block)
@@ -421,12 +442,16 @@ fn ohv(i: u32, h4: u32, hd4: u32) -> vec4<f32> {
 
 // #include quant
 // #include term
+// #if !QKV
+// #include touch PAIR=0
+// #endif
 // #if QKV
 // #include load_unit FN=load_unit_o W=wo WT=WTYPE_O KP=KO
 // #include term FN=term_o WT=WTYPE_O
 // #include tiles X=xs
 // #include stage PS=xstride
 // #include rope
+// #include touch
 // #endif
 // #else
 }

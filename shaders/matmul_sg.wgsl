@@ -36,6 +36,8 @@
 // staging, 768 workgroups). The partial loop has a constant trip count (NPART) so its loads are all in flight. The
 // FFN slice size (engine option fuseSlice) sets npart: fewer, larger slices cut this prologue but leave fewer FFN
 // workgroups (fewer SMs busy).
+// TOUCH with PRO (override; engine option fuseTouch): before the first staging each subgroup loads the words of its
+// pairs' weight units (lib/touch), so the dots find them in the cache; loads only, no operation changes.
 // BATCH INVARIANCE with PRO: x[t, i] is the same fixed-order sum in every workgroup and every dispatch shape; the
 // dots are the same slot code (reading xs instead of x), so a row's bits do not depend on the chunk's row count.
 //
@@ -47,12 +49,16 @@ diagnostic(off, subgroup_uniformity);
 
 // #include matmul_io
 
+// #if PRO
+// #let RAW = 1
+// #endif
 // #include quant
 // #include epilogue
 // #include term
 // #if PRO
 // #include tiles X=xs
 // #include stage
+// #include touch
 // #else
 // #include tiles
 
@@ -69,6 +75,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let lane = sid;
   let g = (lid - sid) / LANES;                 // this subgroup's index in the workgroup
   let writer = wg == 0u && params.write_r == 1u;
+  // TOUCH (lib/touch): the words of this subgroup's pairs' units (its first 4 pairs), loaded now, before the
+  // prologue; the same for every tile
+  var tw: array<array<vec4<u32>, 8>, 4>;
+  if (TOUCH) {
+    for (var k = 0u; k < min(PAIRS, 4u); k = k + 1u) {
+      let r0 = min(2u * ((wg * PAIRS + k) * G + g), params.N - 1u);
+      tw[k] = touch_pair(r0, min(r0 + 1u, params.N - 1u), lane);
+    }
+  }
 // #else
   let groups_per_wg = WG_SIZE / (LANES * KSPLIT);
   if (wg * groups_per_wg >= params.n_groups) { return; }   // uniform per workgroup
@@ -149,4 +164,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 // #endif
   }
+// #if PRO
+  if (TOUCH && hi > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads
+    var s = 0u;
+    for (var k = 0u; k < 4u; k = k + 1u) {
+      for (var j = 0u; j < 8u; j = j + 1u) { s = s ^ kept(tw[k][j]); }
+    }
+    out[lid] = bitcast<f32>(s);
+  }
+// #endif
 }

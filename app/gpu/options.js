@@ -68,10 +68,14 @@ function fusePlan(opts, m, device, cpu) {
     // dispatches fewer); its workgroup: the qkv rows' subgroups (96 row pairs for SmolLM2's heads of 64: 3 trips a
     // subgroup at 1,024 invocations), of which the attention's own workgroup size (attnWg) runs the attention
     fuseQkvAttn: opts.fuseQkvAttn ?? false,
+    // the fused kernels (prologue matmuls, attention + O projection, FFN) load the words of their weights before their
+    // prologue, so that the dots find them in the cache (lib/touch; the same bits)
+    fuseTouch: opts.fuseTouch ?? false,
     fuseQkvAttnWg: opts.fuseQkvAttnWg ?? (cpu ? 64 : fitWg(1024)) };
   f.fuseWgRows ??= f.fuseWg;
   f.fuseMatmulWgRows ??= f.fuseMatmulWg;
   f.fuseQkvPairsRows ??= f.fuseQkvPairs;
+  if (typeof f.fuseTouch !== 'boolean') throw new Error(`fuseTouch ${JSON.stringify(f.fuseTouch)} must be true or false`);
   if (typeof f.fuseQkvAttn !== 'boolean') throw new Error(`fuseQkvAttn ${JSON.stringify(f.fuseQkvAttn)} must be true or false`);
   if (!fuse) return { ...f, fuseQkvAttn: false };
   if (f.fuseQkvAttn && fuse !== true) throw new Error("fuseQkvAttn needs fuse true (the fused engine's 3 kernels a layer)");
@@ -162,7 +166,7 @@ export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto,
     fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg, fuseWgRows: plan.fuseWgRows,
-    fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows } : false;
+    fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, fuseTouch: plan.fuseTouch } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
     head_sum: plan.headSum };

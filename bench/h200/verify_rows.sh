@@ -15,6 +15,8 @@
 # Why (bench/h200/results/2026-12-04/bench_ablate.txt): T_verify(k)/T_single steps up at 3, 5, 6 and 9 rows (1.01,
 # 1.11, 1.13, 1.30, 1.44, 1.45, 1.47, 1.78 for k = 1..8), as if the row-parallel workgroups (FFN: 48 of 512
 # invocations a row; qkv: 60 of 256) ran in more than one wave once their count passes what the SMs hold at once.
+# 2026-12-05 (seventh session): VARIANTS="default touch" ROUNDS=3 ABLATE_AFTER=1 CHECK_OPTS='{"fuseTouch":true}': the fused
+# kernels' early weight loads (engine option fuseTouch, lib/touch) against the default.
 # Dry run here: SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 SYNTH_LAYERS=1" ROUNDS=1 PYTEST=0 OUT=/tmp bash bench/h200/verify_rows.sh
 O=${OUT:-/tmp}
 B=${BACKEND:-vulkan}
@@ -36,6 +38,7 @@ declare -A V=(
   [rowmax4]='{"rowTilesMax":4}'
   [rowmax4_t4]='{"rowTilesMax":4,"tile8":false}'
   [rowmax2]='{"rowTilesMax":2}'
+  [touch]='{"fuseTouch":true}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,
@@ -50,6 +53,18 @@ for r in $(seq 1 ${ROUNDS:-2}); do
     grep '^JSON' /tmp/variant.txt | sed "s/^JSON /{\"round\": $r, \"variant\": \"$v\", \"result\": /; s/\$/}/" >> $O/verify_rows.json
   done
 done
+# ABLATE_AFTER=1: then each variant once more with the ablation (bench.mjs ABLATE=1: GPU ms a pass running ahead,
+# decodeAhead n = AHEAD_NS (16), with each kind of dispatch left out), no specRound
+if [ "${ABLATE_AFTER:-0}" = 1 ]; then
+  for v in $ORDER; do
+    echo "== ablation, variant $v: ${V[$v]}" | tee -a $O/verify_rows.txt
+    env ABLATE=1 SPEC_ROUND=0 AHEAD_NS=${AHEAD_NS:-16} EXACTSPEC_ENGINE_OPTS="${V[$v]}" ${EXTRA_ENV:-} timeout ${VTIMEOUT:-90} \
+      node bench/gpu/bench.mjs --backend $B --model-only > /tmp/variant.txt 2>&1
+    echo "rc=$?" >> /tmp/variant.txt
+    grep -E "T_single|decode alone|decodeAhead|ablation|Error|rc=" /tmp/variant.txt | tee -a $O/verify_rows.txt
+    grep '^JSON' /tmp/variant.txt | sed "s/^JSON /{\"ablation\": true, \"variant\": \"$v\", \"result\": /; s/\$/}/" >> $O/verify_rows.json
+  done
+fi
 [ "${PYTEST:-1}" = 1 ] || exit 0
 {
   echo "== invariance + parity + tile policies with EXACTSPEC_ENGINE_OPTS=${CHECK_OPTS:-${V[ffn256_qkvp2]}}"

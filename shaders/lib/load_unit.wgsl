@@ -53,3 +53,21 @@ fn ${FN}(r: u32, u: u32) -> Unit {
   }
   return o;
 }
+// #if RAW
+// ${FN}_raw(r, u) (with RAW set by the kernel, for lib/touch): the words ${FN}(r, u) reads, as stored and undecoded:
+// one word of each 32-byte sector the unit lies in (F32: 8 words, F16 / BF16: 4; Q8_0: the scale word and the unit's
+// two; Q4: the scale word and the unit's one). Loading them early warms the cache for ${FN}; nothing is computed.
+fn ${FN}_raw(r: u32, u: u32) -> vec4<u32> {
+  let K = params.${KP};
+  if (${WT} == 0u) {
+    return vec4<u32>(${W}[r * K + 8u * u], 0u, 0u, 0u);
+  } else if (${WT} == 1u || ${WT} == 30u) {
+    return vec4<u32>(${W}[r * (K / 2u) + 4u * u], 0u, 0u, 0u);
+  } else if (${WT} == 8u) {
+    let b = (r * (K / 32u) + u / 4u) * 9u;
+    return vec4<u32>(${W}[b], ${W}[b + 1u + 2u * (u % 4u)], ${W}[b + 2u + 2u * (u % 4u)], 0u);
+  }
+  let b = (r * (K / 32u) + u / 4u) * 5u;
+  return vec4<u32>(${W}[b], ${W}[b + 1u + u % 4u], 0u, 0u);
+}
+// #endif

@@ -15,6 +15,7 @@ override KX: u32 = 64u;    // = params.K (sizes the staging array)
 override PAIRS: u32 = 1u;  // row pairs per subgroup
 override NPART: u32 = 0u;  // partial sums added to r_in (= params.npart)
 override STRIDE: u32 = LANES;
+override TOUCH: bool = false;   // warm the pairs' weights before the prologue (lib/touch; engine option fuseTouch)
 // #else
 override KSPLIT: u32 = 1u;  // subgroups per row pair (1, 2 or 4; matmul_sg.wgsl only): each takes every KSPLIT-th group of LANES units
 override STRIDE: u32 = LANES * KSPLIT;   // unit stride of one lane

@@ -402,15 +402,18 @@ ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
                                        (True, {"fuseWgRows": 128, "fuseMatmulWgRows": 32, "fuseQkvPairsRows": 2}),
                                        (True, {"fuseWgRows": 32, "fuseQkvPairsRows": 3, "rowTiles": ["qkv", "ffn"]}),
                                        (True, {"fuseQkvAttn": True}),
-                                       (True, {"fuseQkvAttn": True, "fuseQkvAttnWg": 128, "attnWg": 64, "attnSplit": 3, "rowTiles": "all"})])
+                                       (True, {"fuseQkvAttn": True, "fuseQkvAttnWg": 128, "attnWg": 64, "attnSplit": 3, "rowTiles": "all"}),
+                                       (True, {"fuseTouch": True}), ("attn", {"fuseTouch": True, "attnSplit": 3}),
+                                       (True, {"fuseTouch": True, "fuseQkvPairs": 2, "rowTiles": "all", "headSum": True}),
+                                       (True, {"fuseTouch": True, "fuseQkvAttn": True, "attnSplit": 2})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
     residual.wgsl (headSum: then the head is a plain matmul_sg), and the qkv prologue matmul's row pairs per subgroup
     and workgroup size (fuseQkvPairs, fuseMatmulWg: how many weight rows share one staging of x), and the FFN's and
     the qkv matmul's own workgroup size / row pairs for dispatches of more than one row (fuseWgRows,
-    fuseMatmulWgRows, fuseQkvPairsRows) compute each row
-    with the same code in the same order: every forward's logits equal the default policy's bit for bit (and so stay
+    fuseMatmulWgRows, fuseQkvPairsRows), and the fused kernels' early loads of their weights (fuseTouch: loads only)
+    compute each row with the same code in the same order: every forward's logits equal the default policy's bit for bit (and so stay
     batch invariant)."""
     from exactspec.formats import describe
 
@@ -430,6 +433,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     if k["fuse"]:
         assert k["fuse"]["fuseQkvPairs"] == eff.get("fuseQkvPairs", 1)
         assert k["fuse"]["fuseQkvAttn"] == eff.get("fuseQkvAttn", False)
+        assert k["fuse"]["fuseTouch"] == eff.get("fuseTouch", False)
         for key, one in (("fuseWgRows", "fuseWg"), ("fuseMatmulWgRows", "fuseMatmulWg"), ("fuseQkvPairsRows", "fuseQkvPairs")):
             assert k["fuse"][key] == eff.get(key, k["fuse"][one])   # dispatches of more rows: their own variant
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
