@@ -297,6 +297,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   workgroupBarrier();
 // #endif
+// #if O_PROJ
+  if (TOUCH && step.n > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads, here: no longer than the
+    var s = 0u;                      // prologue holds their registers
+    for (var k = 0u; k < 16u; k = k + 1u) { s = s ^ kept(to[k]); }
+    pattn[lid] = bitcast<f32>(s);
+  }
+// #endif
 
   // 1. scores and per-lane max; a lane's first two scores also stay in registers (r0, r1) for step 2
   var m = -3.4e38;
@@ -426,11 +433,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       }
     }
     pattn[pb + r] = acc;
-  }
-  if (TOUCH && step.n > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads
-    var s = 0u;
-    for (var k = 0u; k < 16u; k = k + 1u) { s = s ^ kept(to[k]); }
-    pattn[lid] = bitcast<f32>(s);
   }
 }
 

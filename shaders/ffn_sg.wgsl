@@ -29,8 +29,8 @@
 // loads of a pass are in flight together: constant trip count). At 512 and 64: 4 pairs + 2 passes; at 256: 8 + 3;
 // 1024 halves again but leaves 64 registers per invocation (dot8 needs more). The H200 run (bench/h200/h200_run.sh)
 // measures slices 32 / 64 / 128 and workgroups 256 / 512 / 1024.
-// TOUCH (override; engine option fuseTouch): before step 1 every invocation loads the words of the weights it will read
-// (lib/touch: its subgroup's gate/up pairs, its down rows' units), so steps 2-3 find them in the cache; loads only.
+// TOUCH / TOUCH_D (overrides; engine option fuseTouch): before step 1 every invocation loads the words of the weights it
+// will read (lib/touch: its subgroup's gate/up pairs / its down rows' units), so steps 2-3 find them in the cache.
 // BATCH INVARIANCE: every x2 element, gate/up dot (lib/tiles' slot code) and partial element (one add per
 // unit, ascending, the same code in every slot) is a fixed sequence whatever the chunk's row count or tile.
 //
@@ -57,7 +57,8 @@ override KX: u32 = 64u;      // = params.K = dim (sizes the staging array)
 override SLICE: u32 = 64u;   // hidden units per workgroup (multiple of 32)
 override NPART: u32 = 1u;    // attention partials (= params.npart = n_heads)
 override STRIDE: u32 = LANES;
-override TOUCH: bool = false;   // warm the slice's weights before the prologue (lib/touch; engine option fuseTouch)
+override TOUCH: bool = false;     // warm the gate/up weights before the prologue (lib/touch; engine option fuseTouch)
+override TOUCH_D: bool = false;   // and the down weights
 const TB: u32 = 8u;
 
 struct Params {
@@ -129,29 +130,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
   }
 // #endif
-  // TOUCH (lib/touch): the words of the gate/up pairs' units (the first 4 pairs a subgroup takes) and of the down
-  // rows' units (the first trip's two rows, the slice's first 8 units), loaded now, before the prologue; the same
-  // for every tile
-  var tw: array<array<vec4<u32>, 8>, 4>;
-  var td: array<vec4<u32>, 16>;
-  if (TOUCH) {
-    for (var k = 0u; k < min((SLICE + G - 1u) / G, 4u); k = k + 1u) {
-      let r0 = 2u * min(j0 + g + k * G, j1 - 1u);
-      tw[k] = touch_pair(r0, r0 + 1u, lane);
-    }
-    let r = min(lid, params.dim - 1u);
-    let r2 = min(lid + WG_SIZE, params.dim - 1u);
-    for (var k = 0u; k < min(SLICE / 8u, 8u); k = k + 1u) {
-      let u = min(j0 / 8u + k, j1 / 8u - 1u);
-      td[2u * k] = load_unit_d_raw(r, u);
-      td[2u * k + 1u] = load_unit_d_raw(r2, u);
-    }
-  }
   for (var t = wid.y * TILE; t < hi; t = t + TILE * nwg.y) {   // tiles wid.y, wid.y + nwg.y, ...
     let n4 = min(TILE, hi - t);   // uniform
+    // TOUCH (lib/touch): the words of the gate/up pairs' units (the first 4 pairs a subgroup takes) and of the down
+    // rows' units (the first trip's two rows, the slice's first 8 units), loaded now, before the prologue
+    var tw: array<array<vec4<u32>, 8>, 4>;
+    var td: array<vec4<u32>, 16>;
+    if (TOUCH) {
+      for (var k = 0u; k < min((SLICE + G - 1u) / G, 4u); k = k + 1u) {
+        let r0 = 2u * min(j0 + g + k * G, j1 - 1u);
+        tw[k] = touch_pair(r0, r0 + 1u, lane);
+      }
+    }
+    if (TOUCH_D) {
+      let r = min(lid, params.dim - 1u);
+      let r2 = min(lid + WG_SIZE, params.dim - 1u);
+      for (var k = 0u; k < min(SLICE / 8u, 8u); k = k + 1u) {
+        let u = min(j0 / 8u + k, j1 / 8u - 1u);
+        td[2u * k] = load_unit_d_raw(r, u);
+        td[2u * k + 1u] = load_unit_d_raw(r2, u);
+      }
+    }
     workgroupBarrier();           // the previous tile is done with xs and hs
     stage(t, n4, lid, writer);
     workgroupBarrier();
+    if ((TOUCH || TOUCH_D) && hi > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads, here: no longer
+                                                  // than the prologue holds their registers
+      var s = 0u;
+      for (var k = 0u; k < 4u; k = k + 1u) {
+        for (var j = 0u; j < 8u; j = j + 1u) { s = s ^ kept(tw[k][j]); }
+      }
+      for (var k = 0u; k < 16u; k = k + 1u) { s = s ^ kept(td[k]); }
+      pffn[lid] = bitcast<f32>(s);
+    }
     // 2. gate/up pairs j0 + g + k * G -> SwiGLU -> hs
     for (var k = 0u; k < (SLICE + G - 1u) / G; k = k + 1u) {
       let jj = g + k * G;
@@ -204,13 +215,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (rb < params.dim) { pffn[(sl * params.pstride * 4u) + (t + i) * params.dim + rb] = acc2[i]; }
       }
     }
-  }
-  if (TOUCH && hi > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads
-    var s = 0u;
-    for (var k = 0u; k < 4u; k = k + 1u) {
-      for (var j = 0u; j < 8u; j = j + 1u) { s = s ^ kept(tw[k][j]); }
-    }
-    for (var k = 0u; k < 16u; k = k + 1u) { s = s ^ kept(td[k]); }
-    pffn[lid] = bitcast<f32>(s);
   }
 }

@@ -75,15 +75,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let lane = sid;
   let g = (lid - sid) / LANES;                 // this subgroup's index in the workgroup
   let writer = wg == 0u && params.write_r == 1u;
-  // TOUCH (lib/touch): the words of this subgroup's pairs' units (its first 4 pairs), loaded now, before the
-  // prologue; the same for every tile
-  var tw: array<array<vec4<u32>, 8>, 4>;
-  if (TOUCH) {
-    for (var k = 0u; k < min(PAIRS, 4u); k = k + 1u) {
-      let r0 = min(2u * ((wg * PAIRS + k) * G + g), params.N - 1u);
-      tw[k] = touch_pair(r0, min(r0 + 1u, params.N - 1u), lane);
-    }
-  }
 // #else
   let groups_per_wg = WG_SIZE / (LANES * KSPLIT);
   if (wg * groups_per_wg >= params.n_groups) { return; }   // uniform per workgroup
@@ -104,9 +95,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   for (var t = lo + wid.z * TILE; t < hi; t = t + TILE * nwg.z) {   // tiles wid.z, wid.z + nwg.z, ... (grid z: engine)
     let n4 = min(TILE, hi - t);   // rows of this tile (TILE = 1, 4 or 8); uniform
 // #if PRO
+    // TOUCH (lib/touch): the words of this subgroup's pairs' units (its first 4 pairs), loaded now, before the
+    // prologue
+    var tw: array<array<vec4<u32>, 8>, 4>;
+    if (TOUCH) {
+      for (var k = 0u; k < min(PAIRS, 4u); k = k + 1u) {
+        let r0 = min(2u * ((wg * PAIRS + k) * G + g), params.N - 1u);
+        tw[k] = touch_pair(r0, min(r0 + 1u, params.N - 1u), lane);
+      }
+    }
     workgroupBarrier();           // the previous tile's dots are done with xs
     stage(t, n4, lid, writer);
     workgroupBarrier();
+    if (TOUCH && hi > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads, here: no longer than the
+      var s = 0u;                  // prologue holds their registers
+      for (var k = 0u; k < 4u; k = k + 1u) {
+        for (var j = 0u; j < 8u; j = j + 1u) { s = s ^ kept(tw[k][j]); }
+      }
+      out[lid] = bitcast<f32>(s);
+    }
     for (var k = 0u; k < PAIRS; k = k + 1u) {
       let pair = (wg * PAIRS + k) * G + g;       // row pair within this part
       let have0 = 2u * pair < params.N;
@@ -164,13 +171,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 // #endif
   }
-// #if PRO
-  if (TOUCH && hi > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads
-    var s = 0u;
-    for (var k = 0u; k < 4u; k = k + 1u) {
-      for (var j = 0u; j < 8u; j = j + 1u) { s = s ^ kept(tw[k][j]); }
-    }
-    out[lid] = bitcast<f32>(s);
-  }
-// #endif
 }

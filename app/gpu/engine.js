@@ -62,8 +62,9 @@
 //            Needs 10 storage buffers per shader stage; a model it cannot take (q/k/v in several bindings, heads over
 //            256 dims, workgroup memory) runs the two dispatches. fuseQkvAttnWg?: its workgroup size (default 1,024
 //            within the device's limit; at least attnWg, whose lanes run the attention),
-//            fuseTouch?: (fused engine) the prologue matmuls, attention + O projection and the FFN load the words of
-//            their weights before their prologue (lib/touch: loads only, the same bits), default false,
+//            fuseTouch?: (fused engine) true, false (default) or a list of kinds ('qkv', 'logits', 'attn',
+//            'ffn_gate_up', 'ffn_down'): those kernels (the prologue matmuls, attention + O projection, the FFN's two
+//            weights) load the words of their weights before their prologue (lib/touch: loads only, the same bits),
 //            Tile and split policies (each gives the default's bits: every row's arithmetic is the same; subgroup
 //            matmul only): rowTiles?: op kinds ('qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits') or
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in

@@ -189,7 +189,7 @@ export class GraphBuilder {
         const variant = (w, p) => {   // pipelines and grids at workgroup size w, p row pairs per subgroup
           const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / ((w / lanes) * p)));
           return { make: (t) => K.pipeline({ WG_SIZE: w, WTYPE: lin.wtype, MODE: MODE[mode], NORM: gamma ? 1 : 0,
-            LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }, this.touch()), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
+            LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }, this.touch(label === 'logits' ? 'logits' : 'qkv')), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
         };
         const one = variant(wg, pairs);
         // rows {wg, pairs}: dispatches of more than one row run that variant (the qkv matmul: fuseMatmulWgRows, fuseQkvPairsRows)
@@ -210,10 +210,11 @@ export class GraphBuilder {
     }
   }
 
-  /** The fused kernels' optional override TOUCH (engine option fuseTouch; a kernel file without it, e.g. a pinned
-   * revision's, is compiled without). */
-  touch() {
-    return { TOUCH: this.plan.fuseTouch ? 1 : 0 };
+  /** The fused kernels' optional overrides TOUCH (and ffn_sg.wgsl's TOUCH_D) for these kinds of fuseTouch (engine
+   * option; a kernel file without them, e.g. a pinned revision's, is compiled without). */
+  touch(...kinds) {
+    const on = (k) => (this.plan.fuseTouch.has(k) ? 1 : 0);
+    return kinds.length === 2 ? { TOUCH: on(kinds[0]), TOUCH_D: on(kinds[1]) } : { TOUCH: on(kinds[0]) };
   }
 
   attnParams(extra = {}) {
@@ -239,7 +240,7 @@ export class GraphBuilder {
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, q: this.buf('q'),
       kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn') });
     const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype) },
-      { HD4: cfg.head_dim / 4, ...this.touch() });
+      { HD4: cfg.head_dim / 4, ...this.touch('attn') });
     const z = this.plan.attnSplit;   // workgroups sharing a head's O projection (each its own scores row)
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, z] }) });
   }
@@ -262,7 +263,7 @@ export class GraphBuilder {
       parts: parts ? this.buf(parts) : null, r_out: r_out ? this.buf(r_out) : null, gamma: L.attnNorm, rope: this.buf('rope') });
     const pipeline = await K.pipeline({ WG_SIZE: plan.fuseQkvAttnWg, AW: plan.attnWg, OW: Math.min(plan.fuseQkvAttnWg, Math.ceil(cfg.dim / z)),
       WTYPE: lin.wtype, WTYPE_O: L.o.wtype, OU: headUnits(cfg, L.o.wtype), LANES: plan.lanes, KX: cfg.dim, NPART: npart,
-      HD4: cfg.head_dim / 4 }, this.touch());
+      HD4: cfg.head_dim / 4 }, this.touch('attn'));
     this.push({ label, bindGroup: bg, select: (rows) => (rows === 1 ? { pipeline, grid: [cfg.n_heads, 1, z] } : null) });
   }
 
@@ -279,7 +280,7 @@ export class GraphBuilder {
       pffn: this.buf('p_ffn'), ...(copy ? { scores: this.buf('scores'), kv: L.kv } : {}) });
     // one workgroup row per tile of chunk rows
     const make = (wg) => (t) => K.pipeline({ WG_SIZE: wg, WTYPE: L.gateUp.wtype, WTYPE_D: L.down.wtype, LANES: plan.lanes,
-      TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads }, this.touch());
+      TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads }, this.touch('ffn_gate_up', 'ffn_down'));
     const grid = (rows, t) => [this.nSlices, Math.ceil(rows / t), 1];
     const rowGrid = (rows) => [this.nSlices, rows, 1];
     // dispatches of more than one row at their own workgroup size (fuseWgRows)

@@ -36,6 +36,10 @@ function tunedFused(opts, m, fuse) {
 /** Storage bindings of attention.wgsl's QKV variant (fuseQkvAttn). */
 const QKV_ATTN_STORAGE = 10;
 
+/** The fused kernels that may load their weights early (fuseTouch): the qkv (and fuse 'attn' gate/up) prologue
+ * matmul, the head's, attention + O projection, the FFN's gate/up and down weights. */
+const TOUCH_KINDS = ['qkv', 'logits', 'attn', 'ffn_gate_up', 'ffn_down'];
+
 /** The fused engine: false | 'attn' | true, with its workgroup sizes; fuseAuto: fall back rather than refuse. */
 function fusePlan(opts, m, device, cpu) {
   // default: the fused engine (3 dispatches per layer, FFN slices of 32) wherever matmul_sg.wgsl runs — measured
@@ -69,13 +73,20 @@ function fusePlan(opts, m, device, cpu) {
     // subgroup at 1,024 invocations), of which the attention's own workgroup size (attnWg) runs the attention
     fuseQkvAttn: opts.fuseQkvAttn ?? false,
     // the fused kernels (prologue matmuls, attention + O projection, FFN) load the words of their weights before their
-    // prologue, so that the dots find them in the cache (lib/touch; the same bits)
-    fuseTouch: opts.fuseTouch ?? false,
+    // prologue, so that the dots find them in the cache (lib/touch; the same bits): true (every kind), false, or a
+    // list of TOUCH_KINDS. Default on real subgroups: the qkv matmul and attention + O projection, measured on an H100
+    // (bench/h200/results/2026-12-05e): GPU 0.967-0.968 vs 1.007 ms a one-row pass, T_verify(4) 1.325 vs 1.344 ms; the
+    // FFN's (1.020 with its down weights, 1.155 with gate/up) and the head's (no change) are slower or no faster
+    fuseTouch: opts.fuseTouch ?? (tunedFused(opts, m, fuse) ? ['qkv', 'attn'] : false),
     fuseQkvAttnWg: opts.fuseQkvAttnWg ?? (cpu ? 64 : fitWg(1024)) };
   f.fuseWgRows ??= f.fuseWg;
   f.fuseMatmulWgRows ??= f.fuseMatmulWg;
   f.fuseQkvPairsRows ??= f.fuseQkvPairs;
-  if (typeof f.fuseTouch !== 'boolean') throw new Error(`fuseTouch ${JSON.stringify(f.fuseTouch)} must be true or false`);
+  const touch = f.fuseTouch === true ? TOUCH_KINDS : f.fuseTouch === false ? [] : f.fuseTouch;
+  if (!Array.isArray(touch) || touch.some((k) => !TOUCH_KINDS.includes(k))) {
+    throw new Error(`fuseTouch ${JSON.stringify(f.fuseTouch)} must be true, false or a list of ${TOUCH_KINDS.join(', ')}`);
+  }
+  f.fuseTouch = new Set(touch);
   if (typeof f.fuseQkvAttn !== 'boolean') throw new Error(`fuseQkvAttn ${JSON.stringify(f.fuseQkvAttn)} must be true or false`);
   if (!fuse) return { ...f, fuseQkvAttn: false };
   if (f.fuseQkvAttn && fuse !== true) throw new Error("fuseQkvAttn needs fuse true (the fused engine's 3 kernels a layer)");
@@ -166,7 +177,7 @@ export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto,
     fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg, fuseWgRows: plan.fuseWgRows,
-    fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, fuseTouch: plan.fuseTouch } : false;
+    fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, fuseTouch: [...plan.fuseTouch] } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
     head_sum: plan.headSum };

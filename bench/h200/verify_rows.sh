@@ -39,6 +39,10 @@ declare -A V=(
   [rowmax4_t4]='{"rowTilesMax":4,"tile8":false}'
   [rowmax2]='{"rowTilesMax":2}'
   [touch]='{"fuseTouch":true}'
+  [touch_qa]='{"fuseTouch":["qkv","attn"]}'
+  [touch_qal]='{"fuseTouch":["qkv","attn","logits"]}'
+  [touch_qad]='{"fuseTouch":["qkv","attn","ffn_down"]}'
+  [touch_qag]='{"fuseTouch":["qkv","attn","ffn_gate_up"]}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,

@@ -390,6 +390,7 @@ def test_hf_folder_invariance_parity(tmp_path, dtype, shards, kw):
 # ---- tile policies (engine options rowTiles / rowTilesMax / attnSplit): the same arithmetic per row, so the same bits
 
 ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
+TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: true
 
 
 @pytest.mark.parametrize("fuse,more", [(False, {"rowTiles": ROW_ALL, "rowTilesMax": 5}),
@@ -405,7 +406,8 @@ ROW_ALL = ["qkv", "attn_output", "ffn_gate_up", "ffn_down", "ffn", "logits"]
                                        (True, {"fuseQkvAttn": True, "fuseQkvAttnWg": 128, "attnWg": 64, "attnSplit": 3, "rowTiles": "all"}),
                                        (True, {"fuseTouch": True}), ("attn", {"fuseTouch": True, "attnSplit": 3}),
                                        (True, {"fuseTouch": True, "fuseQkvPairs": 2, "rowTiles": "all", "headSum": True}),
-                                       (True, {"fuseTouch": True, "fuseQkvAttn": True, "attnSplit": 2})])
+                                       (True, {"fuseTouch": True, "fuseQkvAttn": True, "attnSplit": 2}),
+                                       (True, {"fuseTouch": ["qkv", "attn", "ffn_down"]})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
@@ -433,7 +435,8 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     if k["fuse"]:
         assert k["fuse"]["fuseQkvPairs"] == eff.get("fuseQkvPairs", 1)
         assert k["fuse"]["fuseQkvAttn"] == eff.get("fuseQkvAttn", False)
-        assert k["fuse"]["fuseTouch"] == eff.get("fuseTouch", False)
+        touch = eff.get("fuseTouch", False)
+        assert k["fuse"]["fuseTouch"] == (TOUCH_ALL if touch is True else touch or [])
         for key, one in (("fuseWgRows", "fuseWg"), ("fuseMatmulWgRows", "fuseMatmulWg"), ("fuseQkvPairsRows", "fuseQkvPairs")):
             assert k["fuse"][key] == eff.get(key, k["fuse"][one])   # dispatches of more rows: their own variant
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
@@ -449,6 +452,7 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseTouch": ["ffn"]}}, "fuseTouch .* must be true, false or a list of qkv"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "fuseQkvAttn": True}}, "fuseQkvAttn needs fuse true"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "fuseQkvAttnWg": 64, "attnWg": 128}},
                      "fuseQkvAttnWg 64 must be at least attnWg 128")]:
