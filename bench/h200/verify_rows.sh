@@ -43,6 +43,7 @@ declare -A V=(
   [touch_qal]='{"fuseTouch":["qkv","attn","logits"]}'
   [touch_qad]='{"fuseTouch":["qkv","attn","ffn_down"]}'
   [touch_qag]='{"fuseTouch":["qkv","attn","ffn_gate_up"]}'
+  [off]='{"fuseTouch":false}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,
