@@ -171,9 +171,10 @@ export class GraphBuilder {
   }
 
   /** matmul whose x is r_in + parts[0] + ... + parts[npart-1] (matmul_sg.wgsl, PRO); part 0 of the first linear writes
-   * that sum to r_out. pairs / wg: row pairs per subgroup and workgroup size (the head's are larger). */
+   * that sum to r_out. pairs / wg: row pairs per subgroup and workgroup size (the head's are larger); touch: its kind
+   * of fuseTouch ('qkv': the qkv and fuse 'attn' gate/up matmuls, 'logits': the head). */
   async matmulPro(label, lins, { r_in, parts, r_out = null, gamma = null, out, kv = null, mode, window = 0,
-    pairs = 1, wg = this.plan.fuseMatmulWg, rows = null }) {
+    pairs = 1, wg = this.plan.fuseMatmulWg, rows = null, touch = 'qkv' }) {
     const K = this.kernels.matmul_pro;
     const { lanes, maxRows } = this.plan;
     const npart = parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads;
@@ -189,7 +190,7 @@ export class GraphBuilder {
         const variant = (w, p) => {   // pipelines and grids at workgroup size w, p row pairs per subgroup
           const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / ((w / lanes) * p)));
           return { make: (t) => K.pipeline({ WG_SIZE: w, WTYPE: lin.wtype, MODE: MODE[mode], NORM: gamma ? 1 : 0,
-            LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }, this.touch(label === 'logits' ? 'logits' : 'qkv')), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
+            LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }, this.touch(touch)), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
         };
         const one = variant(wg, pairs);
         // rows {wg, pairs}: dispatches of more than one row run that variant (the qkv matmul: fuseMatmulWgRows, fuseQkvPairsRows)
@@ -210,11 +211,11 @@ export class GraphBuilder {
     }
   }
 
-  /** The fused kernels' optional overrides TOUCH (and ffn_sg.wgsl's TOUCH_D) for these kinds of fuseTouch (engine
+  /** The fused kernels' optional override TOUCH for this kind of fuseTouch, and ffn_sg.wgsl's TOUCH_D for kindD (engine
    * option; a kernel file without them, e.g. a pinned revision's, is compiled without). */
-  touch(...kinds) {
+  touch(kind, kindD = null) {
     const on = (k) => (this.plan.fuseTouch.has(k) ? 1 : 0);
-    return kinds.length === 2 ? { TOUCH: on(kinds[0]), TOUCH_D: on(kinds[1]) } : { TOUCH: on(kinds[0]) };
+    return kindD ? { TOUCH: on(kind), TOUCH_D: on(kindD) } : { TOUCH: on(kind) };
   }
 
   attnParams(extra = {}) {
@@ -308,7 +309,7 @@ export class GraphBuilder {
   /** logits rows (step.out_base..) = rmsnorm(x) @ W_out^T for the chunk rows from step.out_lo (window). */
   async head(W, { x, parts }) {
     const o = { gamma: W.outNorm, out: 'logits', mode: 'store', window: 1 };
-    if (parts) await this.matmulPro('logits', [W.head], { r_in: x, parts, ...o, pairs: this.plan.fuseHeadPairs, wg: this.plan.fuseHeadWg });
+    if (parts) await this.matmulPro('logits', [W.head], { r_in: x, parts, ...o, pairs: this.plan.fuseHeadPairs, wg: this.plan.fuseHeadWg, touch: 'logits' });
     else await this.matmul('logits', [W.head], { x, ...o });
   }
 
