@@ -71,7 +71,9 @@
 //            its own workgroup with the 1-row tile instead of the 4/8-row tiles, attnSplit?: workgroups
 //            per head sharing attention.wgsl's O projection, headSum?: the fused head's input (r + the FFN
 //            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 3 and
-//            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere)}
+//            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere),
+//            headStage?: with headSum, the head stages that sum in workgroup memory (matmul_sg PRO without partials,
+//            fuseHeadWg / fuseHeadPairs; default false)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.plan         the resolved options (options.js)

@@ -177,7 +177,7 @@ export class GraphBuilder {
     pairs = 1, wg = this.plan.fuseMatmulWg, rows = null, touch = 'qkv' }) {
     const K = this.kernels.matmul_pro;
     const { lanes, maxRows } = this.plan;
-    const npart = parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads;
+    const npart = !parts ? 0 : parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads;   // (none: x = r_in, headStage)
     const outStride = { qkv: this.dims.qDim, swiglu: this.cfg.hidden_dim, store: this.cfg.vocab_size }[mode];
     const tiles = this.stagedTiles(0);
     for (const [j, lin] of lins.entries()) {
@@ -309,7 +309,7 @@ export class GraphBuilder {
   /** logits rows (step.out_base..) = rmsnorm(x) @ W_out^T for the chunk rows from step.out_lo (window). */
   async head(W, { x, parts }) {
     const o = { gamma: W.outNorm, out: 'logits', mode: 'store', window: 1 };
-    if (parts) await this.matmulPro('logits', [W.head], { r_in: x, parts, ...o, pairs: this.plan.fuseHeadPairs, wg: this.plan.fuseHeadWg, touch: 'logits' });
+    if (parts || this.plan.headStage) await this.matmulPro('logits', [W.head], { r_in: x, parts, ...o, pairs: this.plan.fuseHeadPairs, wg: this.plan.fuseHeadWg, touch: 'logits' });
     else await this.matmul('logits', [W.head], { x, ...o });
   }
 

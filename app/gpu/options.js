@@ -128,9 +128,14 @@ function rowPlan(opts, m, f) {
   if (!Number.isInteger(rowTilesMax) || rowTilesMax < 1) throw new Error(`rowTilesMax ${rowTilesMax} must be a positive integer`);
   const headSum = opts.headSum ?? tuned;
   if (typeof headSum !== 'boolean') throw new Error(`headSum ${JSON.stringify(headSum)} must be true or false`);
+  // the head's input, summed once (headSum), staged per workgroup in workgroup memory: matmul_sg PRO without partials,
+  // fuseHeadPairs row pairs a subgroup, fuseHeadWg invocations (the same slot code on the same values: the same bits)
+  const headStage = opts.headStage ?? false;
+  if (typeof headStage !== 'boolean') throw new Error(`headStage ${JSON.stringify(headStage)} must be true or false`);
+  if (headStage && (f.fuse !== true || !headSum)) throw new Error('headStage needs fuse true and headSum');
   const attnSplit = opts.attnSplit ?? (tuned ? 3 : 1);
   if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
-  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum };
+  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum, headStage };
 }
 
 /** The engine's plan from createEngine's options (see engine.js for each option). */
@@ -180,5 +185,5 @@ export function kernelsInfo(plan) {
     fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, fuseTouch: [...plan.fuseTouch] } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
-    head_sum: plan.headSum };
+    head_sum: plan.headSum, head_stage: plan.headStage };
 }

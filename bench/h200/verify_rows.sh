@@ -17,6 +17,9 @@
 # invocations a row; qkv: 60 of 256) ran in more than one wave once their count passes what the SMs hold at once.
 # 2026-12-05 (seventh session): VARIANTS="default touch" ROUNDS=3 ABLATE_AFTER=1 CHECK_OPTS='{"fuseTouch":true}': the fused
 # kernels' early weight loads (engine option fuseTouch, lib/touch) against the default.
+# 2026-12-05 (eighth session): VARIANTS="default hstage hstage_p2 hstage_p8 ..." the head staged in workgroup memory
+# (engine option headStage: matmul_sg PRO without partials, fuseHeadWg / fuseHeadPairs) and the plain head's workgroup
+# size (matmulWg) against the default plain matmul_sg head of 64 invocations.
 # Dry run here: SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 SYNTH_LAYERS=1" ROUNDS=1 PYTEST=0 OUT=/tmp bash bench/h200/verify_rows.sh
 O=${OUT:-/tmp}
 B=${BACKEND:-vulkan}
@@ -44,6 +47,16 @@ declare -A V=(
   [touch_qad]='{"fuseTouch":["qkv","attn","ffn_down"]}'
   [touch_qag]='{"fuseTouch":["qkv","attn","ffn_gate_up"]}'
   [off]='{"fuseTouch":false}'
+  [hstage]='{"headStage":true}'
+  [hstage_p2]='{"headStage":true,"fuseHeadPairs":2}'
+  [hstage_p8]='{"headStage":true,"fuseHeadPairs":8}'
+  [hstage_p16]='{"headStage":true,"fuseHeadPairs":16}'
+  [hstage_w512]='{"headStage":true,"fuseHeadWg":512}'
+  [hstage_w1024_p8]='{"headStage":true,"fuseHeadWg":1024,"fuseHeadPairs":8}'
+  [hstage_w128]='{"headStage":true,"fuseHeadWg":128}'
+  [hstage_touch]='{"headStage":true,"fuseTouch":["qkv","attn","logits"]}'
+  [mm128]='{"matmulWg":128}'
+  [mm256]='{"matmulWg":256}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,

@@ -398,6 +398,8 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                        (True, {"rowTiles": "all", "attnSplit": 2}),
                                        ("attn", {"rowTiles": ["qkv", "ffn_gate_up"], "attnSplit": 4}),
                                        (True, {"headSum": True}), (True, {"headSum": True, "rowTiles": "all"}),
+                                       (True, {"headSum": True, "headStage": True}),
+                                       (True, {"headSum": True, "headStage": True, "fuseHeadPairs": 3, "fuseHeadWg": 8, "rowTiles": "all"}),
                                        (True, {"fuseQkvPairs": 3, "fuseMatmulWg": 4}),
                                        (True, {"fuseQkvPairs": 2, "rowTiles": ["qkv"]}),
                                        (True, {"fuseWgRows": 128, "fuseMatmulWgRows": 32, "fuseQkvPairsRows": 2}),
@@ -411,7 +413,7 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
-    residual.wgsl (headSum: then the head is a plain matmul_sg), and the qkv prologue matmul's row pairs per subgroup
+    residual.wgsl (headSum: then the head is a plain matmul_sg, or with headStage matmul_sg PRO without partials), and the qkv prologue matmul's row pairs per subgroup
     and workgroup size (fuseQkvPairs, fuseMatmulWg: how many weight rows share one staging of x), and the FFN's and
     the qkv matmul's own workgroup size / row pairs for dispatches of more than one row (fuseWgRows,
     fuseMatmulWgRows, fuseQkvPairsRows), and the fused kernels' early loads of their weights (fuseTouch: loads only)
@@ -432,6 +434,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     eff = {**more, **json.loads(os.environ.get("EXACTSPEC_ENGINE_OPTS") or "{}")}
     assert bool(k["row_tiles"]) == ("rowTiles" in eff)
     assert k["attn_split"] == eff.get("attnSplit", 1) and k["head_sum"] == eff.get("headSum", False)
+    assert k["head_stage"] == eff.get("headStage", False)
     if k["fuse"]:
         assert k["fuse"]["fuseQkvPairs"] == eff.get("fuseQkvPairs", 1)
         assert k["fuse"]["fuseQkvAttn"] == eff.get("fuseQkvAttn", False)
@@ -454,6 +457,7 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseTouch": ["ffn"]}}, "fuseTouch .* must be true, false or a list of qkv"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "fuseQkvAttn": True}}, "fuseQkvAttn needs fuse true"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "headStage": True}}, "headStage needs fuse true and headSum"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "fuseQkvAttnWg": 64, "attnWg": 128}},
                      "fuseQkvAttnWg 64 must be at least attnWg 128")]:
         with pytest.raises(RuntimeError, match=msg):
