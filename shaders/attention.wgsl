@@ -88,10 +88,12 @@ override STRIDE: u32 = LANES;
 const TB: u32 = 8u;
 // #let LUO = load_unit_o
 // #let TERMO = term_o
+// #let WTO = WTYPE_O
 // #else
 override WTYPE: u32 = 0;
 // #let LUO = load_unit
 // #let TERMO = term
+// #let WTO = WTYPE
 // #endif
 override OU: u32 = 8u;   // most 8-value units of W_o any head's slice takes (engine: max over heads of u1 - u0)
 override TOUCH: bool = false;   // warm W_o's words before step 1 (lib/touch; engine option fuseTouch)
@@ -231,7 +233,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let c1 = c0 + params.head_dim;
   var u0 = c0 / 8u;
   var u1 = c1 / 8u;
-  if (WTYPE == 2u || WTYPE == 3u || WTYPE == 8u) {   // quant blocks of 32: whole blocks
+  if (${WTO} == 2u || ${WTO} == 3u || ${WTO} == 8u) {   // W_o's quant blocks of 32: whole blocks
     u0 = (c0 / 32u) * 4u;
     u1 = ((c1 + 31u) / 32u) * 4u;
   }

@@ -178,9 +178,10 @@ def micro_spm_tokenizer(vocab_size: int) -> dict:
 
 
 def write_micro_gguf(path: str | os.PathLike, config: ModelConfig | None = None, seed: int = 0,
-                     tensor_type: str = "F32", with_tokenizer: bool | str | None = None) -> ModelConfig:
-    """Write the micro-model (config, seed) as GGUF; returns the config. Matrices in `tensor_type`
-    (F32, F16, Q8_0, Q4_0, Q4_1; quantised types need dims that are multiples of 32), norms F32.
+                     tensor_type: str = "F32", with_tokenizer: bool | str | None = None,
+                     types: dict[str, str] | None = None) -> ModelConfig:
+    """Write the micro-model (config, seed) as GGUF; returns the config. Matrices in `tensor_type`, or per tensor name
+    in `types` (F32, F16, Q8_0, Q4_0, Q4_1; quantised types need dims that are multiples of 32), norms F32.
     with_tokenizer: None -> include the byte-level one when vocab_size >= 259; 'spm' -> the SentencePiece-style
     one (micro_spm_tokenizer); a dict -> those tokenizer.* keys as given."""
     from .formats import gguf_metadata_for_config, write_gguf
@@ -194,7 +195,7 @@ def write_micro_gguf(path: str | os.PathLike, config: ModelConfig | None = None,
         md.update(micro_spm_tokenizer(config.vocab_size))
     elif with_tokenizer:
         md.update(micro_tokenizer(config.vocab_size))
-    write_gguf(path, md, micro_weights(config, seed), tensor_type=tensor_type)
+    write_gguf(path, md, micro_weights(config, seed), tensor_type=tensor_type, types=types)
     return config
 
 

@@ -445,6 +445,22 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
+@pytest.mark.parametrize("qkv_type,o_type", [("F16", "Q4_1"), ("Q8_0", "F32")])
+def test_qkv_attention_with_mixed_weight_types(tmp_path, qkv_type, o_type):
+    """fuseQkvAttn (attention.wgsl QKV + O_PROJ) where W_qkv and W_o have different types and a head's columns do not
+    fill whole quant blocks (head_dim 48): step 4 takes W_o's units by W_o's type (WTYPE_O), not W_qkv's. Batch
+    invariance (one-row passes run the merged kernel, verify blocks and chunks the two dispatches) and parity."""
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    cfg = micro_config(dim=96, hidden_dim=128, n_heads=2, n_kv_heads=1, head_dim=48)
+    types = {f"blk.{i}.{n}.weight": qkv_type for i in range(cfg.n_layers) for n in ("attn_q", "attn_k", "attn_v")}
+    types.update({f"blk.{i}.attn_output.weight": o_type for i in range(cfg.n_layers)})
+    path = tmp_path / f"micro-qkv{qkv_type}-o{o_type}.gguf"
+    write_micro_gguf(path, cfg, seed=5, types=types)
+    check_engine(path, n=12, emulate_sg=True, engine_opts={"fuse": True, "fuseSlice": 32, "fuseQkvAttn": True, "attnSplit": 2},
+                 ks=(1, 4), chunks=(3,))
+
+
 def test_tile_policy_refusals(micro_paths):
     from exactspec.formats import describe
 
