@@ -184,6 +184,9 @@ def random_document(g: Grammar, rng: random.Random, soft_limit: int = 120) -> by
     while True:
         acc = g.accepting(st)
         nxt = g.next_bytes(st)
+        # next_bytes and only_byte (from per-frame memos) against every byte stepped through the grammar
+        assert nxt == [b for b in range(256) if g.step(st, b) is not None], (bytes(out), st)
+        assert g.only_byte(st) == (nxt[0] if len(nxt) == 1 else None), (bytes(out), st)
         mb = g.min_bytes(st)
         if acc:
             assert mb == 0
@@ -208,6 +211,17 @@ def test_random_documents_parse_validate_and_min_bytes_is_exact(i):
     for _ in range(60):
         doc = random_document(g, rng)
         v.validate(json.loads(doc.decode("utf-8")))
+
+
+def test_random_documents_of_the_workload_schemas():
+    """The frozen workload schemas (tests/data/json_schemas.json) walked as above: next_bytes / only_byte against
+    every byte stepped through the grammar at every state, min_bytes exact, every document valid."""
+    for name, schema in json.loads((ROOT / "tests" / "data" / "json_schemas.json").read_text())["workload"].items():
+        g = Grammar(parse_schema(schema))
+        v = jsonschema.Draft202012Validator(schema)
+        rng = random.Random(name)
+        for _ in range(12):
+            v.validate(json.loads(random_document(g, rng).decode("utf-8")))
 
 
 def test_any_json_object_documents():

@@ -236,7 +236,7 @@ class Constraint:
         data = bytearray()
         s = state
         while len(data) < MAX_FORCED_BYTES and not self.in_free_string(s) and not g.accepting(s):
-            nb = self._only_byte(s)
+            nb = g.only_byte(s)
             if nb is None:
                 break
             data.append(nb)
@@ -265,16 +265,6 @@ class Constraint:
             if [int(i) for i in encode((data + bytes((b,))).decode("utf-8"))][:len(ids)] == ids:
                 return ids                           # this continuation keeps the run's tokens
         return ids[:-1]
-
-    def _only_byte(self, state: tuple):
-        """The one byte the grammar allows next, or None if there are none or several."""
-        found = None
-        for b in range(256):
-            if self.grammar.step(state, b) is not None:
-                if found is not None:
-                    return None
-                found = b
-        return found
 
     def _tokenize(self, data: bytes, state: tuple) -> list[int]:
         # whole characters only: a forced run can stop inside a multi-byte character

@@ -95,6 +95,8 @@ def _lexer_tables():
 
 
 LEX, INC = _lexer_tables()
+FRAME_BYTES_CACHE = 1 << 16     # frames whose accepted bytes a grammar keeps (then it starts over)
+_NUMBER_BYTES = tuple(b"-+.eE0123456789")
 
 
 class Grammar:
@@ -115,6 +117,7 @@ class Grammar:
         self._feeders = (self._feed_obj, self._feed_fobj, self._feed_arr, self._feed_str, self._feed_lit,
                          self._feed_num, self._feed_union)
         self._mc: dict = {}             # frame -> bytes to finish it (memo)
+        self._fb: dict = {}             # frame -> the bytes its own feeder accepts (memo: frame_bytes)
         self.start = (self.frame0(self.root),)
 
     # ---- compile ---------------------------------------------------------------------------------------------
@@ -284,8 +287,86 @@ class Grammar:
             total += v
         return total
 
+    def frame_bytes(self, f: tuple) -> frozenset:
+        """The bytes frame f itself accepts (its feeder's; memoised per frame: feeders are pure functions of the frame
+        and the byte). step() gives a byte to the innermost frame and, where that frame refuses it but may end, to
+        the frame under it, and so on: so the bytes a state allows are the union of its frames' frame_bytes from the
+        top down to the first frame that cannot end (next_bytes, only_byte)."""
+        got = self._fb.get(f)
+        if got is None:
+            feed = self._feeders[self.kind[f[0]]]
+            got = frozenset(b for b in self._candidates(f) if feed(f, b) is not None)
+            if len(self._fb) > FRAME_BYTES_CACHE:
+                self._fb.clear()
+            self._fb[f] = got
+        return got
+
+    def _candidates(self, f: tuple):
+        """Bytes frame f's feeder may accept, a superset read off the frame (the feeder then decides each): an object's
+        or array's punctuation, the next byte of the keys or literals its prefix may continue, a number's bytes, a
+        union's first bytes; inside a string every byte. (tests/test_json_mode.py's random documents check
+        next_bytes against every byte stepped through the grammar.)"""
+        n, ph = f[0], f[1]
+        k, d = self.kind[n], self.data[n]
+        if k == OBJ or k == FOBJ:
+            if ph == 0:
+                return (0x7B,)
+            if ph == 1:
+                return (0x7D, 0x22)                   # } or a key's opening quote
+            if ph == 2:
+                return (0x2C, 0x7D)
+            if ph == 4:
+                return (self.sep[f[3]],)
+            if ph == 5:
+                return (self.colon[f[3]],)
+            if ph == 3:
+                if k == FOBJ:
+                    return (0x22,)
+                x, i = f[3], f[2]
+                return {key[len(x)] for key in d[0][i:d[3][i] + 1] if len(key) > len(x)}
+            return self._candidates(self.frame0(d[1][f[2]] if k == OBJ else d[1]))     # ph 6: the value
+        if k == ARR:
+            if ph == 0:
+                return (0x5B,)
+            if ph == 1:
+                return (0x5D, *self._candidates(self.frame0(d[0])))
+            if ph == 2:
+                return (0x2C, 0x5D)
+            if ph == 4:
+                return (self.sep[f[3]],)
+            return self._candidates(self.frame0(d[0]))                                  # ph 6: the next item
+        if k == STR and ph == 0:
+            return (0x22,)
+        if k == LIT:
+            p = f[2]
+            return {lit[len(p)] for lit in d[0] if len(lit) > len(p)}
+        if k == NUM:
+            return _NUMBER_BYTES
+        if k == UNION and d is not None:
+            return tuple(d)
+        return range(256)
+
     def next_bytes(self, state: tuple) -> list[int]:
-        return [b for b in range(256) if self.step(state, b) is not None]
+        """The bytes that may follow `state`, ascending: [b for b in range(256) if step(state, b) is not None]."""
+        out: set = set()
+        for f in reversed(state):
+            out |= self.frame_bytes(f)
+            if not self.can_end(f):
+                break
+        return sorted(out)
+
+    def only_byte(self, state: tuple):
+        """The one byte that may follow `state`, or None where none or several may."""
+        found = None
+        for f in reversed(state):
+            for b in self.frame_bytes(f):
+                if b != found:
+                    if found is not None:
+                        return None
+                    found = b
+            if not self.can_end(f):
+                break
+        return found
 
     # ---- per-kind transitions (return the frames replacing f, () when f is complete, None when b is invalid) --
     @staticmethod

@@ -1,0 +1,122 @@
+"""The constraint engine's time per emitted token in JSON mode on a device that runs ahead, in the order bench product
+answers (per prompt: the champion alone, then the n-gram at k = 2, then at k = 4), from a fresh session: the first
+configuration to reach a grammar state pays for it (its masks, forced runs, the bytes its frames accept), later
+ones find it cached. SmolLM2 on the numpy reference, wrapped as a device that verifies with argmax ids and runs
+ahead (as the WebGPU engine does: decode.py's json_ids path), the 12 strict-JSON-extraction prompts with their frozen
+schemas (max_new_tokens as the workload gives it), 2 passes over them; the session keeps 4 schemas' constraints, so
+each pass starts cold for each prompt. Prints the constraint's ms per token
+(the answers' `mask_ms` stat) per configuration and a digest of every answer's text.
+
+    python bench/results/json_mode/constraint_host.py [--tree DIR] [--pyodide] [--prompts N]
+
+--tree: the exactspec tree to import (default this checkout; e.g. a `git worktree` of an older revision, to compare);
+--pyodide: run the same in Pyodide 0.27.7 under Node (static/pyodide, `python build.py setup`), the page's Python.
+"""
+import argparse
+import asyncio
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+BODY = r'''
+import asyncio, hashlib, json, sys
+sys.path.insert(0, TREE + "/py")
+from exactspec.backend import RunsAhead, verify_by_forwards
+from exactspec.reference import ReferenceModel
+from exactspec.session import Session
+
+
+class Device(RunsAhead):
+    def verify(self, tokens, start_pos, pick, rows=False):
+        return verify_by_forwards(self.inner, tokens, start_pos, pick, rows, picker=self.picker)
+
+    def offers(self, method):
+        return method in ("decode_ahead", "verify")
+
+
+rows = [json.loads(x) for x in open(ROOT + "/tests/data/workload.jsonl") if x.strip()]
+rows = [r for r in rows if r["stratum"] == "json_extraction"][:NPROMPTS]
+schemas = json.load(open(ROOT + "/tests/data/json_schemas.json"))["workload"]
+champ = ROOT + "/static/models/smollm2-135m-instruct-q4_1.gguf"
+s = Session()
+s.load("champion", champ, role="champion", backend=Device(ReferenceModel.from_file(champ, max_len=1024), ahead_max=4),
+       backend_name="webgpu")
+confs = [("alone", {"speculation": False}), ("ngram k=2", {"drafter": "ngram", "k": 2, "adaptive": False}),
+         ("ngram k=4", {"drafter": "ngram", "k": 4, "adaptive": False})]
+tot = {n: [0, 0.0] for n, _ in confs}
+texts = []
+
+
+async def one(row, conf):
+    for m in s.models.values():
+        m.cache.truncate(0)
+    req = {"chat": row["messages"], "max_new_tokens": row["max_new_tokens"], "temperature": 0.0, **conf,
+           "response_format": {"type": "json_schema", "schema": schemas[row["id"]]}}
+    ids = s.prompt_ids(req)
+    r = s.models[s.champion].cache.forward(ids[:-1], 0, 1)
+    if asyncio.iscoroutine(r):
+        await r
+    return await s.generate(req)
+
+
+async def main():
+    for _ in range(2):
+        for row in rows:
+            for name, conf in confs:
+                out = await one(row, conf)
+                tot[name][0] += out["stats"]["new_tokens"]
+                tot[name][1] += out["stats"].get("mask_ms") or 0.0
+                texts.append(out["text"])
+    print("; ".join(f"{n}: {v[1] / max(1, v[0]):.3f} ms a token ({v[1]:.0f} ms over {v[0]} tokens)" for n, v in tot.items()))
+    print("answers (sha256 of every text):", hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16])
+'''
+
+NODE = r'''
+import { loadPyodide } from '%(rt)s/pyodide.mjs';
+const py = await loadPyodide({ indexURL: '%(rt)s/' });
+await py.loadPackage(['numpy']);
+py.FS.mkdir('/host'); py.FS.mount(py.FS.filesystems.NODEFS, { root: '/' }, '/host');
+py.globals.set('TREE', '/host' + %(tree)s);
+py.globals.set('ROOT', '/host' + %(root)s);
+py.globals.set('NPROMPTS', %(n)d);
+await py.runPythonAsync(%(body)s + '\nawait main()\n');
+process.exit(0);
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tree", default=str(ROOT))
+    ap.add_argument("--pyodide", action="store_true")
+    ap.add_argument("--prompts", type=int, default=12)
+    a = ap.parse_args()
+    tree = str(Path(a.tree).resolve())
+    print(f"# {'Pyodide 0.27.7 under Node' if a.pyodide else 'CPython ' + sys.version.split()[0]}, exactspec from {tree}")
+    if not a.pyodide:
+        g = {"TREE": tree, "ROOT": str(ROOT), "NPROMPTS": a.prompts}
+        exec(BODY, g)
+        asyncio.run(g["main"]())
+        return
+    node = shutil.which("node")
+    src = ROOT / "static" / "pyodide" / "0.27.7"
+    if node is None or not (src / "pyodide.mjs").exists():
+        sys.exit("node or the Pyodide runtime is missing: run `python build.py setup`")
+    with tempfile.TemporaryDirectory() as d:
+        rt = Path(d) / "rt"        # outside the repo: its package.json would make node load pyodide.asm.js as ESM
+        shutil.copytree(src, rt)
+        (Path(d) / "run.mjs").write_text(NODE % {"rt": rt, "tree": json.dumps(tree), "root": json.dumps(str(ROOT)),
+                                                 "n": a.prompts, "body": json.dumps(BODY)})
+        r = subprocess.run([node, "--max-old-space-size=4096", "run.mjs"], cwd=d, capture_output=True, text=True)
+        print("\n".join(x for x in r.stdout.splitlines() if not x.startswith("Load")))
+        if r.returncode:
+            sys.exit(r.stderr[-2000:])
+
+
+if __name__ == "__main__":
+    main()
