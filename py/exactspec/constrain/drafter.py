@@ -335,17 +335,23 @@ class GrammarDrafter:
             # 1.24x): the extra verify rows cost more than they save there (README, JSON mode)
             if n_free >= k:
                 break
-            mask = c.mask(st, self._budget - len(proposals))      # (vocab,) bool
+            budget = self._budget - len(proposals)
+            mask = None              # (vocab,) bool, made only for a drafter that picks from a row under it
+
+            def allowed(t: int, st=st, budget=budget) -> bool:
+                """mask[t]: the token's bytes walked through the grammar (Constraint.allows), or the mask at hand."""
+                return bool(mask[t]) if mask is not None else c.allows(st, t, budget)
             toks = copy_proposal(c, list(seq) + proposals, st, self.prompt_len) if self.copy else []
-            if not toks or not mask[toks[0]]:
+            if not toks or not allowed(toks[0]):
                 toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
             q = None
-            if not toks or not mask[toks[0]]:
-                toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t: pick(row, t, mask))
+            if not toks or not allowed(toks[0]):
+                mask = c.mask(st, budget)
+                toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t, m=mask: pick(row, t, m))
             if not toks:
                 break
             tok = int(toks[0])
-            if not mask[tok]:                                      # an n-gram continuation the grammar refuses
+            if not allowed(tok):                                   # an n-gram continuation the grammar refuses
                 break
             nxt = c.advance(st, tok)
             proposals.append(tok)
