@@ -43,6 +43,7 @@ import re
 import numpy as np
 
 from ..drafters.ngram import NgramDrafter
+from .grammar import NUMBER_BYTES
 
 MAX_ROUND = 32           # proposals per round at most (forced + free): rows of one verify pass
 COPY_MIN_BYTES = 2       # a string value's text so far must be this long before it is looked up anywhere for a copy
@@ -118,7 +119,6 @@ def _find_copy(text: bytes, needle: bytes, end: int, prompt_end: int) -> int:
 # number's digits
 _PROMPT_NUMBER = re.compile(rb"(?<![A-Za-z0-9_.\-])(?<![0-9]:)-?[0-9]+(?:\.[0-9]+)?(?![A-Za-z0-9_])(?!:[0-9])")
 _NUMBER_SO_FAR = re.compile(rb"-?[0-9]*(?:\.[0-9]*)?$")
-_NUMBER_BYTES = frozenset(b"0123456789.eE+-")
 
 
 def number_tokens(constraint, text: bytes, state, prompt_end: int) -> list[int]:
@@ -131,7 +131,7 @@ def number_tokens(constraint, text: bytes, state, prompt_end: int) -> list[int]:
     so_far = _NUMBER_SO_FAR.search(text).group(0)
     if so_far and not so_far[-1:].isdigit() and so_far != b"-":
         return []
-    if not so_far and text[-1:] and text[-1] in _NUMBER_BYTES:   # inside a number's fraction or exponent
+    if not so_far and text[-1:] and text[-1] in NUMBER_BYTES:   # inside a number's fraction or exponent
         return []
     if not so_far and g.step(state, 0x31) is None:          # not a number's start
         return []
@@ -142,7 +142,7 @@ def number_tokens(constraint, text: bytes, state, prompt_end: int) -> list[int]:
             continue
         rest = v[len(so_far):]
         if not rest:
-            ends = [b for b in g.next_bytes(state) if b not in _NUMBER_BYTES]
+            ends = [b for b in g.next_bytes(state) if b not in NUMBER_BYTES]
             if len(ends) != 1:
                 return []
             return _closing(constraint, bytes(ends), g.step(state, ends[0]))

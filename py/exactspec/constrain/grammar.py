@@ -96,7 +96,7 @@ def _lexer_tables():
 
 LEX, INC = _lexer_tables()
 FRAME_BYTES_CACHE = 1 << 16     # frames whose accepted bytes a grammar keeps (then it starts over)
-_NUMBER_BYTES = tuple(b"-+.eE0123456789")
+NUMBER_BYTES = frozenset(b"-+.eE0123456789")    # the bytes a JSON number is written with
 
 
 class Grammar:
@@ -341,7 +341,7 @@ class Grammar:
             p = f[2]
             return {lit[len(p)] for lit in d[0] if len(lit) > len(p)}
         if k == NUM:
-            return _NUMBER_BYTES
+            return NUMBER_BYTES
         if k == UNION and d is not None:
             return tuple(d)
         return range(256)
