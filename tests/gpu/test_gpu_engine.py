@@ -445,20 +445,28 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("qkv_type,o_type", [("F16", "Q4_1"), ("Q8_0", "F32")])
-def test_qkv_attention_with_mixed_weight_types(tmp_path, qkv_type, o_type):
-    """fuseQkvAttn (attention.wgsl QKV + O_PROJ) where W_qkv and W_o have different types and a head's columns do not
-    fill whole quant blocks (head_dim 48): step 4 takes W_o's units by W_o's type (WTYPE_O), not W_qkv's. Batch
-    invariance (one-row passes run the merged kernel, verify blocks and chunks the two dispatches) and parity."""
+MIXED_ENGINES = {"fused": {"fuse": True, "fuseSlice": 32, "fuseTouch": True},
+                 "qkv_attn": {"fuse": True, "fuseSlice": 32, "fuseQkvAttn": True, "attnSplit": 2, "fuseTouch": True},
+                 "attn": {"fuse": "attn"}, "plain": {"fuse": False}}
+
+
+@pytest.mark.parametrize("types", [("F16", "Q4_1", "Q8_0", "Q4_0"), ("Q8_0", "F32", "Q4_1", "F16")],
+                         ids=lambda t: "-".join(t))
+@pytest.mark.parametrize("engine", list(MIXED_ENGINES))
+def test_mixed_weight_types_and_odd_shapes(tmp_path, types, engine):
+    """Every weight group in its own type (W_qkv, W_o, gate/up, down), head_dim 48 (a Q4 / Q8_0 block holds two heads'
+    columns) and 5 FFN slices of 32: batch invariance and parity on every engine variant (fused with early loads,
+    fuseQkvAttn, fuse 'attn', plain). fuseQkvAttn once took W_o's unit range by W_qkv's type: every one-row pass of
+    ("F16", "Q4_1", ...) differed from the one-shot prefill."""
     from exactspec.micro import micro_config, write_micro_gguf
 
-    cfg = micro_config(dim=96, hidden_dim=128, n_heads=2, n_kv_heads=1, head_dim=48)
-    types = {f"blk.{i}.{n}.weight": qkv_type for i in range(cfg.n_layers) for n in ("attn_q", "attn_k", "attn_v")}
-    types.update({f"blk.{i}.attn_output.weight": o_type for i in range(cfg.n_layers)})
-    path = tmp_path / f"micro-qkv{qkv_type}-o{o_type}.gguf"
-    write_micro_gguf(path, cfg, seed=5, types=types)
-    check_engine(path, n=12, emulate_sg=True, engine_opts={"fuse": True, "fuseSlice": 32, "fuseQkvAttn": True, "attnSplit": 2},
-                 ks=(1, 4), chunks=(3,))
+    cfg = micro_config(dim=96, hidden_dim=160, n_heads=2, n_kv_heads=1, head_dim=48)
+    groups = {("attn_q", "attn_k", "attn_v"): types[0], ("attn_output",): types[1], ("ffn_gate", "ffn_up"): types[2],
+              ("ffn_down",): types[3]}
+    wtypes = {f"blk.{i}.{n}.weight": ty for i in range(cfg.n_layers) for names, ty in groups.items() for n in names}
+    path = tmp_path / "micro-mixed.gguf"
+    write_micro_gguf(path, cfg, seed=5, types=wtypes)
+    check_engine(path, n=12, emulate_sg=True, engine_opts=MIXED_ENGINES[engine], ks=(1, 4), chunks=(3,))
 
 
 def test_tile_policy_refusals(micro_paths):
