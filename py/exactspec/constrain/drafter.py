@@ -188,14 +188,24 @@ def _tokens(vocab, data: bytes) -> list[int]:
     return vocab.longest_match(data) or []
 
 
-def copy_proposal(constraint, toks, state, prompt_len: int | None = None) -> list[int]:
+def token_text(vocab, toks) -> bytes:
+    """The bytes of `toks` as copies read them: special tokens as line ends (a copy stops at a message's end)."""
+    tb = vocab.token_bytes
+    return b"".join(tb[t] or b"\n" for t in toks)
+
+
+def copy_proposal(constraint, toks, state, prompt_len: int | None = None, text: bytes | None = None,
+                  prompt_bytes: int | None = None) -> list[int]:
     """The copy's first token at a free position after `toks` (prompt + answer so far, the prompt its first
     prompt_len tokens) in grammar `state`, or []: inside a string value the copy of the prompt's text
     (`copy_tokens`), at or inside a number the copy of a prompt's number (`number_tokens`). GrammarDrafter's, and
-    bench json_mode's simulation of it. Special tokens count as line ends (a copy stops at a message's end)."""
-    tb = constraint.vocab.token_bytes
-    text = b"".join(tb[t] or b"\n" for t in toks)
-    pe = len(text) if prompt_len is None else sum(len(tb[t] or b"\n") for t in toks[:prompt_len])
+    bench json_mode's simulation of it. text / prompt_bytes: token_text(toks) and the length of its prompt's part,
+    where the caller keeps them."""
+    if text is None:
+        text = token_text(constraint.vocab, toks)
+    if prompt_bytes is None:
+        prompt_bytes = len(text) if prompt_len is None else len(token_text(constraint.vocab, toks[:prompt_len]))
+    pe = prompt_bytes
     if not constraint.in_free_string(state):
         return number_tokens(constraint, text, state, pe)[:1]
     q = text.rfind(b'"')
@@ -273,6 +283,7 @@ class GrammarDrafter:
         self._budget = None
         self._cap = 0
         self.prompt_len = None           # the prompt's tokens: the sequence of the first round (copy_proposal's)
+        self._text = ([], b"", 0)        # (tokens, token_text of them, bytes of the prompt's part): the last round's
 
     @property
     def passes(self) -> int:
@@ -316,6 +327,7 @@ class GrammarDrafter:
         sampled = False
         if self.prompt_len is None:
             self.prompt_len = len(seq)
+        seq_text, prompt_bytes = self._seq_text(seq)
         while len(proposals) < self._cap:
             st = self.states[-1]
             if c.done(st):
@@ -341,7 +353,8 @@ class GrammarDrafter:
             def allowed(t: int, st=st, budget=budget) -> bool:
                 """mask[t]: the token's bytes walked through the grammar (Constraint.allows), or the mask at hand."""
                 return bool(mask[t]) if mask is not None else c.allows(st, t, budget)
-            toks = copy_proposal(c, list(seq) + proposals, st, self.prompt_len) if self.copy else []
+            toks = copy_proposal(c, list(seq) + proposals, st, self.prompt_len,
+                                 seq_text + token_text(c.vocab, proposals), prompt_bytes) if self.copy else []
             if not toks or not allowed(toks[0]):
                 toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
             q = None
@@ -373,6 +386,19 @@ class GrammarDrafter:
             else:
                 rows[i] = q
         return proposals, rows
+
+    def _seq_text(self, seq) -> tuple[bytes, int]:
+        """token_text(seq) and its prompt part's length, extended from the last round's where seq continues it (an
+        answer's sequence only grows between rounds)."""
+        toks, text, pb = self._text
+        n = len(toks)
+        if n and len(seq) >= n and list(seq[:n]) == toks:
+            text += token_text(self.constraint.vocab, seq[n:])
+        else:
+            text = token_text(self.constraint.vocab, seq)
+            pb = len(token_text(self.constraint.vocab, seq[:self.prompt_len]))
+        self._text = (list(seq), text, pb)
+        return text, pb
 
     def state_after(self, n_accepted: int, token: int):
         """The grammar state after the accepted proposals and the champion's own token (a forced proposal it wrote
