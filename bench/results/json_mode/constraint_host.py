@@ -12,16 +12,12 @@ text.
     python bench/results/json_mode/constraint_host.py [--tree DIR] [--pyodide] [--prompts N]
 
 --tree: the exactspec tree to import (default this checkout; e.g. a `git worktree` of an older revision, to compare);
---pyodide: run the same in Pyodide 0.27.7 under Node (static/pyodide, `python build.py setup`), the page's Python.
+--pyodide: run the same in Pyodide 0.27.7 under Node (py/bench/_pyodide.py; `python build.py setup`), the page's
+Python.
 """
 import argparse
 import asyncio
-import hashlib
-import json
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -99,19 +95,6 @@ async def main():
     print("answers (sha256 of every text):", hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16])
 '''
 
-NODE = r'''
-import { loadPyodide } from '%(rt)s/pyodide.mjs';
-const py = await loadPyodide({ indexURL: '%(rt)s/' });
-await py.loadPackage(['numpy']);
-py.FS.mkdir('/host'); py.FS.mount(py.FS.filesystems.NODEFS, { root: '/' }, '/host');
-py.globals.set('TREE', '/host' + %(tree)s);
-py.globals.set('ROOT', '/host' + %(root)s);
-py.globals.set('NPROMPTS', %(n)d);
-await py.runPythonAsync(%(body)s + '\nawait main()\n');
-process.exit(0);
-'''
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", default=str(ROOT))
@@ -125,19 +108,13 @@ def main():
         exec(BODY, g)
         asyncio.run(g["main"]())
         return
-    node = shutil.which("node")
-    src = ROOT / "static" / "pyodide" / "0.27.7"
-    if node is None or not (src / "pyodide.mjs").exists():
-        sys.exit("node or the Pyodide runtime is missing: run `python build.py setup`")
-    with tempfile.TemporaryDirectory() as d:
-        rt = Path(d) / "rt"        # outside the repo: its package.json would make node load pyodide.asm.js as ESM
-        shutil.copytree(src, rt)
-        (Path(d) / "run.mjs").write_text(NODE % {"rt": rt, "tree": json.dumps(tree), "root": json.dumps(str(ROOT)),
-                                                 "n": a.prompts, "body": json.dumps(BODY)})
-        r = subprocess.run([node, "--max-old-space-size=4096", "run.mjs"], cwd=d, capture_output=True, text=True)
-        print("\n".join(x for x in r.stdout.splitlines() if not x.startswith("Load")))
-        if r.returncode:
-            sys.exit(r.stderr[-2000:])
+    sys.path.insert(0, str(ROOT / "py"))
+    from bench._pyodide import host_path, run_python   # the tree's py/ goes first on Pyodide's sys.path (BODY)
+    src = f"TREE = {host_path(tree)!r}\nROOT = {host_path(ROOT)!r}\nNPROMPTS = {a.prompts}\n{BODY}\nawait main()\n"
+    r = run_python(src, timeout=1800)
+    print(r.stdout.rstrip())
+    if r.returncode:
+        sys.exit(r.stderr[-2000:])
 
 
 if __name__ == "__main__":
