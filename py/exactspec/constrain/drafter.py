@@ -203,9 +203,8 @@ def copy_proposal(constraint, toks, state, prompt_len: int | None = None, text: 
     where the caller keeps them."""
     if text is None:
         text = token_text(constraint.vocab, toks)
-    if prompt_bytes is None:
-        prompt_bytes = len(text) if prompt_len is None else len(token_text(constraint.vocab, toks[:prompt_len]))
-    pe = prompt_bytes
+    pe = prompt_bytes if prompt_bytes is not None else \
+        len(text) if prompt_len is None else len(token_text(constraint.vocab, toks[:prompt_len]))
     if not constraint.in_free_string(state):
         return number_tokens(constraint, text, state, pe)[:1]
     q = text.rfind(b'"')
@@ -353,14 +352,15 @@ class GrammarDrafter:
             def allowed(t: int, st=st, budget=budget) -> bool:
                 """mask[t]: the token's bytes walked through the grammar (Constraint.allows), or the mask at hand."""
                 return bool(mask[t]) if mask is not None else c.allows(st, t, budget)
-            toks = copy_proposal(c, list(seq) + proposals, st, self.prompt_len,
-                                 seq_text + token_text(c.vocab, proposals), prompt_bytes) if self.copy else []
+            ctx = list(seq) + proposals              # the sequence this proposal continues
+            toks = copy_proposal(c, ctx, st, self.prompt_len, seq_text + token_text(c.vocab, proposals),
+                                 prompt_bytes) if self.copy else []
             if not toks or not allowed(toks[0]):
-                toks = self.lookup.lookup(list(seq) + proposals, 1) if self.lookup is not None else []
+                toks = self.lookup.lookup(ctx, 1) if self.lookup is not None else []
             q = None
             if not toks or not allowed(toks[0]):
                 mask = c.mask(st, budget)
-                toks, q = await self.base.propose(list(seq) + proposals, 1, lambda row, t, m=mask: pick(row, t, m))
+                toks, q = await self.base.propose(ctx, 1, lambda row, t, m=mask: pick(row, t, m))
             if not toks:
                 break
             tok = int(toks[0])
