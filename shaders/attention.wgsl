@@ -27,6 +27,19 @@
 // slice is read by the n_rows workgroups of a head (from L2). BATCH INVARIANCE: each partial element is one fixed
 // sequence of adds in ascending unit order, whatever chunk the row is in.
 //
+// Define BLOCKS as well as O_PROJ (kernels.js: the fused engine's `attn_o` with engine option attnBlock; not with QKV):
+// the keys are split into blocks of KB fixed by absolute position (block b: keys b * KB .. (b + 1) * KB - 1), so
+// that a long row's attention runs on several workgroups instead of one (one workgroup walks all keys of its head:
+// at long positions a head is bound by one SM's loads). Grid z = NB * Z: workgroup z takes key block b = z / Z and
+// O-projection split z % Z; a block past the row's position returns at once. A row at pos has nb = pos / KB + 1
+// blocks. Steps 1-3 run over the block's keys as above (scores row of KB floats); with nb = 1 the workgroup does
+// exactly what the kernel without BLOCKS does (keys 0 .. pos, o * (1 / l), step 4), so rows before position KB get
+// the same bits either way. With nb > 1, o_b = sum_j exp(s_j - m_b) v_j stays unnormalised, step 4 leaves
+// P_attn[h, b] = W_o[:, head h] . o_b, and the block's max m_b and sum l_b go to `ml`; the FFN's prologue
+// (lib/stage BLOCKS) weighs block b by exp(m_b - M) / L (M = max_b m_b, L = sum_b exp(m_b - M) l_b, ascending b)
+// and adds the blocks in ascending order. BATCH INVARIANCE: the blocks, their order and every reduction depend on
+// pos alone.
+//
 // TOUCH with O_PROJ (override; engine option fuseTouch): before step 0 / 1 each invocation of step 4 loads the words of
 // its first output row's W_o units (lib/touch), so step 4 finds them in the cache; loads only, no operation changes.
 //
@@ -62,6 +75,8 @@
 //   5 out     array<f32>        read_write (max_rows, q_dim)
 //   O_PROJ instead of out: 5 w  array<u32> W_o (dim, q_dim) as stored by weights.js (type WTYPE),
 //                          6 pattn array<f32> read_write (n_heads, max_rows, dim) partials
+//   BLOCKS (with O_PROJ): pattn (n_heads, NB, max_rows, dim) partials (head h's block b at h * NB + b),
+//                         7 ml array<f32> read_write (max_rows, n_heads, NB, 2) each block's (max, sum)
 //   QKV (with O_PROJ): no q; 2 w array<u32> W_qkv ((q_dim + 2 kv_dim), dim, type WTYPE), 3 kv, 4 scores (+ its tail),
 //                      5 wo W_o (type WTYPE_O), 6 pattn, 7 r_in (max_rows, dim), 8 parts (npart, max_rows, dim),
 //                      9 r_out read_write (max_rows, dim), 10 gamma (attn_norm, dim), 11 rope (positions, rope_dim/2)
@@ -97,6 +112,15 @@ override WTYPE: u32 = 0;
 // #endif
 override OU: u32 = 8u;   // most 8-value units of W_o any head's slice takes (engine: max over heads of u1 - u0)
 override TOUCH: bool = false;   // warm W_o's words before step 1 (lib/touch; engine option fuseTouch)
+// #if BLOCKS
+override KB: u32 = 64u;         // keys per block (engine option attnBlock)
+override NB: u32 = 1u;          // blocks of the longest row: ceil(seq_len / KB); grid z = NB * Z
+// #let ZI = zi
+// #let ZN = zn
+// #else
+// #let ZI = wid.z
+// #let ZN = nwg.z
+// #endif
 // #let RAW = 1
 // #endif
 
@@ -156,6 +180,9 @@ struct Params {
 // #if O_PROJ
 @group(0) @binding(5) var<storage, read> w: array<u32>;
 @group(0) @binding(6) var<storage, read_write> pattn: array<f32>;
+// #if BLOCKS
+@group(0) @binding(7) var<storage, read_write> ml: array<f32>;           // (max_rows, n_heads, NB, 2) block max, sum
+// #endif
 // #else
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 // #endif
@@ -209,7 +236,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   if (params.window > 0u && pos + 1u > params.window) { lo = pos + 1u - params.window; }
   let nkeys = pos + 1u - lo;
 // #else
+// #if BLOCKS
+  let zn = nwg.z / NB;                      // O-projection splits a block (Z)
+  let blk = wid.z / zn;                     // key block: keys j0 .. j0 + nkeys - 1
+  let zi = wid.z % zn;
+  if (blk * KB > pos) { return; }           // uniform per workgroup
+  let nb = pos / KB + 1u;                   // the row's blocks
+  let j0 = blk * KB;
+  let nkeys = min(pos + 1u, j0 + KB) - j0;
+// #else
   let nkeys = pos + 1u;
+// #endif
 // #endif
   let hd4 = select(params.head_dim / 4u, HD4, HD4 > 0u);
   let kvh = h / (params.n_heads / params.n_kv_heads);
@@ -219,12 +256,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let voff = (params.seq_len + lo) * kv4 + kvh * hd4;     // its value, in the V section
   let sbase = (t * params.n_heads + h) * params.span;     // scores row (key lo + j at j)
 // #else
+// #if BLOCKS
+  let koff = j0 * kv4 + kvh * hd4;                        // key j0 + j of this kv head at j * kv4 + koff
+  let voff = (params.seq_len + j0) * kv4 + kvh * hd4;     // its value, in the V section
+  let sbase = ((t * params.n_heads + h) * nwg.z + wid.z) * KB;   // scores row (key j0 + j at j)
+// #else
   let koff = kvh * hd4;                                   // vec4 offset of this kv head within a key row
   let voff = params.seq_len * kv4 + kvh * hd4;            // V section
 // #if O_PROJ
   let sbase = ((t * params.n_heads + h) * nwg.z + wid.z) * params.seq_len;  // scores row (one per split z)
 // #else
   let sbase = (t * params.n_heads + h) * params.seq_len;  // scores row
+// #endif
 // #endif
 // #endif
 // #if O_PROJ
@@ -240,7 +283,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   // TOUCH (lib/touch): the words of step 4's first output row (its first 16 units), loaded now, before step 0 / 1
   var to: array<vec4<u32>, 16>;
   if (TOUCH && lid < OW) {
-    let r = min(wid.z * OW + lid, params.dim - 1u);
+    let r = min(${ZI} * OW + lid, params.dim - 1u);
     for (var k = 0u; k < min(OU, 16u); k = k + 1u) {
       to[k] = ${LUO}_raw(r, min(u0 + k, u1 - 1u));
     }
@@ -351,6 +394,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
   }
   let inv = 1.0 / red[0];
+// #if BLOCKS
+  if (nb > 1u && zi == 0u && lid == 0u) {   // the block's max and sum, for the FFN's prologue
+    let mb = ((t * params.n_heads + h) * NB + blk) * 2u;
+    ml[mb] = mx;
+    ml[mb + 1u] = red[0];
+  }
+// #endif
 
   // 3. weighted sum of values: S key slices x head_dim/4 vec4 lanes, slices combined in order
   let S = AW / hd4;
@@ -408,7 +458,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var k = 1u; k < S; k = k + 1u) {
       o = o + part[k * hd4 + d4];
     }
+// #if BLOCKS
+    if (nb == 1u) { o = o * inv; }           // more blocks: unnormalised (the FFN's prologue weighs them)
+// #else
     o = o * inv;
+// #endif
 // #if O_PROJ
     oh[d4] = o;
 // #else
@@ -422,10 +476,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #if O_PROJ
   workgroupBarrier();
 
-  // 4. this head's O-projection slice: rows r = z * OW + lid, + OW * nwg.z, ..., units u0 .. u1 (above)
+  // 4. this head's O-projection slice: rows r = z * OW + lid, + OW * Z, ..., units u0 .. u1 (above)
   let h4 = c0 / 4u;
+// #if BLOCKS
+  let pb = (h * NB + blk) * params.pstride + t * params.dim;   // P_attn[h, blk]
+// #else
   let pb = h * params.pstride + t * params.dim;
-  for (var r = wid.z * OW + lid; lid < OW && r < params.dim; r = r + OW * nwg.z) {
+// #endif
+  for (var r = ${ZI} * OW + lid; lid < OW && r < params.dim; r = r + OW * ${ZN}) {
     var acc = 0.0;
     for (var k = 0u; k < OU; k = k + 1u) {   // constant trip count: loads can all be in flight
       let u = min(u0 + k, u1 - 1u);

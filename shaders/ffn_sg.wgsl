@@ -39,10 +39,15 @@
 // the KV cache (so that the attention kernel binds the cache read only); chunks of more rows wrote theirs in the qkv
 // matmul. A plain copy of 2 * kv_dim floats: no arithmetic.
 //
+// Define BLOCKS (kernels.js: the fused engine's `ffn` with engine option attnBlock): the attention left each head's
+// partial in key blocks (attention.wgsl BLOCKS); the prologue weighs and adds them (lib/stage BLOCKS: stage_weights,
+// then stage), and x2 is r_in + P_attn[0] + ... exactly as without blocks for rows before position KB.
+//
 // Bindings: 0 params, 1 step (dynamic offset), 2 w gate/up interleaved (2 * hidden, dim), 3 r_in (max_rows, dim),
 //           4 gamma (ffn_norm, dim), 5 pattn (npart, max_rows, dim), 6 r_out rw (max_rows, dim),
 //           7 wd W_down (dim, hidden), 8 pffn rw (n_slices, max_rows, dim); KVCOPY also 9 scores (its tail: k, v at
-//           pos, (2, kv_dim)), 10 kv rw (2, seq_len, kv_dim).
+//           pos, (2, kv_dim)), 10 kv rw (2, seq_len, kv_dim); BLOCKS: 5 pattn is (npart, NB, max_rows, dim), and 9 ml
+//           (max_rows, npart, NB, 2) each block's (max, sum).
 
 enable subgroups;
 diagnostic(off, subgroup_uniformity);
@@ -60,6 +65,10 @@ override STRIDE: u32 = LANES;
 override TOUCH: bool = false;     // warm the gate/up weights before the prologue (lib/touch; engine option fuseTouch)
 override TOUCH_D: bool = false;   // and the down weights
 const TB: u32 = 8u;
+// #if BLOCKS
+override KB: u32 = 64u;      // keys per attention block (engine option attnBlock)
+override NB: u32 = 1u;       // attention blocks of the longest row: ceil(seq_len / KB)
+// #endif
 
 struct Params {
   K: u32,           // dim: gate/up in features
@@ -89,6 +98,10 @@ struct Params {
 // #if KVCOPY
 @group(0) @binding(9) var<storage, read> scores: array<f32>;             // attention's scratch; k, v at pos in its tail
 @group(0) @binding(10) var<storage, read_write> kv: array<vec4<f32>>;    // (2, seq_len, kv_dim) this layer's cache
+// #endif
+// #if BLOCKS
+@group(0) @binding(9) var<storage, read> ml: array<f32>;                 // (max_rows, npart, NB, 2) block max, sum
+var<workgroup> cw: array<f32, TILE * NPART * NB>;     // (TILE, npart, NB) the blocks' weights (lib/stage)
 // #endif
 
 var<workgroup> xs: array<vec4<f32>, TILE * KX / 4u>;   // (TILE, dim) this tile's x2 rows
@@ -152,6 +165,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       }
     }
     workgroupBarrier();           // the previous tile is done with xs and hs
+// #if BLOCKS
+    stage_weights(t, n4, lid);
+    workgroupBarrier();
+// #endif
     stage(t, n4, lid, writer);
     workgroupBarrier();
     if ((TOUCH || TOUCH_D) && hi > 0xFFFFu) {   // never (lib/touch): what keeps the warming loads, here: no longer

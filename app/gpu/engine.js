@@ -73,7 +73,10 @@
 //            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 3 and
 //            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere),
 //            headStage?: with headSum, the head stages that sum in workgroup memory (matmul_sg PRO without partials,
-//            fuseHeadWg / fuseHeadPairs; default false)}
+//            fuseHeadWg / fuseHeadPairs; default false), attnBlock?: (fuse true, not with fuseQkvAttn) 0 (default:
+//            off) or a power of two >= 16: the attention's keys in blocks of that many, fixed by position, each
+//            block on its own workgroups, the blocks combined by the FFN's prologue (attention.wgsl BLOCKS); rows
+//            before that position get the default's bits, later ones their own (still batch invariant)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.plan         the resolved options (options.js)
@@ -196,13 +199,15 @@ export async function createEngine(gpu, opts = {}) {
   try {
     plan = resolvePlan(opts, adapterInfo, device);
     try {
-      kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: !!plan.fuse, qkvAttn: plan.fuseQkvAttn });
+      kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: !!plan.fuse, qkvAttn: plan.fuseQkvAttn,
+        attnBlock: plan.attnBlock > 0 });
     } catch (e) {
       if (!(plan.fuseAuto && plan.fuse)) throw e;
       // fused only by default: an implementation that rejects the fused kernels still gets the unfused engine
       console.warn(`exactspec engine: fused kernels unavailable (${e.message}); running unfused`);
       plan.fuse = false;
       plan.fuseQkvAttn = false;
+      plan.attnBlock = 0;
       kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: false });
     }
     adapterInfo.kernels = kernelsInfo(plan);

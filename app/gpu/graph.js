@@ -8,6 +8,7 @@
 // passed by the names the WGSL declares (kernels.js).
 
 import { MODE } from './kernels.js';
+import { attnBlocks } from './options.js';
 
 // ---- the three forwards --------------------------------------------------------------------------------------
 
@@ -233,16 +234,19 @@ export class GraphBuilder {
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [this.cfg.n_heads, rows, 1] }) });
   }
 
-  /** P_attn[h] = attention of head h @ W_o[:, head h's columns] (attention.wgsl, O_PROJ). */
+  /** P_attn[h] = attention of head h @ W_o[:, head h's columns] (attention.wgsl, O_PROJ). With plan.attnBlock
+   * (BLOCKS): per head and key block b, P_attn[h, b] and the block's (max, sum) in attn_ml; grid z = blocks x split. */
   async attnO(label, o, { kv }) {
     const K = this.kernels.attn_o;
-    const { cfg } = this;
-    const params = this.attnParams({ dim: cfg.dim, K: this.dims.qDim, pstride: this.plan.maxRows * cfg.dim });
+    const { cfg, plan } = this;
+    const params = this.attnParams({ dim: cfg.dim, K: this.dims.qDim, pstride: plan.maxRows * cfg.dim });
+    const nb = attnBlocks(plan, cfg.seq_len);
+    const blocks = plan.attnBlock ? { ml: this.buf('attn_ml') } : {};
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, q: this.buf('q'),
-      kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn') });
-    const pipeline = await K.pipeline({ WG_SIZE: this.plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype) },
-      { HD4: cfg.head_dim / 4, ...this.touch('attn') });
-    const z = this.plan.attnSplit;   // workgroups sharing a head's O projection (each its own scores row)
+      kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn'), ...blocks });
+    const pipeline = await K.pipeline({ WG_SIZE: plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype),
+      ...(plan.attnBlock ? { KB: plan.attnBlock, NB: nb } : {}) }, { HD4: cfg.head_dim / 4, ...this.touch('attn') });
+    const z = plan.attnSplit * nb;   // workgroups of a head: its O projection's split (each its own scores row) x blocks
     this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, z] }) });
   }
 
@@ -276,17 +280,22 @@ export class GraphBuilder {
     const params = { K: cfg.dim, KD: cfg.hidden_dim, dim: cfg.dim, npart: cfg.n_heads, pstride: (plan.maxRows * cfg.dim) / 4,
       write_r: 1, eps: cfg.norm_eps ?? 1e-5,
       ...(copy ? { kv_dim: this.dims.kvDim, seq_len: cfg.seq_len, kvnew: this.kvNew } : {}) };
+    const nb = attnBlocks(plan, cfg.seq_len);   // attnBlock: the attention's partials in key blocks (lib/stage BLOCKS)
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: L.gateUp.parts[0].buffer,
       r_in: this.buf(r_in), gamma: L.ffnNorm, parts: this.buf('p_attn'), r_out: this.buf(r_out), wd: L.down.parts[0].buffer,
-      pffn: this.buf('p_ffn'), ...(copy ? { scores: this.buf('scores'), kv: L.kv } : {}) });
+      pffn: this.buf('p_ffn'), ...(copy ? { scores: this.buf('scores'), kv: L.kv } : {}),
+      ...(plan.attnBlock ? { ml: this.buf('attn_ml') } : {}) });
     // one workgroup row per tile of chunk rows
     const make = (wg) => (t) => K.pipeline({ WG_SIZE: wg, WTYPE: L.gateUp.wtype, WTYPE_D: L.down.wtype, LANES: plan.lanes,
-      TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads }, this.touch('ffn_gate_up', 'ffn_down'));
+      TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads, ...(plan.attnBlock ? { KB: plan.attnBlock, NB: nb } : {}) },
+      this.touch('ffn_gate_up', 'ffn_down'));
     const grid = (rows, t) => [this.nSlices, Math.ceil(rows / t), 1];
     const rowGrid = (rows) => [this.nSlices, rows, 1];
     // dispatches of more than one row at their own workgroup size (fuseWgRows)
     const multi = plan.fuseWgRows !== plan.fuseWg ? { make: make(plan.fuseWgRows), grid, rowGrid } : null;
-    await this.tiled(label, bg, this.stagedTiles(plan.fuseSlice), make(plan.fuseWg), grid, rowGrid, multi);
+    // workgroup memory a row: x, the slice's SwiGLU outputs, and with attnBlock the blocks' weights (n_heads x blocks)
+    const extra = plan.fuseSlice + (plan.attnBlock ? cfg.n_heads * nb : 0);
+    await this.tiled(label, bg, this.stagedTiles(extra), make(plan.fuseWg), grid, rowGrid, multi);
   }
 
   /** After the layers, per chunk: the final residual summed once (x = r + sum_s P_ffn[s] -> 'x_final', when the fused

@@ -9,7 +9,8 @@
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl; with opts.fuseQkvAttn also qkv_attn
 //   shaders/attention.wgsl with defines O_PROJ and QKV (a decode pass's qkv + attention in one dispatch) and ffn_kv
-//   shaders/ffn_sg.wgsl with define KVCOPY (the FFN that also moves that pass's k, v into the cache)
+//   shaders/ffn_sg.wgsl with define KVCOPY (the FFN that also moves that pass's k, v into the cache); with
+//   opts.attnBlock attn_o and ffn take define BLOCKS too (the attention's keys in blocks)
 //   a draft head's own (headKernelFiles, compiled at its first loadHead, app/gpu/head.js): head_in, head_out,
 //   head_logits, vocab_mask (shaders/<same name>.wgsl), head_attention shaders/attention.wgsl with define WINDOW
 
@@ -102,7 +103,7 @@ class Kernel {
 }
 
 /** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
-export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false } = {}) {
+export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false, attnBlock = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
     residual: 'residual', chain: 'chain', chain_copy: 'chain', draft_chain: 'draft_chain' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
@@ -110,6 +111,7 @@ export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false }
   // a kernel's variant of its file
   const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true }, qkv_attn: { O_PROJ: true, QKV: true },
     ffn_kv: { KVCOPY: true }, chain_copy: { COPY: true } };
+  if (fuse && attnBlock) Object.assign(defines, { attn_o: { O_PROJ: true, BLOCKS: true }, ffn: { BLOCKS: true } });
   return { files, defines };
 }
 
@@ -121,8 +123,8 @@ export function headKernelFiles() {
 }
 
 /** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). */
-export async function createKernels(device, shaderSource, { subgroups = false, fuse = false, qkvAttn = false } = {}) {
-  const { files, defines } = kernelFiles({ subgroups, fuse, qkvAttn });
+export async function createKernels(device, shaderSource, { subgroups = false, fuse = false, qkvAttn = false, attnBlock = false } = {}) {
+  const { files, defines } = kernelFiles({ subgroups, fuse, qkvAttn, attnBlock });
   return compileKernels(device, shaderSource, files, defines);
 }
 

@@ -4,7 +4,7 @@
 
 import { encodeSubmission, passChunks } from './encode.js';
 import { FORWARDS, GraphBuilder } from './graph.js';
-import { MAX_PASSES } from './options.js';
+import { MAX_PASSES, attnBlocks } from './options.js';
 import { checkPick, pickParams } from './pick.js';
 import { profileOps } from './profile.js';
 import { loadWeights } from './weights.js';
@@ -81,9 +81,11 @@ function modelQkvAttn(plan, W, cfg, wgMem) {
   return one && hd <= 256 && hd % 16 === 0 && bytes <= wgMem;   // (fuseQkvAttnWg >= attnWg: options.js refuses less)
 }
 
-/** Floats of the score rows in 'scores' (max_rows, n_heads, attn split, seq_len): with fuseQkvAttn a one-row pass's
- * k, v (2, kv_dim) follow them, at this offset (graph.js kvNew). */
-const scoreFloats = (cfg, plan) => plan.maxRows * cfg.n_heads * plan.attnSplit * cfg.seq_len;
+/** Floats of the score rows in 'scores' (max_rows, n_heads, attn split, seq_len; with attnBlock (max_rows, n_heads,
+ * blocks x attn split, attnBlock)): with fuseQkvAttn a one-row pass's k, v (2, kv_dim) follow them, at this offset
+ * (graph.js kvNew). */
+const scoreFloats = (cfg, plan) => plan.maxRows * cfg.n_heads * plan.attnSplit
+  * (plan.attnBlock ? attnBlocks(plan, cfg.seq_len) * plan.attnBlock : cfg.seq_len);
 
 /** The activations (named buffers the graph reads and writes). */
 function activations(mem, cfg, plan, nSlices) {
@@ -104,7 +106,11 @@ function activations(mem, cfg, plan, nSlices) {
   };
   if (plan.fuse) {
     b.resid2 = mem.create('resid2', R * dim * 4);            // (max_rows, dim) the residual's ping-pong partner
-    b.p_attn = mem.create('p_attn', nH * R * dim * 4);       // (n_heads, max_rows, dim) attention partials
+    // (n_heads, max_rows, dim) attention partials; with attnBlock (n_heads, blocks, max_rows, dim) and each block's
+    // (max, sum) in attn_ml (max_rows, n_heads, blocks, 2)
+    const nb = attnBlocks(plan, seqLen);
+    b.p_attn = mem.create('p_attn', nH * nb * R * dim * 4);
+    if (plan.attnBlock) b.attn_ml = mem.create('attn_ml', R * nH * nb * 2 * 4);
   }
   if (plan.fuse === true) b.p_ffn = mem.create('p_ffn', nSlices * R * dim * 4);   // (n_slices, max_rows, dim)
   if (plan.fuse === true && plan.headSum) b.x_final = mem.create('x_final', R * dim * 4);   // (max_rows, dim) the head's input

@@ -135,7 +135,14 @@ function rowPlan(opts, m, f) {
   if (headStage && (f.fuse !== true || !headSum)) throw new Error('headStage needs fuse true and headSum');
   const attnSplit = opts.attnSplit ?? (tuned ? 3 : 1);
   if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
-  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum, headStage };
+  // the attention's keys in blocks of attnBlock fixed by position, each block its own workgroups, combined by the FFN's
+  // prologue (attention.wgsl / lib/stage BLOCKS); rows before position attnBlock get the same bits as without
+  const attnBlock = opts.attnBlock ?? 0;
+  if (!Number.isInteger(attnBlock) || attnBlock < 0 || (attnBlock > 0 && (attnBlock < 16 || (attnBlock & (attnBlock - 1)) !== 0))) {
+    throw new Error(`attnBlock ${attnBlock} must be 0 (off) or a power of two >= 16`);
+  }
+  if (attnBlock && (f.fuse !== true || f.fuseQkvAttn)) throw new Error('attnBlock needs fuse true without fuseQkvAttn');
+  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum, headStage, attnBlock };
 }
 
 /** The engine's plan from createEngine's options (see engine.js for each option). */
@@ -174,6 +181,9 @@ export function resolvePlan(opts, info, device) {
     trace: typeof opts.trace === 'function' ? opts.trace : null };
 }
 
+/** The attention's key blocks for a KV capacity of seqLen (plan.attnBlock keys each; 1 without them). */
+export const attnBlocks = (plan, seqLen) => (plan.attnBlock ? Math.ceil(seqLen / plan.attnBlock) : 1);
+
 /** The most passes one batched step (decodeAhead / specRound) may hold. */
 export const MAX_PASSES = 64;
 
@@ -185,5 +195,5 @@ export function kernelsInfo(plan) {
     fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, fuseTouch: [...plan.fuseTouch] } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
-    head_sum: plan.headSum, head_stage: plan.headStage };
+    head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };
 }

@@ -8,7 +8,8 @@
 // 4,8,16,32): decodeAhead sizes; DRAFT_LAYERS (default 2): the synthetic draft of the specRound measurement;
 // SYNTH_LAYERS (default 30): layers of the synthetic model (fewer: dry runs of the scripts here). CHAIN=1: also the
 // n-gram chain's GPU time per round (benchChain). VERIFY_ONLY=1: stop after T_single, T_verify(k) and the GPU time per kind.
-// EXACTSPEC_ENGINE_OPTS (JSON): any createEngine option (e.g. fuseWgRows).
+// EXACTSPEC_ENGINE_OPTS (JSON): any createEngine option (e.g. fuseWgRows). BENCH_POS (default 64): the position the
+// model's passes are timed at (T_single, T_verify, the profiles' first two), BENCH_SEQ (default 1,024) its KV capacity.
 // Without --model it builds SmolLM2-135M-shaped weights in memory (same shapes and ggml types as the champion:
 // Q4_1 matrices, Q8_0 token_embd, F32 norms; random quants): speed depends on shapes and types only.
 // Prints: copy bandwidth, matmul effective bandwidth (Q4_1 / Q8_0 / F32, 8192 x 4096, B = 1..9 rows),
@@ -238,12 +239,15 @@ async function main() {
     readSlice = async (offset, nbytes) => synthBytes(desc, offset, nbytes);
   }
   const t0 = performance.now();
-  const model = await engine.loadModel(desc, readSlice, { seq_len: 1024 });
+  // BENCH_POS: the position the passes are timed at (default 64), BENCH_SEQ the KV capacity (default 1,024)
+  const P = Number(process.env.BENCH_POS ?? 64);
+  const seqLen = Number(process.env.BENCH_SEQ ?? 1024);
+  if (!(P >= 1 && P + 9 <= seqLen && seqLen >= 513)) throw new Error(`BENCH_POS ${P} / BENCH_SEQ ${seqLen}: need 1 <= pos, pos + 9 <= seq and seq > 512`);
+  const model = await engine.loadModel(desc, readSlice, { seq_len: seqLen });
   out.load_ms = performance.now() - t0;
   log(`model: ${modelPath ?? 'SmolLM2-135M-shaped synthetic (Q4_1 + Q8_0 embd)'}; weights on GPU ${(model.weightBytes / 1e6).toFixed(1)} MB; load ${out.load_ms.toFixed(0)} ms`);
   const V = desc.config.vocab_size;
   const tok = (n) => Array.from({ length: n }, (_, i) => (i * 7919 + 13) % V);
-  const P = 64;
   let tp = performance.now();
   await model.forward(tok(P), 0, 1);
   log(`prefill ${P} tokens (one forward, ${model.stats.chunks} chunk): ${(performance.now() - tp).toFixed(1)} ms`);

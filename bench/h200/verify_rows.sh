@@ -20,6 +20,9 @@
 # 2026-12-05 (eighth session): VARIANTS="default hstage hstage_p2 hstage_p8 ..." the head staged in workgroup memory
 # (engine option headStage: matmul_sg PRO without partials, fuseHeadWg / fuseHeadPairs) and the plain head's workgroup
 # size (matmulWg) against the default plain matmul_sg head of 64 invocations.
+# 2026-12-05 (ninth session): VARIANTS="default kb128 kb256 kb512 ..." with EXTRA_ENV="BENCH_POS=2000 BENCH_SEQ=2048": the
+# attention's keys in blocks (engine option attnBlock) at a long position, and at 64 (what the blocks past a short
+# row's position cost: their workgroups return at once).
 # Dry run here: SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 SYNTH_LAYERS=1" ROUNDS=1 PYTEST=0 OUT=/tmp bash bench/h200/verify_rows.sh
 O=${OUT:-/tmp}
 B=${BACKEND:-vulkan}
@@ -57,6 +60,12 @@ declare -A V=(
   [hstage_touch]='{"headStage":true,"fuseTouch":["qkv","attn","logits"]}'
   [mm128]='{"matmulWg":128}'
   [mm256]='{"matmulWg":256}'
+  [kb64]='{"attnBlock":64}'
+  [kb128]='{"attnBlock":128}'
+  [kb256]='{"attnBlock":256}'
+  [kb512]='{"attnBlock":512}'
+  [kb256_s1]='{"attnBlock":256,"attnSplit":1}'
+  [kb128_s1]='{"attnBlock":128,"attnSplit":1}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,

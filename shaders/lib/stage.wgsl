@@ -4,8 +4,53 @@
 // r_out, the other residual buffer. Every invocation sums whole vec4s: elements lid, lid + WG_SIZE, ...
 // Needs: bindings r_in, parts, r_out, workgroup array xs, params.K and params.PS (vec4s from one partial to the next;
 // PS = pstride unless the includer names another field), overrides NPART, WG_SIZE.
+//
+// With define BLOCKS (ffn_sg.wgsl under engine option attnBlock: the attention's keys in blocks of KB, attention.wgsl
+// BLOCKS): partial p is head p's attention, in blocks b = 0 .. NB-1 at parts index p * NB + b; a row at pos has
+// nb = pos / KB + 1 of them. stage_weights(t, n4, lid) first puts each block's weight c_b = exp(m_b - M) / L
+// (M = max_b m_b, L = sum_b exp(m_b - M) l_b, ascending b; m_b, l_b from `ml`, as attention.wgsl left them) into the
+// workgroup array cw (TILE, NPART, NB) for the rows with nb > 1; stage then adds for each head p, in order,
+// a_p = c_0 P[p, 0] + c_1 P[p, 1] + ... (ascending b), or P[p, 0] itself when nb = 1: then x is exactly the sum above.
+// Needs as well: binding ml, the step uniform, workgroup array cw, overrides KB, NB.
 // #param PS = pstride
 
+// #if BLOCKS
+fn stage_weights(t: u32, n4: u32, lid: u32) {
+  for (var i = lid; i < n4 * NPART; i = i + WG_SIZE) {   // (row, head) i / NPART, i % NPART
+    let row = t + i / NPART;
+    let nb = (step.start_pos + row) / KB + 1u;
+    if (nb > 1u) {
+      let mb = (row * NPART + i % NPART) * NB;   // the (max, sum) pair of block 0 in ml
+      var m = ml[2u * mb];
+      for (var b = 1u; b < nb; b = b + 1u) { m = max(m, ml[2u * (mb + b)]); }
+      var l = 0.0;
+      for (var b = 0u; b < nb; b = b + 1u) { l = l + exp(ml[2u * (mb + b)] - m) * ml[2u * (mb + b) + 1u]; }
+      let inv = 1.0 / l;
+      for (var b = 0u; b < nb; b = b + 1u) { cw[i * NB + b] = exp(ml[2u * (mb + b)] - m) * inv; }
+    }
+  }
+}
+
+fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
+  let K4 = params.K / 4u;
+  for (var i = lid; i < n4 * K4; i = i + WG_SIZE) {
+    let g = t * K4 + i;   // row t + i / K4, vec4 i % K4
+    let nb = (step.start_pos + t + i / K4) / KB + 1u;
+    var v = r_in[g];
+    for (var p = 0u; p < NPART; p = p + 1u) {
+      var a = parts[p * NB * params.${PS} + g];
+      if (nb > 1u) {
+        let c = ((i / K4) * NPART + p) * NB;
+        a = a * cw[c];
+        for (var b = 1u; b < nb; b = b + 1u) { a = a + parts[(p * NB + b) * params.${PS} + g] * cw[c + b]; }
+      }
+      v = v + a;
+    }
+    xs[i] = v;
+    if (writer) { r_out[g] = v; }
+  }
+}
+// #else
 fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
   let K4 = params.K / 4u;
   for (var i = lid; i < n4 * K4; i = i + WG_SIZE) {
@@ -18,3 +63,4 @@ fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
     if (writer) { r_out[g] = v; }
   }
 }
+// #endif

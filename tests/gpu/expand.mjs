@@ -16,6 +16,7 @@ const load = cachedLoader(defaultShaderSource(dir ? pathToFileURL(`${dir}/`) : n
 if (args[0] === '--kernels') {
   const seen = new Map();
   const sets = [false, true].flatMap((subgroups) => [false, true].map((fuse) => kernelFiles({ subgroups, fuse, qkvAttn: fuse })));
+  sets.push(kernelFiles({ subgroups: true, fuse: true, attnBlock: true }));   // engine option attnBlock
   for (const { files, defines } of [...sets, headKernelFiles()]) {
     for (const [k, file] of Object.entries(files)) {
       const v = [file, defines[k] ?? {}];

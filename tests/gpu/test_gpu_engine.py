@@ -445,6 +445,28 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
+# ---- the attention's keys in blocks (engine option attnBlock): other arithmetic past the first block, still invariant
+
+@pytest.mark.parametrize("more", [{}, {"attnSplit": 3, "rowTiles": "all", "headSum": True},
+                                  {"fuseTouch": True, "fuseWgRows": 32, "attnWg": 32}],
+                         ids=["default", "split3_rows_headsum", "touch_wg32"])
+def test_attention_key_blocks(micro_paths, more):
+    """attnBlock 16 on the micro model (head_dim 16, seq_len 256: 16 blocks, grid z = blocks x attnSplit), 40
+    positions (3 blocks): (a) batch invariance (one-shot prefill, one row at a time, verify blocks, prefill chunks,
+    truncate) and parity with the numpy reference, as every engine; (b) rows before position 16 (one block) bitwise
+    equal to the same engine without blocks, and rows past it not (their attention is the blocks' weighed sum, so
+    the option did run there)."""
+    path = micro_paths["Q4_1"]
+    base = {"fuse": True, "fuseSlice": 32, **more}
+    full_b, _, info = check_engine(path, n=40, emulate_sg=True, engine_opts={**base, "attnBlock": 16}, ks=(1, 4, 8), chunks=(3, 7))
+    assert info["adapter"]["kernels"]["attn_block"] == 16
+    full_a, _, info_a = check_engine(path, n=40, emulate_sg=True, engine_opts=base, ks=(1,), chunks=(7,))
+    assert info_a["adapter"]["kernels"]["attn_block"] == 0
+    assert np.array_equal(full_a[:16].view(np.uint32), full_b[:16].view(np.uint32))
+    later = (full_a[16:].view(np.uint32) != full_b[16:].view(np.uint32)).any(axis=1)
+    assert later.sum() >= 20, f"only {int(later.sum())} of 24 rows past the first block differ"
+
+
 MIXED_ENGINES = {"fused": {"fuse": True, "fuseSlice": 32, "fuseTouch": True},
                  "qkv_attn": {"fuse": True, "fuseSlice": 32, "fuseQkvAttn": True, "attnSplit": 2, "fuseTouch": True},
                  "attn": {"fuse": "attn"}, "plain": {"fuse": False}}
@@ -483,7 +505,12 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "fuseQkvAttn": True}}, "fuseQkvAttn needs fuse true"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "headStage": True}}, "headStage needs fuse true and headSum"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "fuseQkvAttnWg": 64, "attnWg": 128}},
-                     "fuseQkvAttnWg 64 must be at least attnWg 128")]:
+                     "fuseQkvAttnWg 64 must be at least attnWg 128"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 24}}, "attnBlock 24 must be 0 .off. or a power of two >= 16"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 8}}, "attnBlock 8 must be 0"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "attnBlock": 16}}, "attnBlock needs fuse true without fuseQkvAttn"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "attnBlock": 16}},
+                     "attnBlock needs fuse true without fuseQkvAttn")]:
         with pytest.raises(RuntimeError, match=msg):
             run_engine(path, d, [], **kw)
 
