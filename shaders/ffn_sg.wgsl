@@ -101,7 +101,7 @@ struct Params {
 // #endif
 // #if BLOCKS
 @group(0) @binding(9) var<storage, read> ml: array<f32>;                 // (max_rows, npart, NB, 2) block max, sum
-var<workgroup> cw: array<f32, TILE * NPART * NB>;     // (TILE, npart, NB) the blocks' weights (lib/stage)
+var<workgroup> cw: array<f32, TILE * NPART * NB * 2u>;   // (TILE, npart, NB, 2) the blocks' (max, sum), then weights (lib/stage)
 // #endif
 
 var<workgroup> xs: array<vec4<f32>, TILE * KX / 4u>;   // (TILE, dim) this tile's x2 rows
@@ -166,8 +166,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();           // the previous tile is done with xs and hs
 // #if BLOCKS
-    stage_weights(t, n4, lid);
-    workgroupBarrier();
+    if ((step.start_pos + t + n4 - 1u) / KB > 0u) {   // a row of the tile has more than one key block (uniform)
+      stage_weights(t, n4, lid);
+      workgroupBarrier();
+    }
 // #endif
     stage(t, n4, lid, writer);
     workgroupBarrier();

@@ -293,8 +293,9 @@ export class GraphBuilder {
     const rowGrid = (rows) => [this.nSlices, rows, 1];
     // dispatches of more than one row at their own workgroup size (fuseWgRows)
     const multi = plan.fuseWgRows !== plan.fuseWg ? { make: make(plan.fuseWgRows), grid, rowGrid } : null;
-    // workgroup memory a row: x, the slice's SwiGLU outputs, and with attnBlock the blocks' weights (n_heads x blocks)
-    const extra = plan.fuseSlice + (plan.attnBlock ? cfg.n_heads * nb : 0);
+    // workgroup memory a row: x, the slice's SwiGLU outputs, and with attnBlock the blocks' (max, sum) / weights
+    // (n_heads x blocks x 2)
+    const extra = plan.fuseSlice + (plan.attnBlock ? 2 * cfg.n_heads * nb : 0);
     await this.tiled(label, bg, this.stagedTiles(extra), make(plan.fuseWg), grid, rowGrid, multi);
   }
 

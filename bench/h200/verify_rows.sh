@@ -66,6 +66,8 @@ declare -A V=(
   [kb512]='{"attnBlock":512}'
   [kb256_s1]='{"attnBlock":256,"attnSplit":1}'
   [kb128_s1]='{"attnBlock":128,"attnSplit":1}'
+  [kb512_s1]='{"attnBlock":512,"attnSplit":1}'
+  [kb64_s1]='{"attnBlock":64,"attnSplit":1}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,

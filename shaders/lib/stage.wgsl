@@ -7,26 +7,30 @@
 //
 // With define BLOCKS (ffn_sg.wgsl under engine option attnBlock: the attention's keys in blocks of KB, attention.wgsl
 // BLOCKS): partial p is head p's attention, in blocks b = 0 .. NB-1 at parts index p * NB + b; a row at pos has
-// nb = pos / KB + 1 of them. stage_weights(t, n4, lid) first puts each block's weight c_b = exp(m_b - M) / L
-// (M = max_b m_b, L = sum_b exp(m_b - M) l_b, ascending b; m_b, l_b from `ml`, as attention.wgsl left them) into the
-// workgroup array cw (TILE, NPART, NB) for the rows with nb > 1; stage then adds for each head p, in order,
-// a_p = c_0 P[p, 0] + c_1 P[p, 1] + ... (ascending b), or P[p, 0] itself when nb = 1: then x is exactly the sum above.
-// Needs as well: binding ml, the step uniform, workgroup array cw, overrides KB, NB.
+// nb = pos / KB + 1 of them. stage_weights(t, n4, lid) (a tile with a row past position KB - 1 only: the caller's
+// uniform test) copies the tile's (max, sum) pairs from `ml` (as attention.wgsl left them) into the workgroup array
+// cw (TILE, NPART, NB, 2), then for the rows with nb > 1 replaces each block's max m_b by its weight
+// c_b = exp(m_b - M) / L (M = max_b m_b, L = sum_b exp(m_b - M) l_b, ascending b); stage then adds for each head p,
+// in order, a_p = c_0 P[p, 0] + c_1 P[p, 1] + ... (ascending b), or P[p, 0] itself when nb = 1 (the loop without
+// blocks): then x is exactly the sum above. Needs as well: binding ml, the step uniform, workgroup array cw, overrides
+// KB, NB.
 // #param PS = pstride
 
 // #if BLOCKS
 fn stage_weights(t: u32, n4: u32, lid: u32) {
+  let w = NPART * NB * 2u;   // floats of one row's (max, sum) pairs
+  for (var i = lid; i < n4 * w; i = i + WG_SIZE) { cw[i] = ml[t * w + i]; }   // independent loads, all rows
+  workgroupBarrier();
   for (var i = lid; i < n4 * NPART; i = i + WG_SIZE) {   // (row, head) i / NPART, i % NPART
-    let row = t + i / NPART;
-    let nb = (step.start_pos + row) / KB + 1u;
+    let nb = (step.start_pos + t + i / NPART) / KB + 1u;
     if (nb > 1u) {
-      let mb = (row * NPART + i % NPART) * NB;   // the (max, sum) pair of block 0 in ml
-      var m = ml[2u * mb];
-      for (var b = 1u; b < nb; b = b + 1u) { m = max(m, ml[2u * (mb + b)]); }
+      let c = i * NB * 2u;   // the pair of block 0 in cw
+      var m = cw[c];
+      for (var b = 1u; b < nb; b = b + 1u) { m = max(m, cw[c + 2u * b]); }
       var l = 0.0;
-      for (var b = 0u; b < nb; b = b + 1u) { l = l + exp(ml[2u * (mb + b)] - m) * ml[2u * (mb + b) + 1u]; }
+      for (var b = 0u; b < nb; b = b + 1u) { l = l + exp(cw[c + 2u * b] - m) * cw[c + 2u * b + 1u]; }
       let inv = 1.0 / l;
-      for (var b = 0u; b < nb; b = b + 1u) { cw[i * NB + b] = exp(ml[2u * (mb + b)] - m) * inv; }
+      for (var b = 0u; b < nb; b = b + 1u) { cw[c + 2u * b] = exp(cw[c + 2u * b] - m) * inv; }   // m_b -> c_b
     }
   }
 }
@@ -37,14 +41,20 @@ fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
     let g = t * K4 + i;   // row t + i / K4, vec4 i % K4
     let nb = (step.start_pos + t + i / K4) / KB + 1u;
     var v = r_in[g];
-    for (var p = 0u; p < NPART; p = p + 1u) {
-      var a = parts[p * NB * params.${PS} + g];
-      if (nb > 1u) {
-        let c = ((i / K4) * NPART + p) * NB;
-        a = a * cw[c];
-        for (var b = 1u; b < nb; b = b + 1u) { a = a + parts[(p * NB + b) * params.${PS} + g] * cw[c + b]; }
+    if (nb == 1u) {
+      for (var p = 0u; p < NPART; p = p + 1u) {   // a constant trip count: the loads can all be in flight
+        v = v + parts[p * NB * params.${PS} + g];
       }
-      v = v + a;
+    } else {
+      for (var p = 0u; p < NPART; p = p + 1u) {
+        let c = ((i / K4) * NPART + p) * NB * 2u;   // block b's weight at cw[c + 2b]
+        var a = parts[p * NB * params.${PS} + g] * cw[c];
+        for (var b = 1u; b < NB; b = b + 1u) {   // a constant trip count (blocks past the row's: clamped loads, not added)
+          let x = parts[(p * NB + min(b, nb - 1u)) * params.${PS} + g];
+          if (b < nb) { a = a + x * cw[c + 2u * b]; }
+        }
+        v = v + a;
+      }
     }
     xs[i] = v;
     if (writer) { r_out[g] = v; }
