@@ -448,12 +448,13 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
 # ---- the attention's keys in blocks (engine option attnBlock): other arithmetic past the first block, still invariant
 
 @pytest.mark.parametrize("more", [{}, {"attnSplit": 3, "rowTiles": "all", "headSum": True},
-                                  {"fuseTouch": True, "fuseWgRows": 32, "attnWg": 32}],
-                         ids=["default", "split3_rows_headsum", "touch_wg32"])
+                                  {"fuseTouch": True, "fuseWgRows": 32, "attnWg": 32}, {"maxRows": 5, "attnSplit": 2}],
+                         ids=["default", "split3_rows_headsum", "touch_wg32", "chunks5_split2"])
 def test_attention_key_blocks(micro_paths, more):
     """attnBlock 16 on the micro model (head_dim 16, seq_len 256: 16 blocks, grid z = blocks x attnSplit), 40
-    positions (3 blocks): (a) batch invariance (one-shot prefill, one row at a time, verify blocks, prefill chunks,
-    truncate) and parity with the numpy reference, as every engine; (b) rows before position 16 (one block) bitwise
+    positions (3 blocks), on four engine variants (the last cuts every pass into chunks of at most 5 rows):
+    (a) batch invariance (one-shot prefill, one row at a time, verify blocks, prefill chunks, truncate) and parity with
+    the numpy reference, as every engine; (b) rows before position 16 (one block) bitwise
     equal to the same engine without blocks, and rows past it not (their attention is the blocks' weighed sum, so
     the option did run there)."""
     path = micro_paths["Q4_1"]
