@@ -20,7 +20,7 @@
 # 2026-12-05 (eighth session): VARIANTS="default hstage hstage_p2 hstage_p8 ..." the head staged in workgroup memory
 # (engine option headStage: matmul_sg PRO without partials, fuseHeadWg / fuseHeadPairs) and the plain head's workgroup
 # size (matmulWg) against the default plain matmul_sg head of 64 invocations.
-# 2026-12-05 (ninth session): VARIANTS="default kb128 kb256 kb512 ..." with EXTRA_ENV="BENCH_POS=2000 BENCH_SEQ=2048": the
+# 2026-12-05 (ninth session; bench/h200/attn_blocks.sh runs both sets): VARIANTS="default kb128 kb256 ..." with EXTRA_ENV="BENCH_POS=2000 BENCH_SEQ=2048": the
 # attention's keys in blocks (engine option attnBlock) at a long position, and at 64 (what the blocks past a short
 # row's position cost: their workgroups return at once).
 # Dry run here: SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 SYNTH_LAYERS=1" ROUNDS=1 PYTEST=0 OUT=/tmp bash bench/h200/verify_rows.sh
