@@ -109,7 +109,11 @@ function activations(mem, cfg, plan, nSlices) {
     // (n_heads, max_rows, dim) attention partials; with attnBlock (n_heads, blocks, max_rows, dim) and each block's
     // (max, sum) in attn_ml (max_rows, n_heads, blocks, 2)
     const nb = attnBlocks(plan, seqLen);
-    b.p_attn = mem.create('p_attn', nH * nb * R * dim * 4);
+    const bytes = nH * nb * R * dim * 4;
+    if (plan.attnBlock && bytes > mem.maxBinding) {
+      throw new Error(`attnBlock ${plan.attnBlock}: the attention's partials of ${nb} key blocks (seq_len ${seqLen}, ${R} rows) take ${bytes} bytes, more than the storage binding limit ${mem.maxBinding}; use a larger attnBlock or a smaller seq_len`);
+    }
+    b.p_attn = mem.create('p_attn', bytes);
     if (plan.attnBlock) b.attn_ml = mem.create('attn_ml', R * nH * nb * 2 * 4);
   }
   if (plan.fuse === true) b.p_ffn = mem.create('p_ffn', nSlices * R * dim * 4);   // (n_slices, max_rows, dim)

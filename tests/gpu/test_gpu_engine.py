@@ -468,6 +468,17 @@ def test_attention_key_blocks(micro_paths, more):
     assert later.sum() >= 20, f"only {int(later.sum())} of 24 rows past the first block differ"
 
 
+
+def test_attention_key_blocks_past_the_binding_limit():
+    """SmolLM2 at its full seq_len (8,192) in blocks of 16: 512 blocks of partials would take 680 MB, more than a
+    storage binding holds; the load is refused, naming the option and what to change."""
+    from exactspec.formats import describe
+
+    with pytest.raises(RuntimeError, match="attnBlock 16: the attention's partials of 512 key blocks .* more than the "
+                                           "storage binding limit .*; use a larger attnBlock or a smaller seq_len"):
+        run_engine(CHAMPION, describe(CHAMPION), [], emulate_sg=True, engine_opts={"fuse": True, "attnBlock": 16})
+
+
 MIXED_ENGINES = {"fused": {"fuse": True, "fuseSlice": 32, "fuseTouch": True},
                  "qkv_attn": {"fuse": True, "fuseSlice": 32, "fuseQkvAttn": True, "attnSplit": 2, "fuseTouch": True},
                  "attn": {"fuse": "attn"}, "plain": {"fuse": False}}
