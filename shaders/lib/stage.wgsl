@@ -28,9 +28,13 @@ fn stage_weights(t: u32, n4: u32, lid: u32) {
       var m = cw[c];
       for (var b = 1u; b < nb; b = b + 1u) { m = max(m, cw[c + 2u * b]); }
       var l = 0.0;
-      for (var b = 0u; b < nb; b = b + 1u) { l = l + exp(cw[c + 2u * b] - m) * cw[c + 2u * b + 1u]; }
+      for (var b = 0u; b < nb; b = b + 1u) {
+        let e = exp(cw[c + 2u * b] - m);
+        cw[c + 2u * b] = e;                                  // m_b -> exp(m_b - M)
+        l = l + e * cw[c + 2u * b + 1u];
+      }
       let inv = 1.0 / l;
-      for (var b = 0u; b < nb; b = b + 1u) { cw[c + 2u * b] = exp(cw[c + 2u * b] - m) * inv; }   // m_b -> c_b
+      for (var b = 0u; b < nb; b = b + 1u) { cw[c + 2u * b] = cw[c + 2u * b] * inv; }   // -> c_b
     }
   }
 }
