@@ -239,7 +239,6 @@ async function main() {
     readSlice = async (offset, nbytes) => synthBytes(desc, offset, nbytes);
   }
   const t0 = performance.now();
-  // BENCH_POS: the position the passes are timed at (default 64), BENCH_SEQ the KV capacity (default 1,024)
   const P = Number(process.env.BENCH_POS ?? 64);
   const seqLen = Number(process.env.BENCH_SEQ ?? 1024);
   if (!(P >= 1 && P + 9 <= seqLen && seqLen >= 513)) throw new Error(`BENCH_POS ${P} / BENCH_SEQ ${seqLen}: need 1 <= pos, pos + 9 <= seq and seq > 512`);

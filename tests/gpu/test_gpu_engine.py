@@ -468,8 +468,6 @@ def test_attention_key_blocks(micro_paths, more):
     assert later.sum() >= 20, f"only {int(later.sum())} of 24 rows past the first block differ"
 
 
-
-
 def test_smollm2_attention_key_blocks():
     """SmolLM2-135M (9 heads over 3 kv heads, head_dim 64) fused with attnBlock 16 over 24 positions (2 blocks; its
     seq_len cut to 512, 32 blocks of partials): batch invariance and parity with the reference, as without blocks (on
