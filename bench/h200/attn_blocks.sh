@@ -2,22 +2,23 @@
 # ONE device call: the attention's keys in blocks (engine option attnBlock) against the default, GPU time of the
 # engine's passes at a long and a short position, and the bitwise tests of the option; it also stages what the
 # product's loop needs but the champion (node, Dawn, the Vulkan loader debs, Pyodide: product_run.sh --stage), so that
-# the product's A/B on the long-context stratum then takes two staging calls and the measuring one.
+# the product's A/B on the long-context stratum then takes one staging call and the measuring one (slim.sh).
 #   here (once): bash bench/h200/h200_prep.sh && bash bench/h200/product_prep.sh   (.devcarry/gpu_node, gpu_rest,
 #                product, champ0..2 with NPARTS=3)
-#   there: run(command="bash bench/h200/attn_blocks.sh", carry=[".devcarry/gpu_node", ".devcarry/gpu_rest",
-#          ".devcarry/product"], timeout_s=600)   (the tree must stay under 64 MiB with them: move the two draft
-#          models out of static/models/ for the call and back after, never committing meanwhile)
+#   there: bash bench/h200/slim.sh --out (here: the tree then takes ~3 MB of the call), then
+#          run(command="bash bench/h200/attn_blocks.sh", carry=[".devcarry/gpu_node", ".devcarry/gpu_rest",
+#          ".devcarry/product", ".devcarry/champ2"], timeout_s=600), then bash bench/h200/slim.sh --back
+#          (never committing in between). champ2 is the champion's last part, staged for the calls below.
 #   -> $OUT/blocks_long.{txt,json} (KV at LONG_POS, default 2,000, capacity 2,048), $OUT/blocks_short.{txt,json} (KV at
 #      64), $OUT/blocks_pytest.txt; variants LONG_VARIANTS / SHORT_VARIANTS (names of bench/h200/verify_rows.sh), ROUNDS
 #      (2) alternating rounds each.
-#   then, if a variant wins at the long position and costs nothing at 64 (e.g. kb256_s1):
+#   then, while the machine is warm (slimmed again), if a variant wins at the long position and costs nothing at 64
+#   (e.g. kb256_s1):
 #     run(command="NPARTS=3 bash bench/h200/product_run.sh --stage", carry=[".devcarry/champ0"])
-#     run(command="NPARTS=3 bash bench/h200/product_run.sh --stage", carry=[".devcarry/champ1"])
 #     run(command="mkdir -p /tmp/tab && NPARTS=3 AB_OPTS='{\"attnBlock\":256,\"attnSplit\":1}' AB_SIDES='A B A2' AB_THIRD=1
 #         AB_DRAFTERS=none,ngram AB_KS=4 AB_PER=3 AB_DEADLINE=100 AB_TIMEOUT=130
 #         EXTRA='--strata long_context,casual_chat' OUT=/tmp/tab bash bench/h200/product_run.sh --ab;
-#         cd /tmp/tab && tar czf $OUT/blocks_ab.tgz .", carry=[".devcarry/champ2"], timeout_s=600)
+#         cd /tmp/tab && tar czf $OUT/blocks_ab.tgz .", carry=[".devcarry/champ1"], timeout_s=600)
 # Dry run here (llvmpipe, one layer, emulated subgroups, fused):
 #   SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 FUSE=1 SYNTH_LAYERS=1" LONG_POS=600 LONG_VARIANTS="default kb256"
 #   SHORT_VARIANTS="default kb256" ROUNDS=1 PYTEST=0 OUT=/tmp/blk bash bench/h200/attn_blocks.sh
