@@ -15,10 +15,8 @@
 #   then, while the machine is warm (slimmed again), if a variant wins at the long position and costs nothing at 64
 #   (e.g. kb256_s1):
 #     run(command="NPARTS=3 bash bench/h200/product_run.sh --stage", carry=[".devcarry/champ0"])
-#     run(command="mkdir -p /tmp/tab && NPARTS=3 AB_OPTS='{\"attnBlock\":256,\"attnSplit\":1}' AB_SIDES='A B A2' AB_THIRD=1
-#         AB_DRAFTERS=none,ngram AB_KS=4 AB_PER=3 AB_DEADLINE=100 AB_TIMEOUT=130
-#         EXTRA='--strata long_context,casual_chat' OUT=/tmp/tab bash bench/h200/product_run.sh --ab;
-#         cd /tmp/tab && tar czf $OUT/blocks_ab.tgz .", carry=[".devcarry/champ1"], timeout_s=600)
+#     run(command="BLOCKS_OPTS='{\"attnBlock\":256,\"attnSplit\":1}' bash bench/h200/blocks_ab.sh",
+#         carry=[".devcarry/champ1"], timeout_s=600)   (the product's A/B on long context + casual chat, then JSON mode)
 # Dry run here (llvmpipe, one layer, emulated subgroups, fused):
 #   SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 FUSE=1 SYNTH_LAYERS=1" LONG_POS=600 LONG_VARIANTS="default kb256"
 #   SHORT_VARIANTS="default kb256" ROUNDS=1 PYTEST=0 OUT=/tmp/blk bash bench/h200/attn_blocks.sh
