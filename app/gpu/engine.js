@@ -76,7 +76,8 @@
 //            fuseHeadWg / fuseHeadPairs; default false), attnBlock?: (fuse true, not with fuseQkvAttn) 0 (default:
 //            off) or a power of two >= 16: the attention's keys in blocks of that many, fixed by position, each
 //            block on its own workgroups, the blocks combined by the FFN's prologue (attention.wgsl BLOCKS); rows
-//            before that position get the default's bits, later ones their own (still batch invariant)}
+//            before that position get the default's bits, later ones their own (still batch invariant); only a
+//            chunk of rows that may reach that position runs the blocks' kernels (model stats far_chunks)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.plan         the resolved options (options.js)

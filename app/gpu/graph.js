@@ -237,7 +237,7 @@ export class GraphBuilder {
   /** P_attn[h] = attention of head h @ W_o[:, head h's columns] (attention.wgsl, O_PROJ). With plan.attnBlock
    * (BLOCKS): per head and key block b, P_attn[h, b] and the block's (max, sum) in attn_ml; grid z = blocks x split. */
   async attnO(label, o, { kv }) {
-    const K = this.kernels.attn_o;
+    const K = this.kernels[this.plan.attnBlock ? 'attn_o_blocks' : 'attn_o'];
     const { cfg, plan } = this;
     const params = this.attnParams({ dim: cfg.dim, K: this.dims.qDim, pstride: plan.maxRows * cfg.dim });
     const nb = attnBlocks(plan, cfg.seq_len);
@@ -276,7 +276,7 @@ export class GraphBuilder {
   async ffn(label, L, { r_in, r_out }) {
     const { cfg, plan } = this;
     const copy = plan.fuseQkvAttn;   // ffn_sg.wgsl KVCOPY: a one-row pass's k, v from the scores tail into the cache
-    const K = copy ? this.kernels.ffn_kv : this.kernels.ffn;
+    const K = this.kernels[copy ? 'ffn_kv' : plan.attnBlock ? 'ffn_blocks' : 'ffn'];
     const params = { K: cfg.dim, KD: cfg.hidden_dim, dim: cfg.dim, npart: cfg.n_heads, pstride: (plan.maxRows * cfg.dim) / 4,
       write_r: 1, eps: cfg.norm_eps ?? 1e-5,
       ...(copy ? { kv_dim: this.dims.kvDim, seq_len: cfg.seq_len, kvnew: this.kvNew } : {}) };

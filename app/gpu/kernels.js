@@ -10,7 +10,8 @@
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl; with opts.fuseQkvAttn also qkv_attn
 //   shaders/attention.wgsl with defines O_PROJ and QKV (a decode pass's qkv + attention in one dispatch) and ffn_kv
 //   shaders/ffn_sg.wgsl with define KVCOPY (the FFN that also moves that pass's k, v into the cache); with
-//   opts.attnBlock attn_o and ffn take define BLOCKS too (the attention's keys in blocks)
+//   opts.attnBlock also attn_o_blocks and ffn_blocks: the same files with define BLOCKS too (the attention's keys in
+//   blocks; a pass that reaches position attnBlock runs them, one before it attn_o and ffn: graph.js)
 //   a draft head's own (headKernelFiles, compiled at its first loadHead, app/gpu/head.js): head_in, head_out,
 //   head_logits, vocab_mask (shaders/<same name>.wgsl), head_attention shaders/attention.wgsl with define WINDOW
 
@@ -111,7 +112,10 @@ export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false, 
   // a kernel's variant of its file
   const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true }, qkv_attn: { O_PROJ: true, QKV: true },
     ffn_kv: { KVCOPY: true }, chain_copy: { COPY: true } };
-  if (fuse && attnBlock) Object.assign(defines, { attn_o: { O_PROJ: true, BLOCKS: true }, ffn: { BLOCKS: true } });
+  if (fuse && attnBlock) {   // both: passes before position attnBlock run attn_o / ffn, later ones the blocks' (graph.js)
+    Object.assign(files, { attn_o_blocks: 'attention', ffn_blocks: 'ffn_sg' });
+    Object.assign(defines, { attn_o_blocks: { O_PROJ: true, BLOCKS: true }, ffn_blocks: { BLOCKS: true } });
+  }
   return { files, defines };
 }
 

@@ -219,17 +219,26 @@ export class EngineModel {
   /** The activations (a draft head has its own set: app/gpu/head.js). */
   makeBuffers() { return activations(this.mem, this.config, this.plan, this.nSlices); }
 
-  builder(list) {
-    return new GraphBuilder({ kernels: this.eng.kernels, plan: this.plan, cfg: this.config, wgMem: this.wgMem,
+  builder(list, plan = this.plan) {
+    return new GraphBuilder({ kernels: this.eng.kernels, plan, cfg: this.config, wgMem: this.wgMem,
       nSlices: this.nSlices, pickGroups: this.pickGroups, list, kvNew: scoreFloats(this.config, this.plan),
       buffer: (name) => { if (name === null) return null; const b = this.bufs[name]; if (!b) throw new Error(`no buffer ${name}`); return b; },
       uniform: (label, words) => this.mem.uniform(label, words), step: this.stepBuf });
   }
 
   async build() {
-    const g = this.builder();
-    this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
-    this.ops = g.ops;
+    const layers = async (plan) => {
+      const g = this.builder(undefined, plan);
+      const headIn = await g.final(await FORWARDS[plan.fuse](g, this.W), this.keepFeatures);
+      return { ops: g.ops, headIn };
+    };
+    // plan.attnBlock: a chunk whose rows all come before position attnBlock runs the layers without key blocks (ops),
+    // one that may reach it the blocks' (opsFar; Submission.pass picks): rows before attnBlock get the same bits from
+    // both, and short contexts do not pay for the blocks (their wider grid and prologue)
+    const near = await layers(this.plan.attnBlock ? { ...this.plan, attnBlock: 0 } : this.plan);
+    this.headIn = near.headIn;
+    this.ops = near.ops;
+    this.opsFar = this.plan.attnBlock ? (await layers(this.plan)).ops : null;
     if (this.chainRounds > 0) {
       const K = this.eng.kernels.chain;
       const b = this.bufs;
@@ -618,7 +627,7 @@ export class EngineModel {
       sub.run(this.chainOps, 1, 0, 'chain');
       const slot = sub.steps.get(this)?.length ?? 0;
       sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
-      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W }, 'ids', this.plan.chainRowwise);
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, gpuPos: true }, 'ids', this.plan.chainRowwise);
     }
     sub.run(this.chainOps, 1, 0, 'chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
@@ -713,11 +722,11 @@ export class EngineModel {
       sub.copy(this.bufs.chain_slots, 0, draft.stepBuf, ds * this.slotBytes, (k - 1) * this.slotBytes + stepBytes);
       sub.copy(this.bufs.chain_slots, k * this.slotBytes, this.stepBuf, vs * this.slotBytes, stepBytes);
       sub.copy(this.bufs.chain_feed, 0, draft.bufs.tokens, 4 * bd, 4 * W);
-      sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra }, 'tokens', rowwise);
-      for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra }, 'tokens');
+      sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra, gpuPos: true }, 'tokens', rowwise);
+      for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra, gpuPos: true }, 'tokens');
       sub.copy(draft.bufs.tokens, 4 * (bd + k + 1), this.bufs.tokens, 4 * (r * W + 1), 4 * k);
       if (copy) sub.run(this.copyOps, 1, 0, 'chain_copy');     // a head's copies replace its first proposals
-      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W }, 'ids', rowwise);
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, gpuPos: true }, 'ids', rowwise);
     }
     sub.run(this.draftChainOps, 1, 0, 'draft_chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
@@ -833,7 +842,8 @@ export class EngineModel {
     const tSub = performance.now();
     for (const cb of cmd.cbs) q.submit([cb]);
     const st = { submit_ms: performance.now() - tSub, encode_ms: performance.now() - tEnc, dispatches: cmd.dispatches,
-      command_buffers: cmd.cbs.length, chunks: sub.chunks, passes: sub.passes, pre_encoded: cmd.pre === true, gpu_ms: null };
+      command_buffers: cmd.cbs.length, chunks: sub.chunks, far_chunks: sub.farChunks, passes: sub.passes,
+      pre_encoded: cmd.pre === true, gpu_ms: null };
     this.plan.trace?.({ t: performance.now(), ev: 'submit', model: this.id, dispatches: cmd.dispatches, pre: st.pre_encoded,
       submit_ms: st.submit_ms });
     const bytes = sub.readBytes;
@@ -942,6 +952,7 @@ export class Submission {
     this.shape = [];
     this.passes = 0;
     this.chunks = 0;
+    this.farChunks = 0;   // chunks that ran the key blocks' layers (attnBlock)
   }
 
   /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head;
@@ -952,11 +963,15 @@ export class Submission {
     for (const c of passChunks(p, model.plan.maxRows)) {
       const offset = steps.length * model.slotBytes;
       steps.push(c.step);
-      this.items.push({ ops: model.ops, rows: c.rows, offset, rowwise });
+      // the key blocks' layers (attnBlock) for a chunk that may reach position attnBlock: p.gpuPos, the GPU writes
+      // the chunk's Step (a chain's passes), so it may
+      const far = model.opsFar != null && (p.gpuPos === true || c.step.start_pos + c.rows > model.plan.attnBlock);
+      this.items.push({ ops: far ? model.opsFar : model.ops, rows: c.rows, offset, rowwise });
       if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset, rowwise });
       if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset });
-      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}${rowwise ? ':row' : ''}`);
+      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}${rowwise ? ':row' : ''}${far ? ':far' : ''}`);
       this.chunks++;
+      if (far) this.farChunks++;
     }
     this.passes++;
   }

@@ -349,7 +349,7 @@ async function benchAhead(model, P, out, quick) {
   // no continuation while it times submissions)
   const ts = model.ts;
   model.ts = null;
-  model.pre = null;
+  model.pres.clear();   // (commands pre-encoded with the timestamps on)
   const chainRuns = quick ? 2 : 8;
   for (const n of ns.filter((x) => 64 + chainRuns * x <= 1024)) {
     const pick = { temperature: 0, seed: 0 };
@@ -374,7 +374,7 @@ async function benchAhead(model, P, out, quick) {
       `${median(res.false).toFixed(3)} without; medians per run (ms) with: ${pm(true)}; without: ${pm(false)}`);
   }
   model.ts = ts;
-  model.pre = null;
+  model.pres.clear();
 }
 
 /** ABLATE=1: where a pass's GPU time goes INSIDE one submission (profile() times each dispatch in a pass of its own,
@@ -384,13 +384,13 @@ async function benchAhead(model, P, out, quick) {
  * (Without timestamps, e.g. llvmpipe here, wall times: a dry run of the code, not a figure.) */
 async function benchAblate(model, P, out, quick) {
   const kindOf = (label) => label.replace(/^blk\.\d+\./, '');
-  const full = { ops: model.ops, head: model.headOps, pick: model.pickOps };
+  const full = { ops: model.ops, opsFar: model.opsFar, head: model.headOps, pick: model.pickOps };   // (opsFar: attnBlock)
   const kinds = [...new Set([...full.ops, ...full.head].map((op) => kindOf(op.label)))];
   const n = 16;
   const reps = quick ? 2 : 8;
   const run = async (pos) => {
     const gpu = [];
-    model.pre = null;
+    model.pres.clear();   // (pre-encoded commands of the old ops)
     for (let r = 0; r < reps + 1; r++) {
       model.truncate(pos);
       const t = performance.now();
@@ -399,7 +399,10 @@ async function benchAblate(model, P, out, quick) {
     }
     return median(gpu);
   };
-  const restore = () => { model.ops = full.ops; model.headOps = full.head; model.pickOps = full.pick; model.pre = null; };
+  const restore = () => {
+    Object.assign(model, { ops: full.ops, opsFar: full.opsFar, headOps: full.head, pickOps: full.pick });
+    model.pres.clear();
+  };
   out.ablate = {};
   for (const pos of [P, 512]) {
     model.truncate(Math.min(pos, model.length));
@@ -407,6 +410,7 @@ async function benchAblate(model, P, out, quick) {
     const r = { full: await run(pos), without: {} };
     for (const k of kinds) {
       model.ops = full.ops.filter((op) => kindOf(op.label) !== k);
+      model.opsFar = full.opsFar?.filter((op) => kindOf(op.label) !== k) ?? null;
       model.headOps = full.head.filter((op) => kindOf(op.label) !== k);
       r.without[k] = await run(pos);
       restore();
@@ -415,6 +419,7 @@ async function benchAblate(model, P, out, quick) {
     r.without.pick = await run(pos);
     const embed = full.ops[0];
     model.ops = full.ops.filter((op) => op.select(1)).map(() => embed);   // the dispatches a one-row pass makes
+    model.opsFar = full.opsFar && model.ops;
     model.headOps = full.head.map(() => embed);
     model.pickOps = { tokens: full.pick.tokens.map(() => embed), ids: [] };
     r.floor_all_embed = await run(pos);

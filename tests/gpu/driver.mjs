@@ -32,7 +32,8 @@ async function runOp(op, models, engine) {
   const list = (a) => Array.from(a);
   if (op.op === 'forward') {
     const y = await m.forward(op.tokens, op.start_pos, op.n_out);
-    return [{ rows: y.length / m.config.vocab_size, dispatches: m.stats.dispatches, fused: m.fused, chunks: m.stats.chunks }, y];
+    return [{ rows: y.length / m.config.vocab_size, dispatches: m.stats.dispatches, fused: m.fused, chunks: m.stats.chunks,
+      far_chunks: m.stats.far_chunks }, y];
   }
   if (op.op === 'truncate') { m.truncate(op.n); return [{ length: m.length }, null]; }
   if (op.op === 'decode_ahead') {

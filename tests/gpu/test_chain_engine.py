@@ -20,8 +20,9 @@ GREEDY = {"temperature": 0.0, "seed": 0}
 
 @pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}, {"max_rows": 3},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "chainRowwise": True}},
-                                        {"lanes": 32, "engine_opts": {"chainRowwise": True}}],
-                ids=["plain", "fused", "chunks3", "fused_rowwise", "lanes_rowwise"])
+                                        {"lanes": 32, "engine_opts": {"chainRowwise": True}},
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16}}],
+                ids=["plain", "fused", "chunks3", "fused_rowwise", "lanes_rowwise", "fused_key_blocks"])
 def engine(request, tmp_path_factory):
     from engine_rpc import EngineProcess
     from exactspec.bridge import JsBackend

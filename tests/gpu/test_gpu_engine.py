@@ -456,11 +456,17 @@ def test_attention_key_blocks(micro_paths, more):
     (a) batch invariance (one-shot prefill, one row at a time, verify blocks, prefill chunks, truncate) and parity with
     the numpy reference, as every engine; (b) rows before position 16 (one block) bitwise
     equal to the same engine without blocks, and rows past it not (their attention is the blocks' weighed sum, so
-    the option did run there)."""
+    the option did run there); (c) a chunk of rows all before position 16 ran the layers without blocks, one that
+    reaches it the blocks' (stats far_chunks), so (a) mixes the two kernels' rows."""
     path = micro_paths["Q4_1"]
     base = {"fuse": True, "fuseSlice": 32, **more}
     full_b, _, info = check_engine(path, n=40, emulate_sg=True, engine_opts={**base, "attnBlock": 16}, ks=(1, 4, 8), chunks=(3, 7))
     assert info["adapter"]["kernels"]["attn_block"] == 16
+    fwd = [r for r in info["results"] if r["op"] == "forward"]
+    assert [r["far_chunks"] for r in fwd[1:41]] == [0] * 16 + [1] * 24   # one row at a time, positions 0 .. 39
+    assert fwd[0]["far_chunks"] >= 1 and fwd[0]["far_chunks"] <= fwd[0]["chunks"]
+    chunk3 = fwd[41 + sum(len(range(2, 40, k + 1)) + 1 for k in (1, 4, 8)):][:14]   # chunks of 3 at 0, 3, .., 39
+    assert [r["far_chunks"] for r in chunk3] == [int(s + 3 > 16) for s in range(0, 40, 3)]
     full_a, _, info_a = check_engine(path, n=40, emulate_sg=True, engine_opts=base, ks=(1,), chunks=(7,))
     assert info_a["adapter"]["kernels"]["attn_block"] == 0
     assert np.array_equal(full_a[:16].view(np.uint32), full_b[:16].view(np.uint32))

@@ -26,8 +26,9 @@ def files(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}, {"max_rows": 3},
-                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "chainRowwise": True}}],
-                ids=["plain", "fused", "chunks3", "fused_rowwise"])
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "chainRowwise": True}},
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16}}],
+                ids=["plain", "fused", "chunks3", "fused_rowwise", "fused_key_blocks"])
 def engine(request, files):
     from engine_rpc import EngineProcess
     from exactspec.bridge import JsBackend, JsHead
