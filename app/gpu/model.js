@@ -238,7 +238,7 @@ export class EngineModel {
     const near = await layers(this.plan.attnBlock ? { ...this.plan, attnBlock: 0 } : this.plan);
     this.headIn = near.headIn;
     this.ops = near.ops;
-    this.opsFar = this.plan.attnBlock ? (await layers(this.plan)).ops : null;
+    this.opsFar = this.plan.attnBlock && this.config.seq_len > this.plan.attnBlock ? (await layers(this.plan)).ops : null;
     if (this.chainRounds > 0) {
       const K = this.eng.kernels.chain;
       const b = this.bufs;
@@ -548,8 +548,8 @@ export class EngineModel {
       q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, 0, 0]));
       this.setPick(p);
       params(rounds);
-      return this.launch(this.chainSub(rounds, k, 'staging', false), next === 0);
-    }, (other) => this.chainSub(next, k, other, true), params);
+      return this.launch(this.chainSub(rounds, k, 'staging', false, startPos + rounds * W), next === 0);
+    }, (other) => this.chainSub(next, k, other, true, startPos + (rounds + next) * W), params);
     const res = parseChain(out.bytes, rounds, k);
     this.length = startPos + res.advance;
     after(res.appended, stop, key(res.appended[res.appended.length - 1], this.length, next));
@@ -618,8 +618,9 @@ export class EngineModel {
   /** A chain's submission: per round the chain kernel (closes the last round, opens this one), its Step copied into
    * the round's slot, the verify pass (grid of k + 1 rows, 1 + c computed; its Step the kernel's; row-parallel with
    * plan.chainRowwise, so that a round with few proposals costs about what its rows cost), picks into ids; the kernel once more
-   * (closes the last round); reads back rec (rounds, k + 2) then ids (rounds, k + 1). */
-  chainSub(rounds, k, staging, cont) {
+   * (closes the last round); reads back rec (rounds, k + 2) then ids (rounds, k + 1). end: the position after the
+   * last any of its passes may reach (this run's start + its rounds' k + 1 rows, after the runs before it). */
+  chainSub(rounds, k, staging, cont, end) {
     const sub = new Submission(this, staging);
     const W = k + 1;
     const stepBytes = this.stepKernel.uniformBytes('step');
@@ -627,7 +628,7 @@ export class EngineModel {
       sub.run(this.chainOps, 1, 0, 'chain');
       const slot = sub.steps.get(this)?.length ?? 0;
       sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
-      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, gpuPos: true }, 'ids', this.plan.chainRowwise);
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, posEnd: end }, 'ids', this.plan.chainRowwise);
     }
     sub.run(this.chainOps, 1, 0, 'chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
@@ -690,8 +691,8 @@ export class EngineModel {
         { k, rounds, min_ngram: cp[0], max_ngram: cp[1], seq_len: this.config.seq_len }));
       draft.setPick(p);
       this.setPick(p);
-      return this.launch(this.specChainSub(draft, rounds, k, 'staging', false, !!cp), next === 0);
-    }, (other) => this.specChainSub(draft, next, k, other, true, !!cp), params);
+      return this.launch(this.specChainSub(draft, rounds, k, 'staging', false, !!cp, startPos + rounds * W), next === 0);
+    }, (other) => this.specChainSub(draft, next, k, other, true, !!cp, startPos + (rounds + next) * W), params);
     const res = parseChain(out.bytes, rounds, k, 'specChain');
     const st = new Uint32Array(out.bytes, 4 * rounds * (2 * k + 3), 4);
     if (res.counts.some((x) => x !== k) || st[0] !== hist.length + res.advance) throw new Error('specChain: the GPU\'s records disagree with its history length');
@@ -707,8 +708,9 @@ export class EngineModel {
    * copied into the draft's and this model's slots and the draft's input into its tokens, the draft's k passes (the
    * first on a grid of k + 1 rows, f computed), the proposals copied into this model's tokens (copy: then the n-gram
    * lookup's copies over the first ones, chain.wgsl COPY), the verify pass; the kernel once more (closes the last
-   * round); reads back rec (rounds, k + 2), ids (rounds, k + 1), state (4,). */
-  specChainSub(draft, rounds, k, staging, cont, copy = false) {
+   * round); reads back rec (rounds, k + 2), ids (rounds, k + 1), state (4,). end: as chainSub's (the draft's passes
+   * stay before it too: they are fed and propose no further than the verify's rows). */
+  specChainSub(draft, rounds, k, staging, cont, copy, end) {
     const sub = new Submission(this, staging);
     const W = k + 1;
     const stepBytes = this.stepKernel.uniformBytes('step');
@@ -722,11 +724,11 @@ export class EngineModel {
       sub.copy(this.bufs.chain_slots, 0, draft.stepBuf, ds * this.slotBytes, (k - 1) * this.slotBytes + stepBytes);
       sub.copy(this.bufs.chain_slots, k * this.slotBytes, this.stepBuf, vs * this.slotBytes, stepBytes);
       sub.copy(this.bufs.chain_feed, 0, draft.bufs.tokens, 4 * bd, 4 * W);
-      sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra, gpuPos: true }, 'tokens', rowwise);
-      for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra, gpuPos: true }, 'tokens');
+      sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra, posEnd: end }, 'tokens', rowwise);
+      for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra, posEnd: end }, 'tokens');
       sub.copy(draft.bufs.tokens, 4 * (bd + k + 1), this.bufs.tokens, 4 * (r * W + 1), 4 * k);
       if (copy) sub.run(this.copyOps, 1, 0, 'chain_copy');     // a head's copies replace its first proposals
-      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, gpuPos: true }, 'ids', rowwise);
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, posEnd: end }, 'ids', rowwise);
     }
     sub.run(this.draftChainOps, 1, 0, 'draft_chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
@@ -963,9 +965,11 @@ export class Submission {
     for (const c of passChunks(p, model.plan.maxRows)) {
       const offset = steps.length * model.slotBytes;
       steps.push(c.step);
-      // the key blocks' layers (attnBlock) for a chunk that may reach position attnBlock: p.gpuPos, the GPU writes
-      // the chunk's Step (a chain's passes), so it may
-      const far = model.opsFar != null && (p.gpuPos === true || c.step.start_pos + c.rows > model.plan.attnBlock);
+      // the key blocks' layers (attnBlock) for a chunk that may reach position attnBlock; p.posEnd: the GPU writes
+      // the Steps (a chain's passes), and no row of the pass goes past position posEnd - 1
+      const end = p.posEnd ?? c.step.start_pos + c.rows;
+      if (!Number.isInteger(end)) throw new Error(`a pass's position bound ${end} must be an integer`);
+      const far = model.opsFar != null && end > model.plan.attnBlock;
       this.items.push({ ops: far ? model.opsFar : model.ops, rows: c.rows, offset, rowwise });
       if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset, rowwise });
       if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset });

@@ -106,6 +106,7 @@ class EngineModelProxy:
         r = self._call("ngramChain", seq=_ints(seq), start_pos=int(start_pos), rounds=int(rounds), k=int(k),
                        pick=dict(pick), ngram=_ints(ngram), then=int(then), stop=_ints(stop))
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
+        self.far_chunks = r.get("far_chunks")   # chunks of the run's submission on the key blocks' layers (attnBlock)
         return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
     def specChain(self, draft, seq, draft_start, rounds, k, pick, restart=False, then=0, stop=(), copy=None):

@@ -60,14 +60,15 @@ async function handle(engine, models, q) {
   if (q.cmd === 'ngramChain') {
     const r = await m.ngramChain(q.seq, q.start_pos, q.rounds, q.k, q.pick, q.ngram, q.then ?? 0, q.stop ?? null);
     return { counts: Array.from(r.counts), accepted: Array.from(r.accepted), proposals: Array.from(r.proposals),
-      ids: Array.from(r.ids), length: m.length, continued: m.stats.continued ?? false };
+      ids: Array.from(r.ids), length: m.length, continued: m.stats.continued ?? false, far_chunks: m.stats.far_chunks };
   }
   if (q.cmd === 'specChain') {
     const d = models.get(q.draft);
     const r = await m.specChain(d, q.seq, q.draft_start, q.rounds, q.k, q.pick, q.restart ?? false, q.then ?? 0, q.stop ?? null,
       q.copy ?? null);
     return { counts: Array.from(r.counts), accepted: Array.from(r.accepted), proposals: Array.from(r.proposals),
-      ids: Array.from(r.ids), length: m.length, draft_length: d.length, continued: m.stats.continued ?? false };
+      ids: Array.from(r.ids), length: m.length, draft_length: d.length, continued: m.stats.continued ?? false,
+      far_chunks: m.stats.far_chunks };
   }
   throw new Error(`unknown command ${q.cmd}`);
 }

@@ -21,8 +21,9 @@ GREEDY = {"temperature": 0.0, "seed": 0}
 @pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}, {"max_rows": 3},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "chainRowwise": True}},
                                         {"lanes": 32, "engine_opts": {"chainRowwise": True}},
-                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16}}],
-                ids=["plain", "fused", "chunks3", "fused_rowwise", "lanes_rowwise", "fused_key_blocks"])
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16}},
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 32}}],
+                ids=["plain", "fused", "chunks3", "fused_rowwise", "lanes_rowwise", "fused_key_blocks", "fused_key_blocks32"])
 def engine(request, tmp_path_factory):
     from engine_rpc import EngineProcess
     from exactspec.bridge import JsBackend
@@ -35,6 +36,7 @@ def engine(request, tmp_path_factory):
     opts = request.param
     proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8, "chainRounds": 4}})
     c = proc.load("champion", champ, describe(champ), seq_len=128)
+    c.attn_block = opts.get("engine_opts", {}).get("attnBlock", 0)
     yield JsBackend(c), c
     proc.close()
 
@@ -107,17 +109,25 @@ def test_chain_continuation(engine):
         champ.truncate(0)
         run(champ.forward(prompt[:-1], 0))
         seq, out, cont = list(prompt), [], []
+        bound = None   # attnBlock: the end of the positions the run's passes may reach, as the engine bounds them
         for i in range(3):
             before = c.calls.get("continued", 0)
-            ch = run(champ.ngram_chain(seq, len(seq) - 1, 4, K, Pick(), 2, 3, then=then if i < 2 else 0))
+            start = len(seq) - 1
+            ch = run(champ.ngram_chain(seq, start, 4, K, Pick(), 2, 3, then=then if i < 2 else 0))
             cont.append(c.calls.get("continued", 0) - before)
+            bound = bound if cont[-1] else start + 4 * (K + 1)      # a continuation's: from the call that made it
+            if c.attn_block:   # every pass of a run that may reach position attnBlock on the key blocks' layers
+                assert c.far_chunks == (4 if bound > c.attn_block else 0), (i, start, bound, c.far_chunks)
+            bound = start + (4 + then) * (K + 1)                      # (the continuation this call submitted)
             seq += ch.appended()
             out.append(ch)
-        return out, cont, seq
+        after = np.asarray(run(champ.forward([7], len(seq) - 1)))   # (1, vocab) reads the chains' KV
+        return out, cont, seq, after
 
-    a, cont_a, seq_a = chains(4)
-    b, cont_b, seq_b = chains(0)
+    a, cont_a, seq_a, after_a = chains(4)
+    b, cont_b, seq_b, after_b = chains(0)
     assert seq_a == seq_b and [x.ids for x in a] == [x.ids for x in b]
+    assert np.array_equal(after_a.view(np.uint32), after_b.view(np.uint32)), "the KV cache differs"
     assert cont_a == [0, 1, 1] and cont_b == [0, 0, 0]
     # a continuation dropped by a truncate: the next chain is a fresh one, and still right
     champ.truncate(0)
