@@ -136,8 +136,11 @@ function rowPlan(opts, m, f) {
   const attnSplit = opts.attnSplit ?? (tuned ? 3 : 1);
   if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
   // the attention's keys in blocks of attnBlock fixed by position, each block its own workgroups, combined by the FFN's
-  // prologue (attention.wgsl / lib/stage BLOCKS); rows before position attnBlock get the same bits as without
-  const attnBlock = opts.attnBlock ?? 0;
+  // prologue (attention.wgsl / lib/stage BLOCKS); rows before position attnBlock get the same bits as without, and only
+  // chunks that may reach it run the blocks' kernels (model.js opsFar). 512 where the H200 defaults apply: on an H100
+  // (2026-12-06, bench/h200/results/2026-12-06) a one-row pass at position 2,000 took 1.36 ms of GPU time against
+  // 2.00 without blocks, and the product's loop on the long-context stratum ran at 532-556 tok/s against 391-393
+  const attnBlock = opts.attnBlock ?? (tuned && !f.fuseQkvAttn ? 512 : 0);
   if (!Number.isInteger(attnBlock) || attnBlock < 0 || (attnBlock > 0 && (attnBlock < 16 || (attnBlock & (attnBlock - 1)) !== 0))) {
     throw new Error(`attnBlock ${attnBlock} must be 0 (off) or a power of two >= 16`);
   }

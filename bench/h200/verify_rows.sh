@@ -60,6 +60,7 @@ declare -A V=(
   [hstage_touch]='{"headStage":true,"fuseTouch":["qkv","attn","logits"]}'
   [mm128]='{"matmulWg":128}'
   [mm256]='{"matmulWg":256}'
+  [kb0]='{"attnBlock":0}'
   [kb64]='{"attnBlock":64}'
   [kb128]='{"attnBlock":128}'
   [kb256]='{"attnBlock":256}'
