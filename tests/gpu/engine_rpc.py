@@ -115,6 +115,7 @@ class EngineModelProxy:
                        copy=None if copy is None else _ints(copy))
         draft.length = r["draft_length"]
         self.calls["continued"] = self.calls.get("continued", 0) + bool(r.get("continued"))
+        self.far_chunks = r.get("far_chunks")   # (both models' passes of the run's submission)
         return {k_: np.asarray(r[k_], np.int32) for k_ in ("counts", "accepted", "proposals", "ids")}
 
     def specRound(self, draft, feed, draft_start, k, token, start_pos, pick, rows, copy=None):

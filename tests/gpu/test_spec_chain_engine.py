@@ -36,6 +36,7 @@ def engine(request, files):
     opts = request.param
     proc = EngineProcess(**{**opts, "engine_opts": {**opts.get("engine_opts", {}), "aheadMax": 8, "chainRounds": 4}})
     c = proc.load("champion", *files["champion"], seq_len=128)
+    c.attn_block = opts.get("engine_opts", {}).get("attnBlock", 0)
     champ = JsBackend(c)
     d = proc.load("draft", *files["draft"], seq_len=128)
     drafts = {"model": (JsBackend(d), d, False)}
@@ -96,6 +97,9 @@ def test_chain_equals_rounds_one_by_one(engine):
                 s = start(champ, draft, prompt, k)
                 ch = run(champ.spec_chain(draft, prompt, s, 5, k, Pick(), restart))
                 n_chain, d_chain = champ.length, draft.length
+                if c.attn_block:   # a run that may reach position attnBlock: its verify passes and a draft model's k
+                    per = 1 + (k if name == "model" else 0)   # passes on the key blocks' layers (a head has none)
+                    assert c.far_chunks == (5 * per if len(prompt) - 1 + 5 * (k + 1) > c.attn_block else 0), (name, k, prompt)
                 after_chain = np.asarray(run(champ.forward([7], n_chain)))           # (1, vocab) reads the chain's KV
                 s = start(champ, draft, prompt, k)
                 want, seq = replay(champ, draft, prompt, s, 5, k, restart)
