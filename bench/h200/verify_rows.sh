@@ -61,6 +61,7 @@ declare -A V=(
   [mm128]='{"matmulWg":128}'
   [mm256]='{"matmulWg":256}'
   [kb0]='{"attnBlock":0}'
+  [kb4096]='{"attnBlock":4096}'
   [kb64]='{"attnBlock":64}'
   [kb128]='{"attnBlock":128}'
   [kb256]='{"attnBlock":256}'
