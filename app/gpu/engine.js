@@ -73,9 +73,10 @@
 //            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 3 and
 //            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere),
 //            headStage?: with headSum, the head stages that sum in workgroup memory (matmul_sg PRO without partials,
-//            fuseHeadWg / fuseHeadPairs; default false), attnBlock?: (fuse true, not with fuseQkvAttn) 0 (off) or
-//            a power of two >= 16 (default 512 on the fused engine with real subgroups, as measured on an H100;
-//            0 elsewhere): the attention's keys in blocks of that many, fixed by position, each
+//            fuseHeadWg / fuseHeadPairs; default false), attnBlock?: (fuse true, not with fuseQkvAttn) 0 (off), a
+//            power of two >= 16, or 'auto' (the default on the fused engine with real subgroups, 0 elsewhere: 512,
+//            as measured on an H100, but 0 for a model whose blocks' partials would not fit a storage binding, where
+//            a number is refused): the attention's keys in blocks of that many, fixed by position, each
 //            block on its own workgroups, the blocks combined by the FFN's prologue (attention.wgsl BLOCKS); rows
 //            before that position get the default's bits, later ones their own (still batch invariant); only a
 //            chunk of rows that may reach that position runs the blocks' kernels (model stats far_chunks)}

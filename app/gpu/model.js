@@ -4,7 +4,7 @@
 
 import { encodeSubmission, passChunks } from './encode.js';
 import { FORWARDS, GraphBuilder } from './graph.js';
-import { MAX_PASSES, attnBlocks } from './options.js';
+import { MAX_PASSES, attnBlocks, modelAttnBlock } from './options.js';
 import { checkPick, pickParams } from './pick.js';
 import { profileOps } from './profile.js';
 import { loadWeights } from './weights.js';
@@ -149,6 +149,7 @@ export async function loadModel(eng, description, readSlice, lopts) {
     const fuse = modelFuse(eng.plan, W, cfg.dim, wgMem, eng.weightBinding);
     const plan = { ...eng.plan, fuse, fuseQkvAttn: fuse === true && modelQkvAttn(eng.plan, W, cfg, wgMem),
       maxRows: Math.max(1, Math.min(eng.plan.maxRows, seqLen)) };
+    plan.attnBlock = modelAttnBlock(plan, cfg, mem.maxBinding);
     const model = new EngineModel(eng, cfg, W, plan, mem, wgMem, !!lopts.features);
     model.weightBufs = weightBufs;
     await model.build();

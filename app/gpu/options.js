@@ -140,12 +140,16 @@ function rowPlan(opts, m, f) {
   // chunks that may reach it run the blocks' kernels (model.js opsFar). 512 where the H200 defaults apply: on an H100
   // (2026-12-06, bench/h200/results/2026-12-06) a one-row pass at position 2,000 took 1.36 ms of GPU time against
   // 2.00 without blocks, and the product's loop on the long-context stratum ran at 532-556 tok/s against 391-393
-  const attnBlock = opts.attnBlock ?? (tuned && !f.fuseQkvAttn ? 512 : 0);
+  // 'auto' (the default there): 512 on the fused engine without fuseQkvAttn, else 0, and 0 for a model whose blocks'
+  // partials would exceed a storage binding (model.js; a number is refused there instead)
+  const wantBlock = opts.attnBlock ?? (tuned ? 'auto' : 0);
+  const attnBlockAuto = wantBlock === 'auto';
+  const attnBlock = attnBlockAuto ? (f.fuse === true && !f.fuseQkvAttn ? 512 : 0) : wantBlock;
   if (!Number.isInteger(attnBlock) || attnBlock < 0 || (attnBlock > 0 && (attnBlock < 16 || (attnBlock & (attnBlock - 1)) !== 0))) {
-    throw new Error(`attnBlock ${attnBlock} must be 0 (off) or a power of two >= 16`);
+    throw new Error(`attnBlock ${JSON.stringify(attnBlock)} must be 'auto', 0 (off) or a power of two >= 16`);
   }
   if (attnBlock && (f.fuse !== true || f.fuseQkvAttn)) throw new Error('attnBlock needs fuse true without fuseQkvAttn');
-  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum, headStage, attnBlock };
+  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum, headStage, attnBlock, attnBlockAuto };
 }
 
 /** The engine's plan from createEngine's options (see engine.js for each option). */
@@ -182,6 +186,16 @@ export function resolvePlan(opts, info, device) {
     // batched call's start and end and each submission's submit and readback (bench/product/node_host.mjs with
     // EXACTSPEC_TRACE, bench/gpu/head_bench.mjs)
     trace: typeof opts.trace === 'function' ? opts.trace : null };
+}
+
+/** A model's attnBlock under the engine's plan (after its own fuse / fuseQkvAttn: model.js loadModel): 0 where it
+ * does not run fused true or runs fuseQkvAttn; with 'auto' (plan.attnBlockAuto) also 0 where the blocks' partials
+ * (n_heads, blocks, max_rows, dim) floats would exceed a storage binding of maxBinding bytes (a number given is kept,
+ * and refused there with its own message: model.js activations). */
+export function modelAttnBlock(plan, cfg, maxBinding) {
+  if (!plan.attnBlock || plan.fuse !== true || plan.fuseQkvAttn) return 0;
+  const partials = cfg.n_heads * attnBlocks(plan, cfg.seq_len) * plan.maxRows * cfg.dim * 4;
+  return plan.attnBlockAuto && partials > maxBinding ? 0 : plan.attnBlock;
 }
 
 /** The attention's key blocks for a KV capacity of seqLen (plan.attnBlock keys each; 1 without them). */

@@ -491,6 +491,39 @@ def test_smollm2_attention_key_blocks():
     print(f"[SmolLM2 Q4_1, fused, key blocks of 16] max |diff| vs reference over 24 positions: {diff:.3g}")
 
 
+def test_attention_key_blocks_auto(micro_paths):
+    """attnBlock 'auto' (the default on the fused engine with real subgroups): blocks of 512 on a fused model (a pass
+    reaching position 512 runs them; the micro model with its capacity raised to 1,024), 0 without a refusal on an
+    engine that cannot take them (fuse 'attn'), and 0 for a model whose blocks' partials would not fit a storage
+    binding, where a number given is kept (and refused at load: the test below) (options.js modelAttnBlock)."""
+    import copy
+    import subprocess
+
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = copy.deepcopy(describe(path))
+    d["config"]["seq_len"] = 1024
+    toks = [(7 + 3 * i) % d["config"]["vocab_size"] for i in range(521)]
+    ops = [{"op": "forward", "tokens": toks[:520], "start_pos": 0, "n_out": 1},
+           {"op": "forward", "tokens": toks[520:521], "start_pos": 520}]
+    info, _ = run_engine(path, d, ops, emulate_sg=True, engine_opts={"fuse": True, "attnBlock": "auto"})
+    assert info["adapter"]["kernels"]["attn_block"] == 512
+    first, one = info["results"]
+    assert "error" not in first and 1 <= first["far_chunks"] < first["chunks"] and one["far_chunks"] == 1
+    info, _ = run_engine(path, d, ops[:1], emulate_sg=True, engine_opts={"fuse": "attn", "attnBlock": "auto"})
+    assert info["adapter"]["kernels"]["attn_block"] == 0 and "error" not in info["results"][0]
+    js = """import { modelAttnBlock } from './app/gpu/options.js';
+const cfg = { n_heads: 9, dim: 576, seq_len: 8192 };   // 16 blocks of 512, 64 rows: 21,233,664 bytes of partials
+const plan = { attnBlock: 512, attnBlockAuto: true, fuse: true, fuseQkvAttn: false, maxRows: 64 };
+console.log(JSON.stringify([modelAttnBlock(plan, cfg, 21233664), modelAttnBlock(plan, cfg, 21233663),
+  modelAttnBlock({ ...plan, attnBlockAuto: false }, cfg, 21233663), modelAttnBlock({ ...plan, fuseQkvAttn: true }, cfg, 2 ** 31),
+  modelAttnBlock({ ...plan, fuse: 'attn' }, cfg, 2 ** 31)]));"""
+    r = subprocess.run(["node", "--input-type=module", "-e", js], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [512, 0, 512, 0, 0]
+
+
 def test_attention_key_blocks_past_the_binding_limit():
     """SmolLM2 at its full seq_len (8,192) in blocks of 16: 512 blocks of partials would take 680 MB, more than a
     storage binding holds; the load is refused, naming the option and what to change."""
@@ -540,8 +573,8 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "headStage": True}}, "headStage needs fuse true and headSum"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "fuseQkvAttnWg": 64, "attnWg": 128}},
                      "fuseQkvAttnWg 64 must be at least attnWg 128"),
-                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 24}}, "attnBlock 24 must be 0 .off. or a power of two >= 16"),
-                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 8}}, "attnBlock 8 must be 0"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 24}}, "attnBlock 24 must be 'auto', 0 .off. or a power of two >= 16"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 8}}, "attnBlock 8 must be 'auto', 0"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "attnBlock": 16}}, "attnBlock needs fuse true without fuseQkvAttn"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "attnBlock": 16}},
                      "attnBlock needs fuse true without fuseQkvAttn")]:
