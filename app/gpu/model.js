@@ -108,12 +108,8 @@ function activations(mem, cfg, plan, nSlices) {
     b.resid2 = mem.create('resid2', R * dim * 4);            // (max_rows, dim) the residual's ping-pong partner
     // (n_heads, max_rows, dim) attention partials; with attnBlock (n_heads, blocks, max_rows, dim) and each block's
     // (max, sum) in attn_ml (max_rows, n_heads, blocks, 2)
-    const nb = attnBlocks(plan, seqLen);
-    const bytes = nH * nb * R * dim * 4;
-    if (plan.attnBlock && bytes > mem.maxBinding) {
-      throw new Error(`attnBlock ${plan.attnBlock}: the attention's partials of ${nb} key blocks (seq_len ${seqLen}, ${R} rows) take ${bytes} bytes, more than the storage binding limit ${mem.maxBinding}; use a larger attnBlock or a smaller seq_len`);
-    }
-    b.p_attn = mem.create('p_attn', bytes);
+    const nb = attnBlocks(plan, seqLen);   // (plan.attnBlock: checked against the binding limit, options.js modelAttnBlock)
+    b.p_attn = mem.create('p_attn', nH * nb * R * dim * 4);
     if (plan.attnBlock) b.attn_ml = mem.create('attn_ml', R * nH * nb * 2 * 4);
   }
   if (plan.fuse === true) b.p_ffn = mem.create('p_ffn', nSlices * R * dim * 4);   // (n_slices, max_rows, dim)
@@ -217,6 +213,10 @@ export class EngineModel {
     }
   }
 
+  /** Whether a chunk of rows whose positions all lie before `end` runs the key blocks' layers (opsFar: attnBlock):
+   * one that may reach position attnBlock does. */
+  usesBlocks(end) { return this.opsFar != null && end > this.plan.attnBlock; }
+
   /** The activations (a draft head has its own set: app/gpu/head.js). */
   makeBuffers() { return activations(this.mem, this.config, this.plan, this.nSlices); }
 
@@ -239,7 +239,7 @@ export class EngineModel {
     const near = await layers(this.plan.attnBlock ? { ...this.plan, attnBlock: 0 } : this.plan);
     this.headIn = near.headIn;
     this.ops = near.ops;
-    this.opsFar = this.plan.attnBlock && this.config.seq_len > this.plan.attnBlock ? (await layers(this.plan)).ops : null;
+    this.opsFar = this.plan.attnBlock ? (await layers(this.plan)).ops : null;
     if (this.chainRounds > 0) {
       const K = this.eng.kernels.chain;
       const b = this.bufs;
@@ -970,7 +970,7 @@ export class Submission {
       // the Steps (a chain's passes), and no row of the pass goes past position posEnd - 1
       const end = p.posEnd ?? c.step.start_pos + c.rows;
       if (!Number.isInteger(end)) throw new Error(`a pass's position bound ${end} must be an integer`);
-      const far = model.opsFar != null && end > model.plan.attnBlock;
+      const far = model.usesBlocks(end);
       this.items.push({ ops: far ? model.opsFar : model.ops, rows: c.rows, offset, rowwise });
       if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset, rowwise });
       if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset });

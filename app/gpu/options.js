@@ -188,14 +188,17 @@ export function resolvePlan(opts, info, device) {
     trace: typeof opts.trace === 'function' ? opts.trace : null };
 }
 
-/** A model's attnBlock under the engine's plan (after its own fuse / fuseQkvAttn: model.js loadModel): 0 where it
- * does not run fused true or runs fuseQkvAttn; with 'auto' (plan.attnBlockAuto) also 0 where the blocks' partials
- * (n_heads, blocks, max_rows, dim) floats would exceed a storage binding of maxBinding bytes (a number given is kept,
- * and refused there with its own message: model.js activations). */
+/** A model's attnBlock under the engine's plan (after its own fuse / fuseQkvAttn and max_rows: model.js loadModel):
+ * 0 where it does not run fused true, runs fuseQkvAttn or holds no more than one block (seq_len <= attnBlock); where
+ * the blocks' partials (n_heads, blocks, max_rows, dim) floats would exceed a storage binding of maxBinding bytes, 0
+ * with 'auto' (plan.attnBlockAuto), and a number given is refused. */
 export function modelAttnBlock(plan, cfg, maxBinding) {
-  if (!plan.attnBlock || plan.fuse !== true || plan.fuseQkvAttn) return 0;
-  const partials = cfg.n_heads * attnBlocks(plan, cfg.seq_len) * plan.maxRows * cfg.dim * 4;
-  return plan.attnBlockAuto && partials > maxBinding ? 0 : plan.attnBlock;
+  if (!plan.attnBlock || plan.fuse !== true || plan.fuseQkvAttn || cfg.seq_len <= plan.attnBlock) return 0;
+  const nb = attnBlocks(plan, cfg.seq_len);
+  const bytes = cfg.n_heads * nb * plan.maxRows * cfg.dim * 4;
+  if (bytes <= maxBinding) return plan.attnBlock;
+  if (plan.attnBlockAuto) return 0;
+  throw new Error(`attnBlock ${plan.attnBlock}: the attention's partials of ${nb} key blocks (seq_len ${cfg.seq_len}, ${plan.maxRows} rows) take ${bytes} bytes, more than the storage binding limit ${maxBinding}; use a larger attnBlock or a smaller seq_len`);
 }
 
 /** The attention's key blocks for a KV capacity of seqLen (plan.attnBlock keys each; 1 without them). */

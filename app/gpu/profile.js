@@ -11,8 +11,7 @@ export async function profileOps(model, n) {
   device.queue.writeBuffer(model.bufs.tokens, 0, new Uint32Array(n));
   device.queue.writeBuffer(model.stepBuf, 0, model.stepKernel.pack('step', { n, start_pos: model.length, out_lo: n - 1,
     out_base: 0, tok0: 0, ...model.stepExtra?.() }));
-  // (attnBlock: the key blocks' layers where the pass reaches position attnBlock, as Submission.pass picks)
-  const layers = model.opsFar && model.length + n > model.plan.attnBlock ? model.opsFar : model.ops;
+  const layers = model.usesBlocks(model.length + n) ? model.opsFar : model.ops;   // (as Submission.pass picks)
   const list = [...layers, ...model.headOps].filter((op) => op.select(op.label === 'logits' ? 1 : n));
   const qset = device.createQuerySet({ type: 'timestamp', count: 2 * list.length });
   const qb = device.createBuffer({ size: 16 * list.length, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });

@@ -495,7 +495,7 @@ def test_attention_key_blocks_auto(micro_paths):
     """attnBlock 'auto' (the default on the fused engine with real subgroups): blocks of 512 on a fused model (a pass
     reaching position 512 runs them; the micro model with its capacity raised to 1,024), 0 without a refusal on an
     engine that cannot take them (fuse 'attn'), and 0 for a model whose blocks' partials would not fit a storage
-    binding, where a number given is kept (and refused at load: the test below) (options.js modelAttnBlock)."""
+    binding, where a number given is refused (options.js modelAttnBlock; at load: the test below)."""
     import copy
     import subprocess
 
@@ -516,12 +516,17 @@ def test_attention_key_blocks_auto(micro_paths):
     js = """import { modelAttnBlock } from './app/gpu/options.js';
 const cfg = { n_heads: 9, dim: 576, seq_len: 8192 };   // 16 blocks of 512, 64 rows: 21,233,664 bytes of partials
 const plan = { attnBlock: 512, attnBlockAuto: true, fuse: true, fuseQkvAttn: false, maxRows: 64 };
-console.log(JSON.stringify([modelAttnBlock(plan, cfg, 21233664), modelAttnBlock(plan, cfg, 21233663),
-  modelAttnBlock({ ...plan, attnBlockAuto: false }, cfg, 21233663), modelAttnBlock({ ...plan, fuseQkvAttn: true }, cfg, 2 ** 31),
-  modelAttnBlock({ ...plan, fuse: 'attn' }, cfg, 2 ** 31)]));"""
+let refused = null;
+try { modelAttnBlock({ ...plan, attnBlockAuto: false }, cfg, 21233663); } catch (e) { refused = e.message; }
+console.log(JSON.stringify([modelAttnBlock(plan, cfg, 21233664), modelAttnBlock(plan, cfg, 21233663), refused,
+  modelAttnBlock({ ...plan, fuseQkvAttn: true }, cfg, 2 ** 31), modelAttnBlock({ ...plan, fuse: 'attn' }, cfg, 2 ** 31),
+  modelAttnBlock(plan, { ...cfg, seq_len: 512 }, 2 ** 31)]));"""
     r = subprocess.run(["node", "--input-type=module", "-e", js], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == [512, 0, 512, 0, 0]
+    got = json.loads(r.stdout)
+    assert got[:2] == [512, 0] and got[3:] == [0, 0, 0], got
+    assert got[2] == ("attnBlock 512: the attention's partials of 16 key blocks (seq_len 8192, 64 rows) take 21233664 "
+                      "bytes, more than the storage binding limit 21233663; use a larger attnBlock or a smaller seq_len")
 
 
 def test_attention_key_blocks_past_the_binding_limit():
