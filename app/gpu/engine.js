@@ -79,7 +79,8 @@
 //            a number is refused): the attention's keys in blocks of that many, fixed by position, each
 //            block on its own workgroups, the blocks combined by the FFN's prologue (attention.wgsl BLOCKS); rows
 //            before that position get the default's bits, later ones their own (still batch invariant); only a
-//            chunk of rows that may reach that position runs the blocks' kernels (model stats far_chunks)}
+//            chunk of rows that may reach that position runs the blocks' kernels (model stats far_chunks), compiled
+//            at the first model that runs them (where they are rejected: 0 under 'auto', a number refused)}
 //   engine.adapterInfo  {vendor, architecture, device, description, isFallbackAdapter, features,
 //                        maxStorageBufferBindingSize, subgroupMinSize, subgroupMaxSize, kernels: which variants}
 //   engine.plan         the resolved options (options.js)
@@ -202,8 +203,7 @@ export async function createEngine(gpu, opts = {}) {
   try {
     plan = resolvePlan(opts, adapterInfo, device);
     try {
-      kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: !!plan.fuse, qkvAttn: plan.fuseQkvAttn,
-        attnBlock: plan.attnBlock > 0 });
+      kernels = await createKernels(device, shaderSource, { subgroups: plan.subgroups, fuse: !!plan.fuse, qkvAttn: plan.fuseQkvAttn });
     } catch (e) {
       if (!(plan.fuseAuto && plan.fuse)) throw e;
       // fused only by default: an implementation that rejects the fused kernels still gets the unfused engine

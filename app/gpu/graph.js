@@ -76,14 +76,19 @@ export const FORWARDS = { false: plainForward, attn: fusedAttnForward, true: fus
 /** An op's kind: its label without the layer ('qkv', 'ffn', 'logits', ...). */
 const kindOf = (label) => label.replace(/^blk\.\d+\./, '');
 
+/** The kinds of op whose kernel, bindings or grid plan.attnBlock changes (attnO, ffn); the layers' other ops are the
+ * same with and without it (model.js builds them once). */
+export const BLOCK_KINDS = new Set(['attn_o', 'ffn']);
+
 /** The weight tile (chunk rows per weight decode) a dispatch of `rows` rows runs: 1, 4 or 8, as the op has them. */
 const tileFor = (tiles, rows) => (rows > 4 ? tiles.t8 : rows === 1 ? tiles.t1 : tiles.t4);
 
 export class GraphBuilder {
   /** ctx: {kernels, plan (engine options, see options.js), cfg, buffer(name) -> GPUBuffer, uniform(label, words) ->
    * GPUBuffer, step: the step buffer, wgMem, nSlices (fused FFN slices), pickGroups, kvNew (fuseQkvAttn: the float
-   * offset in 'scores' of a one-row pass's k, v, model.js)}; ops are appended to `list`
-   * (default this.ops). */
+   * offset in 'scores' of a one-row pass's k, v, model.js), only (optional: a Set of kinds, the ops of every other kind
+   * are not made: model.js builds the key blocks' layers so, taking the rest from the layers without them)}; ops are
+   * appended to `list` (default this.ops). */
   constructor(ctx) {
     Object.assign(this, ctx);
     this.ops = [];
@@ -92,6 +97,9 @@ export class GraphBuilder {
   }
 
   buf(b) { return typeof b === 'string' ? this.buffer(b) : b; }
+
+  /** Whether ops of this label are not made (ctx.only names the kinds that are). */
+  skips(label) { return this.only != null && !this.only.has(kindOf(label)); }
 
   /** The tiles a kernel staging `extraPerRow` more floats per row than x in workgroup memory can run (fused). */
   stagedTiles(extraPerRow) {
@@ -154,6 +162,7 @@ export class GraphBuilder {
   /** out (n, N) = [rmsnorm_gamma](x) @ W^T with the mode's epilogue (store / add / swiglu / qkv: RoPE + KV write);
    * outStride: floats per output row (default: the mode's, store = vocab_size). */
   async matmul(label, lins, { x, gamma = null, out, kv = null, mode, window = 0, outStride = null }) {
+    if (this.skips(label)) return;
     const K = this.kernels.matmul;
     const { lanes, matmulWg, ksplit, tile1, tile8 } = this.plan;
     outStride ??= { qkv: this.dims.qDim, add: this.cfg.dim, swiglu: this.cfg.hidden_dim, store: this.cfg.vocab_size }[mode];
@@ -176,6 +185,7 @@ export class GraphBuilder {
    * of fuseTouch ('qkv': the qkv and fuse 'attn' gate/up matmuls, 'logits': the head). */
   async matmulPro(label, lins, { r_in, parts, r_out = null, gamma = null, out, kv = null, mode, window = 0,
     pairs = 1, wg = this.plan.fuseMatmulWg, rows = null, touch = 'qkv' }) {
+    if (this.skips(label)) return;
     const K = this.kernels.matmul_pro;
     const { lanes, maxRows } = this.plan;
     const npart = !parts ? 0 : parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads;   // (none: x = r_in, headStage)
@@ -203,6 +213,7 @@ export class GraphBuilder {
 
   /** resid rows = token_embd[tokens[tok0 + t]] (one dispatch per part of the embedding). */
   async embed(emb, { out }) {
+    if (this.skips('embed')) return;
     const K = this.kernels.embed;
     for (const part of emb.parts) {
       const bg = K.bind('embed', { params: this.uniform('embed', K.pack('params', { K: this.cfg.dim, N: part.N, row0: part.row0 })),
@@ -235,7 +246,8 @@ export class GraphBuilder {
   }
 
   /** P_attn[h] = attention of head h @ W_o[:, head h's columns] (attention.wgsl, O_PROJ). With plan.attnBlock
-   * (BLOCKS): per head and key block b, P_attn[h, b] and the block's (max, sum) in attn_ml; grid z = blocks x split. */
+   * (BLOCKS): per head and key block b, P_attn[h, b] and the block's (max, sum) in attn_ml; grid z = blocks x split.
+   * (BLOCK_KINDS: the kinds plan.attnBlock changes, this and ffn.) */
   async attnO(label, o, { kv }) {
     const K = this.kernels[this.plan.attnBlock ? 'attn_o_blocks' : 'attn_o'];
     const { cfg, plan } = this;

@@ -10,8 +10,9 @@
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl; with opts.fuseQkvAttn also qkv_attn
 //   shaders/attention.wgsl with defines O_PROJ and QKV (a decode pass's qkv + attention in one dispatch) and ffn_kv
 //   shaders/ffn_sg.wgsl with define KVCOPY (the FFN that also moves that pass's k, v into the cache); with
-//   opts.attnBlock also attn_o_blocks and ffn_blocks: the same files with define BLOCKS too (the attention's keys in
-//   blocks; a pass that reaches position attnBlock runs them, one before it attn_o and ffn: graph.js)
+//   opts.attnBlock also attn_o_blocks and ffn_blocks (blockKernelFiles, compiled at the first model that runs them):
+//   the same files with define BLOCKS too (the attention's keys in blocks; a pass that reaches position attnBlock
+//   runs them, one before it attn_o and ffn: graph.js)
 //   a draft head's own (headKernelFiles, compiled at its first loadHead, app/gpu/head.js): head_in, head_out,
 //   head_logits, vocab_mask (shaders/<same name>.wgsl), head_attention shaders/attention.wgsl with define WINDOW
 
@@ -104,7 +105,7 @@ class Kernel {
 }
 
 /** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
-export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false, attnBlock = false } = {}) {
+export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
     residual: 'residual', chain: 'chain', chain_copy: 'chain', draft_chain: 'draft_chain' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
@@ -112,11 +113,14 @@ export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false, 
   // a kernel's variant of its file
   const defines = { matmul_pro: { PRO: true }, attn_o: { O_PROJ: true }, qkv_attn: { O_PROJ: true, QKV: true },
     ffn_kv: { KVCOPY: true }, chain_copy: { COPY: true } };
-  if (fuse && attnBlock) {   // both: passes before position attnBlock run attn_o / ffn, later ones the blocks' (graph.js)
-    Object.assign(files, { attn_o_blocks: 'attention', ffn_blocks: 'ffn_sg' });
-    Object.assign(defines, { attn_o_blocks: { O_PROJ: true, BLOCKS: true }, ffn_blocks: { BLOCKS: true } });
-  }
   return { files, defines };
+}
+
+/** The key blocks' kernels (engine option attnBlock, fused engine), compiled at the first model that runs them
+ * (model.js): passes before position attnBlock run attn_o / ffn, later ones these (graph.js). */
+export function blockKernelFiles() {
+  return { files: { attn_o_blocks: 'attention', ffn_blocks: 'ffn_sg' },
+    defines: { attn_o_blocks: { O_PROJ: true, BLOCKS: true }, ffn_blocks: { BLOCKS: true } } };
 }
 
 /** A draft head's own kernels (app/gpu/head.js), as kernelFiles gives the engine's. */
@@ -127,8 +131,8 @@ export function headKernelFiles() {
 }
 
 /** Compile the kernels the engine runs (subgroups: matmul_sg.wgsl; fuse: the fused engine's three). */
-export async function createKernels(device, shaderSource, { subgroups = false, fuse = false, qkvAttn = false, attnBlock = false } = {}) {
-  const { files, defines } = kernelFiles({ subgroups, fuse, qkvAttn, attnBlock });
+export async function createKernels(device, shaderSource, { subgroups = false, fuse = false, qkvAttn = false } = {}) {
+  const { files, defines } = kernelFiles({ subgroups, fuse, qkvAttn });
   return compileKernels(device, shaderSource, files, defines);
 }
 

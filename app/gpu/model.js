@@ -3,7 +3,8 @@
 // API: see engine.js.
 
 import { encodeSubmission, passChunks } from './encode.js';
-import { FORWARDS, GraphBuilder } from './graph.js';
+import { blockKernelFiles, compileKernels } from './kernels.js';
+import { BLOCK_KINDS, FORWARDS, GraphBuilder } from './graph.js';
 import { MAX_PASSES, attnBlocks, modelAttnBlock } from './options.js';
 import { checkPick, pickParams } from './pick.js';
 import { profileOps } from './profile.js';
@@ -127,6 +128,23 @@ function activations(mem, cfg, plan, nSlices) {
   return b;
 }
 
+/** A model's attnBlock once the key blocks' kernels are compiled (once per engine, at the first model that runs
+ * them; added to eng.kernels): where they are rejected, 0 with a warning under 'auto' (the layers without blocks, the
+ * same bits), a load refused naming the option for a number given. */
+async function blockKernels(eng, plan, attnBlock) {
+  if (!attnBlock || eng.kernels.attn_o_blocks) return attnBlock;
+  const { files, defines } = blockKernelFiles();
+  eng.blockKernels ??= compileKernels(eng.device, eng.shaderSource, files, defines).then((k) => Object.assign(eng.kernels, k));
+  try {
+    await eng.blockKernels;
+    return attnBlock;
+  } catch (e) {
+    if (!plan.attnBlockAuto) throw new Error(`attnBlock ${attnBlock}: the key blocks' kernels are unavailable (${e.message})`);
+    console.warn(`exactspec engine: the key blocks' kernels are unavailable (${e.message}); running without them`);
+    return 0;
+  }
+}
+
 /** Load a model (engine.loadModel). eng: the engine's shared state (engine.js). */
 export async function loadModel(eng, description, readSlice, lopts) {
   const cfg0 = description?.config;
@@ -145,7 +163,7 @@ export async function loadModel(eng, description, readSlice, lopts) {
     const fuse = modelFuse(eng.plan, W, cfg.dim, wgMem, eng.weightBinding);
     const plan = { ...eng.plan, fuse, fuseQkvAttn: fuse === true && modelQkvAttn(eng.plan, W, cfg, wgMem),
       maxRows: Math.max(1, Math.min(eng.plan.maxRows, seqLen)) };
-    plan.attnBlock = modelAttnBlock(plan, cfg, mem.maxBinding);
+    plan.attnBlock = await blockKernels(eng, plan, modelAttnBlock(plan, cfg, mem.maxBinding));
     const model = new EngineModel(eng, cfg, W, plan, mem, wgMem, !!lopts.features);
     model.weightBufs = weightBufs;
     await model.build();
@@ -217,6 +235,20 @@ export class EngineModel {
    * one that may reach position attnBlock does. */
   usesBlocks(end) { return this.opsFar != null && end > this.plan.attnBlock; }
 
+  /** The layers with the attention's keys in blocks (plan.attnBlock): the ops of BLOCK_KINDS made again with them, in
+   * the same order, every other op the one of `ops` (the layers without blocks) itself. */
+  async farOps(ops) {
+    const g = this.builder(undefined, this.plan);
+    g.only = BLOCK_KINDS;
+    await FORWARDS[this.plan.fuse](g, this.W);
+    const near = ops.filter((op) => BLOCK_KINDS.has(op.kind));
+    if (g.ops.length !== near.length || g.ops.some((op, i) => op.label !== near[i].label)) {
+      throw new Error(`attnBlock: the key blocks' layers made ${g.ops.length} ops where the layers without them have ${near.length}`);
+    }
+    let i = 0;
+    return ops.map((op) => (BLOCK_KINDS.has(op.kind) ? g.ops[i++] : op));
+  }
+
   /** The activations (a draft head has its own set: app/gpu/head.js). */
   makeBuffers() { return activations(this.mem, this.config, this.plan, this.nSlices); }
 
@@ -228,18 +260,13 @@ export class EngineModel {
   }
 
   async build() {
-    const layers = async (plan) => {
-      const g = this.builder(undefined, plan);
-      const headIn = await g.final(await FORWARDS[plan.fuse](g, this.W), this.keepFeatures);
-      return { ops: g.ops, headIn };
-    };
     // plan.attnBlock: a chunk whose rows all come before position attnBlock runs the layers without key blocks (ops),
     // one that may reach it the blocks' (opsFar; Submission.pass picks): rows before attnBlock get the same bits from
     // both, and short contexts do not pay for the blocks (their wider grid and prologue)
-    const near = await layers(this.plan.attnBlock ? { ...this.plan, attnBlock: 0 } : this.plan);
-    this.headIn = near.headIn;
-    this.ops = near.ops;
-    this.opsFar = this.plan.attnBlock ? (await layers(this.plan)).ops : null;
+    const g = this.builder(undefined, this.plan.attnBlock ? { ...this.plan, attnBlock: 0 } : this.plan);
+    this.headIn = await g.final(await FORWARDS[this.plan.fuse](g, this.W), this.keepFeatures);
+    this.ops = g.ops;
+    this.opsFar = this.plan.attnBlock ? await this.farOps(g.ops) : null;
     if (this.chainRounds > 0) {
       const K = this.eng.kernels.chain;
       const b = this.bufs;

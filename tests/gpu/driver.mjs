@@ -16,7 +16,8 @@
 //              {op: 'read_features', start_pos, n, on?} (a model loaded with spec.features / draft.features) |
 //              {op: 'lose_device'} (destroys the device)]}
 // Writes every op's logits rows (float32, row-major: forwards, and batched steps asked for rows) back to back into
-// OUT.bin and prints one JSON line: {adapter, results: [{op, rows, ...}], load_ms}. If no adapter: prints
+// OUT.bin and prints one JSON line: {adapter, results: [{op, rows, ...}], load_ms, layers: {ops, far, shared,
+// block_kernels} (the champion's layer lists, below)}. If no adapter: prints
 // {"no_adapter": reason}, exit 3.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createEngine } from '../../app/gpu/engine.js';
@@ -102,7 +103,12 @@ async function main() {
   }
   for (const r of readers) r.close();
   writeFileSync(outPath, Buffer.concat(outs));
-  console.log(JSON.stringify({ adapter: engine.adapterInfo, results, load_ms: loadMs }));
+  // the champion's layer lists: ops, with attnBlock opsFar and how many of its ops are ops' own (model.js farOps),
+  // and whether the engine compiled the key blocks' kernels
+  const c = models.champion;
+  const layers = { ops: c.ops.length, far: c.opsFar?.length ?? null, shared: c.opsFar?.filter((op, i) => op === c.ops[i]).length ?? null,
+    block_kernels: 'attn_o_blocks' in engine.kernels };
+  console.log(JSON.stringify({ adapter: engine.adapterInfo, results, load_ms: loadMs, layers }));
   engine.destroy();
 }
 

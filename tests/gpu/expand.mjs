@@ -1,12 +1,12 @@
 // expand.mjs — WGSL kernels as the engine compiles them (app/gpu/wgsl.js), for tests and for reading:
 //   node tests/gpu/expand.mjs NAME [DEFINES_JSON]     print the expanded text of shaders/NAME.wgsl
 //   node tests/gpu/expand.mjs --kernels               one JSON line: [[file, defines], ...] every kernel variant the
-//                                                     engine compiles (kernels.js kernelFiles, all option sets, and
-//                                                     headKernelFiles: a draft head's)
+//                                                     engine compiles (kernels.js kernelFiles, all option sets,
+//                                                     blockKernelFiles: attnBlock's, headKernelFiles: a draft head's)
 //   node tests/gpu/expand.mjs --json VARIANTS [DIR]   one JSON line: [{name, defines, text, origin} | {.., error}] for
 //                                                     VARIANTS = '[[NAME, DEFINES], ...]', files from DIR (default shaders/)
 import { pathToFileURL } from 'node:url';
-import { defaultShaderSource, headKernelFiles, kernelFiles } from '../../app/gpu/kernels.js';
+import { blockKernelFiles, defaultShaderSource, headKernelFiles, kernelFiles } from '../../app/gpu/kernels.js';
 import { cachedLoader, expandWgsl } from '../../app/gpu/wgsl.js';
 
 const args = process.argv.slice(2);
@@ -16,8 +16,7 @@ const load = cachedLoader(defaultShaderSource(dir ? pathToFileURL(`${dir}/`) : n
 if (args[0] === '--kernels') {
   const seen = new Map();
   const sets = [false, true].flatMap((subgroups) => [false, true].map((fuse) => kernelFiles({ subgroups, fuse, qkvAttn: fuse })));
-  sets.push(kernelFiles({ subgroups: true, fuse: true, attnBlock: true }));   // engine option attnBlock
-  for (const { files, defines } of [...sets, headKernelFiles()]) {
+  for (const { files, defines } of [...sets, blockKernelFiles(), headKernelFiles()]) {
     for (const [k, file] of Object.entries(files)) {
       const v = [file, defines[k] ?? {}];
       seen.set(JSON.stringify(v), v);

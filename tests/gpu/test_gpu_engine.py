@@ -457,11 +457,17 @@ def test_attention_key_blocks(micro_paths, more):
     the numpy reference, as every engine; (b) rows before position 16 (one block) bitwise
     equal to the same engine without blocks, and rows past it not (their attention is the blocks' weighed sum, so
     the option did run there); (c) a chunk of rows all before position 16 ran the layers without blocks, one that
-    reaches it the blocks' (stats far_chunks), so (a) mixes the two kernels' rows."""
+    reaches it the blocks' (stats far_chunks), so (a) mixes the two kernels' rows; (d) the blocks' layer list holds
+    the other list's ops themselves but for the attention + O projection and the FFN of each layer (model.js farOps)."""
+    from exactspec.formats import describe
+
     path = micro_paths["Q4_1"]
     base = {"fuse": True, "fuseSlice": 32, **more}
     full_b, _, info = check_engine(path, n=40, emulate_sg=True, engine_opts={**base, "attnBlock": 16}, ks=(1, 4, 8), chunks=(3, 7))
     assert info["adapter"]["kernels"]["attn_block"] == 16
+    n_layers = describe(path)["config"]["n_layers"]
+    lay = info["layers"]
+    assert lay["far"] == lay["ops"] and lay["shared"] == lay["ops"] - 2 * n_layers and lay["block_kernels"], lay
     fwd = [r for r in info["results"] if r["op"] == "forward"]
     assert [r["far_chunks"] for r in fwd[1:41]] == [0] * 16 + [1] * 24   # one row at a time, positions 0 .. 39
     assert fwd[0]["far_chunks"] >= 1 and fwd[0]["far_chunks"] <= fwd[0]["chunks"]
@@ -469,6 +475,7 @@ def test_attention_key_blocks(micro_paths, more):
     assert [r["far_chunks"] for r in chunk3] == [int(s + 3 > 16) for s in range(0, 40, 3)]
     full_a, _, info_a = check_engine(path, n=40, emulate_sg=True, engine_opts=base, ks=(1,), chunks=(7,))
     assert info_a["adapter"]["kernels"]["attn_block"] == 0
+    assert info_a["layers"] == {"ops": lay["ops"], "far": None, "shared": None, "block_kernels": False}
     assert np.array_equal(full_a[:16].view(np.uint32), full_b[:16].view(np.uint32))
     later = (full_a[16:].view(np.uint32) != full_b[16:].view(np.uint32)).any(axis=1)
     assert later.sum() >= 20, f"only {int(later.sum())} of 24 rows past the first block differ"
@@ -494,8 +501,9 @@ def test_smollm2_attention_key_blocks():
 def test_attention_key_blocks_auto(micro_paths):
     """attnBlock 'auto' (the default on the fused engine with real subgroups): blocks of 512 on a fused model (a pass
     reaching position 512 runs them; the micro model with its capacity raised to 1,024), 0 without a refusal on an
-    engine that cannot take them (fuse 'attn'), and 0 for a model whose blocks' partials would not fit a storage
-    binding, where a number given is refused (options.js modelAttnBlock; at load: the test below)."""
+    engine that cannot take them (fuse 'attn'), for a model of no more than 512 positions (the blocks' kernels are
+    then not even compiled), and for a model whose blocks' partials would not fit a storage binding, where a number
+    given is refused (options.js modelAttnBlock; at load: the test below)."""
     import copy
     import subprocess
 
@@ -511,6 +519,12 @@ def test_attention_key_blocks_auto(micro_paths):
     assert info["adapter"]["kernels"]["attn_block"] == 512
     first, one = info["results"]
     assert "error" not in first and 1 <= first["far_chunks"] < first["chunks"] and one["far_chunks"] == 1
+    assert info["layers"]["block_kernels"] and info["layers"]["far"] == info["layers"]["ops"]
+    short = [{"op": "forward", "tokens": toks[:40], "start_pos": 0, "n_out": 1}]
+    info, _ = run_engine(path, describe(path), short, emulate_sg=True, engine_opts={"fuse": True, "attnBlock": "auto"})
+    assert describe(path)["config"]["seq_len"] <= 512 and info["adapter"]["kernels"]["attn_block"] == 512
+    assert "error" not in info["results"][0] and info["results"][0]["far_chunks"] == 0
+    assert info["layers"]["far"] is None and not info["layers"]["block_kernels"], info["layers"]
     info, _ = run_engine(path, d, ops[:1], emulate_sg=True, engine_opts={"fuse": "attn", "attnBlock": "auto"})
     assert info["adapter"]["kernels"]["attn_block"] == 0 and "error" not in info["results"][0]
     js = """import { modelAttnBlock } from './app/gpu/options.js';
