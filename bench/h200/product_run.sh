@@ -37,7 +37,8 @@
 #           AB_DRAFTERS (none,ngram,model; with head: the shipped head, bench product's default --head), AB_KS (2,4),
 #           AB_PER (prompts per stratum, 1), AB_DEADLINE (120 s), AB_TIMEOUT (170 s), AB_PYTEST (test files to run on
 #           this GPU after the sides, e.g. tests/gpu/test_spec_chain_engine.py); AB_LONG=1: then A and B
-#           again with 256-token answers (casual chat, rewrites, repetitive text; none and ngram k 4): long_{A,B}.*;
+#           again with 256-token answers (casual chat, rewrites, repetitive text; none and ngram k 4): long_{A,B}.*
+#           (AB_LONG_SIDES: which, default "A B"; A2 again the defaults); AB_SIDES=- skips the 64-token sides;
 #           product_ab_{A,B}.{json,txt}, ab.log                                                     ~5 minutes
 # --diag    stage, check, then bench/gpu/bench.mjs --model-only with ABLATE=1 (GPU time per pass with each kind of
 #           dispatch left out, and the dispatch count's floor: bench_ablate.txt), then --ab with AB_OPTS
@@ -209,6 +210,7 @@ if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B),
   AB="--strata all --per-stratum ${AB_PER:-1} --drafters ${AB_DRAFTERS:-none,ngram,model} --ks ${AB_KS:-2,4} --modes greedy --runs 3 --max-new-tokens 64 --deadline ${AB_DEADLINE:-120}"
   {
     for side in ${AB_SIDES:-A B A2 C D}; do
+      [ "$side" = - ] && continue   # (AB_SIDES=-: none of the 64-token sides, e.g. only AB_LONG's)
       [ "$side" = A2 ] && [ "${AB_THIRD:-0}" != 1 ] && continue
       [ "$side" = C ] && [ -z "${AB_C_OPTS:-}" ] && continue
       [ "$side" = D ] && [ -z "${AB_D_ARGS:-}" ] && continue
@@ -218,8 +220,8 @@ if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B),
       timeout ${AB_TIMEOUT:-170} $B $AB $opts --out $O/product_ab_$side.json --table $O/product_ab_$side.txt $EXTRA
       echo "product $side: rc $? $(date -u +%T)"
     done
-    if [ "${AB_LONG:-0}" = 1 ]; then   # longer answers (256 tokens) on three strata, A and B
-      for side in A B; do
+    if [ "${AB_LONG:-0}" = 1 ]; then   # longer answers (256 tokens) on three strata, A and B (AB_LONG_SIDES: e.g. A B A2)
+      for side in ${AB_LONG_SIDES:-A B}; do
         opts=""; [ "$side" = B ] && opts="--engine-opts $AB_OPTS"
         echo "== product $side, 256 tokens ${opts:-(the defaults)} $(date -u +%T)"
         timeout 120 $B --strata casual_chat,rewrites,repetitive --per-stratum 1 --drafters none,ngram --ks 4 --modes greedy \
