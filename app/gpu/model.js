@@ -495,8 +495,7 @@ export class EngineModel {
     if (from !== null) {
       sub.copy(this.bufs.tokens, 4 * from, this.bufs.ids, 0, 4);
       sub.copy(this.bufs.ids, 0, this.bufs.tokens, 0, 4);
-      sub.preStaging = otherStaging(staging);
-      sub.fence = true;                              // (launch: its readback must not wait for its successor)
+      sub.continuation();
     }
     for (let i = 0; i < n; i++) sub.pass(this, { n: 1, startPos: startPos + i, nOut: 1, tokBase: i, outBase: i }, 'tokens');
     sub.read(this.bufs.tokens, 4, 4 * n);                                        // ids (n,): tokens[1..n]
@@ -661,10 +660,7 @@ export class EngineModel {
     sub.run(this.chainOps, 1, 0, 'chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
     sub.read(this.bufs.ids, 0, 4 * rounds * W);                                 // ids (rounds, k + 1)
-    if (cont) {
-      sub.preStaging = otherStaging(staging);
-      sub.fence = true;
-    }
+    if (cont) sub.continuation();
     return sub;
   }
 
@@ -762,10 +758,7 @@ export class EngineModel {
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
     sub.read(this.bufs.ids, 0, 4 * rounds * W);                                 // ids (rounds, k + 1)
     sub.read(this.bufs.chain_state, 0, 16);                                     // state (4,): L, 0, D, 0
-    if (cont) {
-      sub.preStaging = otherStaging(staging);
-      sub.fence = true;
-    }
+    if (cont) sub.continuation();
     return sub;
   }
 
@@ -911,7 +904,7 @@ export class EngineModel {
   /** The command buffers of `sub`, reading back into the buffer `into` ({cbs, dispatches}). */
   encode(sub, into) {
     return encodeSubmission(this.device, sub.items, sub.reads, into,
-      { splits: this.plan.splits + (sub.passes - 1) * this.plan.passSplits, ts: this.ts });
+      { splits: sub.splits ?? this.plan.splits + (sub.passes - 1) * this.plan.passSplits, ts: this.ts });
   }
 
   /** Map a buffer for reading; a lost device rejects with "device lost: ..." (never hangs). */
@@ -983,6 +976,7 @@ export class Submission {
     this.passes = 0;
     this.chunks = 0;
     this.farChunks = 0;   // chunks that ran the key blocks' layers (attnBlock)
+    this.splits = null;   // command buffers, where not the plan's (a continuation: contSplits)
   }
 
   /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head;
@@ -1008,6 +1002,16 @@ export class Submission {
     this.passes++;
   }
 
+  /** Mark this submission a continuation (decodeAhead's, a chain's): queued behind the run before it, it reads back
+   * into its own staging buffer while its successor's commands are pre-encoded for the other (preStaging); its
+   * readback must not wait for its successor (fence: launch); and the GPU being busy when it is submitted, it is
+   * encoded as plan.contSplits command buffers (1 by default: splitting lets only an idle GPU start early). */
+  continuation() {
+    this.preStaging = otherStaging(this.staging);
+    this.fence = true;
+    this.splits = this.owner.plan.contSplits || null;
+  }
+
   /** One-off ops (the chain kernel) for `rows` rows with the step slot at byte `offset`. */
   run(ops, rows, offset, label) {
     this.items.push({ ops, rows, offset });
@@ -1026,6 +1030,7 @@ export class Submission {
 
   /** Commands depend only on this: the chunk shapes, copies, readbacks and the buffers they use. */
   key(staging = this.staging) {
-    return `${this.shape.join('|')}|${this.reads.map(([s, o, n]) => `${s.label}@${o}+${n}`).join(',')}>${staging}|${this.owner.gen}`;
+    return `${this.shape.join('|')}|${this.reads.map(([s, o, n]) => `${s.label}@${o}+${n}`).join(',')}>${staging}|${this.owner.gen}` +
+      (this.splits ? `|s${this.splits}` : '');
   }
 }

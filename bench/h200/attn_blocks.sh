@@ -18,9 +18,10 @@
 #     run(command="BLOCKS_OPTS='{\"attnBlock\":256,\"attnSplit\":1}' bash bench/h200/blocks_ab.sh",
 #         carry=[".devcarry/champ1"], timeout_s=600)   (the product's A/B on long context + casual chat, then JSON mode)
 # Since the tenth session attnBlock is on by default ('auto': 512); its variants "default kb0" compare it with blocks
-# off. Next (one call, carry gpu_node and gpu_rest only): LONG_VARIANTS="kb4096" SHORT_VARIANTS="default kb0 kb4096"
-# PYTEST=0 bash bench/h200/attn_blocks.sh -- at position 64 the default ran 1.7-2.7% slower than kb0 although its
-# one-row passes run the same kernels; kb4096 (blocks larger than the capacity) runs them without the blocks' buffers.
+# off. (The tenth session prepared LONG_VARIANTS="kb4096" SHORT_VARIANTS="default kb0 kb4096" to explain why the
+# default ran 1.7-2.7% slower than kb0 at position 64; it could not have: at the bench's capacities, 1,024 and 2,048,
+# blocks of 4,096 give the model attnBlock 0, i.e. kb0 itself. The eleventh session's bench/h200/ab_engines.sh runs
+# the options in one process instead.)
 # Dry run here (llvmpipe, one layer, emulated subgroups, fused):
 #   SETUP=0 BACKEND=opengl EXTRA_ENV="EMULATE_SG=1 FUSE=1 SYNTH_LAYERS=1" LONG_POS=600 LONG_VARIANTS="default kb256"
 #   SHORT_VARIANTS="default kb256" ROUNDS=1 PYTEST=0 OUT=/tmp/blk bash bench/h200/attn_blocks.sh

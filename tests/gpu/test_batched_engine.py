@@ -226,9 +226,12 @@ def test_decode_ahead_continuation(models, variant, pick_name):
     """decodeAhead(..., then): the next `then` passes are submitted before the call waits for its readback. The next
     call that asks for exactly them returns their result (stats.continued), BITWISE what it returns without the
     continuation; a truncate, another call (forward) or a call for other passes drops it, and the KV caches are as if
-    it never ran (the forwards after each equal those of the same calls made without `then`)."""
+    it never ran (the forwards after each equal those of the same calls made without `then`). A continuation, queued
+    behind the run before it, is one command buffer (contSplits 1); a fresh run splits + (n - 1) x passSplits of
+    them (here 3 + (n - 1)), as every run does with contSplits 0."""
     (path, d), _ = models
-    kw, pick = VARIANTS[variant], PICKS[pick_name]
+    pick = PICKS[pick_name]
+    kw = {**VARIANTS[variant], "engine_opts": {**VARIANTS[variant].get("engine_opts", {}), "splits": 3, "passSplits": 1}}
     V = d["config"]["vocab_size"]
     prompt = [int(x) for x in np.random.default_rng(5).integers(0, V, 6)]
     P = len(prompt)
@@ -260,6 +263,15 @@ def test_decode_ahead_continuation(models, variant, pick_name):
         if r["op"] == "decode_ahead":
             assert r["ids"] == r0["ids"] and r["length"] == r0["length"] and not r0["continued"]
     assert [r["continued"] for r in res if r["op"] == "decode_ahead"] == [False, True, True, False, False, False, True]
+    cbs = [(r["command_buffers"], r["continued"], len(r["ids"])) for r in res if r["op"] == "decode_ahead"]
+    assert all(c == (1 if cont else 3 + n - 1) for c, cont, n in cbs), cbs
+    assert [r["command_buffers"] for r in res0 if r["op"] == "decode_ahead"] == [3 + n - 1 for _, _, n in cbs]
+    kw0 = {**kw, "engine_opts": {**kw["engine_opts"], "contSplits": 0}}
+    info2, outs2 = run_engine(path, d, seq(lambda t: t), **kw0)
+    res2 = info2["results"]
+    assert [r.get("continued") for r in res2] == [r.get("continued") for r in res]
+    assert [r["command_buffers"] for r in res2 if r["op"] == "decode_ahead"] == [3 + n - 1 for _, _, n in cbs]
+    assert len(outs2) == len(outs) and all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs, outs2))
 
 
 def test_no_continuation_past_a_stop_id(models):
