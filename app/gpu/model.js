@@ -625,6 +625,10 @@ export class EngineModel {
     }
     const other = otherStaging(staging);
     const contSub = next > 0 ? contOf(other) : null;
+    // a continuation submitted now, behind this run (the call before submitted it: the GPU is busy), is encoded as
+    // plan.contSplits command buffers (1: splitting lets only an idle GPU start early, and each further buffer costs
+    // GPU time); one submitted after this run's readback (a fresh run's) finds the GPU idle and keeps the plan's splits
+    if (contSub && continued) contSub.splits = this.plan.contSplits || null;
     if (contSub && !continued && !this.pres.has(contSub.key())) {
       // encode the continuation while the GPU runs this one, so that it is submitted as soon as this is read back
       // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)
@@ -1002,14 +1006,12 @@ export class Submission {
     this.passes++;
   }
 
-  /** Mark this submission a continuation (decodeAhead's, a chain's): queued behind the run before it, it reads back
-   * into its own staging buffer while its successor's commands are pre-encoded for the other (preStaging); its
-   * readback must not wait for its successor (fence: launch); and the GPU being busy when it is submitted, it is
-   * encoded as plan.contSplits command buffers (1 by default: splitting lets only an idle GPU start early). */
+  /** Mark this submission a continuation (decodeAhead's, a chain's): it reads back into its own staging buffer while
+   * its successor's commands are pre-encoded for the other (preStaging), and its readback must not wait for its
+   * successor (fence: launch). (Its command buffers: runChained.) */
   continuation() {
     this.preStaging = otherStaging(this.staging);
     this.fence = true;
-    this.splits = this.owner.plan.contSplits || null;
   }
 
   /** One-off ops (the chain kernel) for `rows` rows with the step slot at byte `offset`. */

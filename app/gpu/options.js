@@ -177,8 +177,8 @@ export function resolvePlan(opts, info, device) {
   if (typeof chainRowwise !== 'boolean') throw new Error(`chainRowwise ${JSON.stringify(chainRowwise)} must be true or false`);
   const mapFence = opts.mapFence ?? true;
   if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
-  // a continuation is queued behind the run before it, so the GPU is busy when it is submitted: splitting it would
-  // only cost GPU time (each further command buffer ~18 us of a one-row pass on an H100: 0.969 -> 0.914 ms with one;
+  // a continuation queued behind the run before it (model.js runChained) finds the GPU busy: splitting it would only
+  // cost GPU time (each further command buffer ~18 us of a one-row pass on an H100: 0.969 -> 0.914 ms with one;
   // bench/h200/results/2026-12-06b). 1: one command buffer; 0: as any submission (splits, passSplits)
   const contSplits = opts.contSplits ?? 1;
   if (!Number.isInteger(contSplits) || contSplits < 0) throw new Error(`contSplits ${JSON.stringify(contSplits)} must be an integer >= 0`);
