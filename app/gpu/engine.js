@@ -28,7 +28,8 @@
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
 //            further pass of a batched step (default 1), contSplits?: command buffers of a continuation queued
 //            behind the run before it (a decodeAhead's or chain's next run submitted while the GPU runs the one
-//            before: nothing to start early; default 1; 0: as any submission),
+//            before: nothing to start early; default 1; 0: as any submission) of up to contSplitsMaxPasses? passes
+//            (default 4; longer ones keep splits + passSplits),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
 //            chainRounds?: rounds of the n-gram drafter one ngramChain, or of a draft one specChain, may run (default
 //            4 on GPUs; 0 on CPU adapters: neither offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes

@@ -180,12 +180,18 @@ export function resolvePlan(opts, info, device) {
   // a continuation queued behind the run before it (model.js runChained) finds the GPU busy: splitting it would only
   // cost GPU time (each further command buffer ~18 us of a one-row pass on an H100: 0.969 -> 0.914 ms with one;
   // bench/h200/results/2026-12-06b). 1: one command buffer; 0: as any submission (splits, passSplits)
+  // ... up to contSplitsMaxPasses passes: in one process on an H100 (calls 9-10 there), chained runs of 4 gained
+  // 1.5-10% in one buffer, but runs of 16 lost 4% (cause not known), so longer continuations keep the plan's splits
   const contSplits = opts.contSplits ?? 1;
   if (!Number.isInteger(contSplits) || contSplits < 0) throw new Error(`contSplits ${JSON.stringify(contSplits)} must be an integer >= 0`);
+  const contSplitsMaxPasses = opts.contSplitsMaxPasses ?? 4;
+  if (!Number.isInteger(contSplitsMaxPasses) || contSplitsMaxPasses < 1) {
+    throw new Error(`contSplitsMaxPasses ${JSON.stringify(contSplitsMaxPasses)} must be an integer >= 1`);
+  }
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, contSplits, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, contSplits, contSplitsMaxPasses, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
     // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped', kind, ...} at each
     // batched call's start and end and each submission's submit and readback (bench/product/node_host.mjs with

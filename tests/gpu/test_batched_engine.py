@@ -227,12 +227,14 @@ def test_decode_ahead_continuation(models, variant, pick_name):
     call that asks for exactly them returns their result (stats.continued), BITWISE what it returns without the
     continuation; a truncate, another call (forward) or a call for other passes drops it, and the KV caches are as if
     it never ran (the forwards after each equal those of the same calls made without `then`). A continuation queued
-    behind the run before it (submitted by a continued call) is one command buffer (contSplits 1); any other run
-    splits + (n - 1) x passSplits of them (here 3 + (n - 1)): a fresh one, and one submitted after a fresh one's
-    readback (the GPU idle); with contSplits 0 every run."""
+    behind the run before it (submitted by a continued call) is one command buffer (contSplits 1) if it has at most
+    contSplitsMaxPasses passes (8 here; by default 4: the 5 passes of call 3 are then split); any other run splits +
+    (n - 1) x passSplits of them (here 3 + (n - 1)): a fresh one, and one submitted after a fresh one's readback (the
+    GPU idle); with contSplits 0 every run."""
     (path, d), _ = models
     pick = PICKS[pick_name]
-    kw = {**VARIANTS[variant], "engine_opts": {**VARIANTS[variant].get("engine_opts", {}), "splits": 3, "passSplits": 1}}
+    kw = {**VARIANTS[variant], "engine_opts": {**VARIANTS[variant].get("engine_opts", {}), "splits": 3, "passSplits": 1,
+                                                 "contSplitsMaxPasses": 8}}
     V = d["config"]["vocab_size"]
     prompt = [int(x) for x in np.random.default_rng(5).integers(0, V, 6)]
     P = len(prompt)
@@ -275,6 +277,9 @@ def test_decode_ahead_continuation(models, variant, pick_name):
     assert [r.get("continued") for r in res2] == [r.get("continued") for r in res]
     assert [r["command_buffers"] for r in res2 if r["op"] == "decode_ahead"] == [3 + n - 1 for _, _, n in cbs]
     assert len(outs2) == len(outs) and all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs, outs2))
+    kw4 = {**kw, "engine_opts": {k: v for k, v in kw["engine_opts"].items() if k != "contSplitsMaxPasses"}}
+    info4, _ = run_engine(path, d, seq(lambda t: t)[:4], **kw4)
+    assert [r["command_buffers"] for r in info4["results"][1:]] == [3 + 4 - 1, 3 + 8 - 1, 3 + 5 - 1]
 
 
 def test_no_continuation_past_a_stop_id(models):
