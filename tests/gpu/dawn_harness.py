@@ -82,7 +82,8 @@ def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, 
     holds the message of one that failed). draft: (path, description) of a second model (ops with on='draft',
     spec_round). features: the champion keeps its final hidden states (ops read_features). head: (path, description[,
     opts]) of a draft head on the champion (engine.loadHead; ops with on='head', spec_round with draft='head').
-    shader_dir: a folder of kernel files to run instead of shaders/ (e.g. another revision's)."""
+    shader_dir: a folder of kernel files to run instead of shaders/ (e.g. another revision's). break_shader: a kernel
+    file served broken ('FILE'), or only its variants with a define ('FILE:DEFINE')."""
     vocab = description["config"]["vocab_size"]
     with tempfile.TemporaryDirectory() as td:
         spec = {"model": str(model), "description": description, "ops": ops, "seq_len": seq_len,

@@ -53,9 +53,19 @@ export function specEngineOptions(spec) {
     ...(spec.emulate_sg ? { lanes: 1, subgroups: false, tile8: true, tile1: true, emulatedSubgroups: true,
       ksplit: spec.ksplit ?? 1 } : {}),
     ...(spec.engine_opts ?? {}),   // the test's own extra options (e.g. {"fuse": true, "fuseSlice": 32})
-    // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected)
-    ...(spec.break_shader ? { shaderSource: async (name) => (name === spec.break_shader ? 'fn main( {' : base(name)) } : {}),
+    // spec.break_shader: that kernel's WGSL is served broken (tests of what the engine does when a kernel is rejected);
+    // 'FILE:DEFINE' breaks only the variants of FILE compiled with DEFINE (a line under `#if DEFINE` that cannot parse)
+    ...(spec.break_shader ? { shaderSource: breakShader(spec.break_shader, base) } : {}),
     ...JSON.parse(process.env.EXACTSPEC_ENGINE_OPTS || '{}'),
+  };
+}
+
+/** A shader source serving `what` ('FILE' or 'FILE:DEFINE') broken, every other file from base. */
+function breakShader(what, base) {
+  const [file, define] = what.split(':');
+  return async (name) => {
+    if (name !== file) return base(name);
+    return define ? `${await base(name)}\n// #if ${define}\nfn broken( {\n// #endif\n` : 'fn main( {';
   };
 }
 

@@ -543,6 +543,31 @@ console.log(JSON.stringify([modelAttnBlock(plan, cfg, 21233664), modelAttnBlock(
                       "bytes, more than the storage binding limit 21233663; use a larger attnBlock or a smaller seq_len")
 
 
+def test_attention_key_blocks_rejected(micro_paths):
+    """The key blocks' kernels compile at the first model that runs them: where the implementation rejects them (here
+    the attention's BLOCKS variant served broken), 'auto' loads the model without blocks (its answers the engine's
+    without them, bitwise) and a number given refuses the load, naming the option."""
+    import copy
+
+    from exactspec.formats import describe
+
+    path = micro_paths["Q4_1"]
+    d = copy.deepcopy(describe(path))
+    d["config"]["seq_len"] = 1024
+    toks = [(5 + 7 * i) % d["config"]["vocab_size"] for i in range(530)]
+    ops = [{"op": "forward", "tokens": toks[:520], "start_pos": 0, "n_out": 3},
+           {"op": "forward", "tokens": toks[520:530], "start_pos": 520, "n_out": 10}]
+    opts = {"fuse": True, "attnBlock": "auto"}
+    info, outs = run_engine(path, d, ops, emulate_sg=True, engine_opts=opts, break_shader="attention:BLOCKS")
+    assert [r.get("error") for r in info["results"]] == [None, None]
+    assert [r["far_chunks"] for r in info["results"]] == [0, 0]
+    assert info["layers"]["far"] is None and not info["layers"]["block_kernels"], info["layers"]
+    info0, outs0 = run_engine(path, d, ops, emulate_sg=True, engine_opts={"fuse": True, "attnBlock": 0})
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(outs, outs0)) and len(outs) == 2
+    with pytest.raises(RuntimeError, match="attnBlock 512: the key blocks' kernels are unavailable"):
+        run_engine(path, d, ops, emulate_sg=True, engine_opts={"fuse": True, "attnBlock": 512}, break_shader="attention:BLOCKS")
+
+
 def test_attention_key_blocks_past_the_binding_limit():
     """SmolLM2 at its full seq_len (8,192) in blocks of 16: 512 blocks of partials would take 680 MB, more than a
     storage binding holds; the load is refused, naming the option and what to change."""
