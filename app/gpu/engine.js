@@ -185,8 +185,9 @@
 // Speed notes: one compute pass per forward (embed, then per layer qkv+RoPE+KV write, attention, o+residual,
 // gate/up+SwiGLU, down+residual, then the head for the rows asked: 5 * n_layers + 2 dispatches; fuse 'attn':
 // 4 * n_layers + 2, fuse true: 3 * n_layers + 2, see opts.fuse), split into `splits` command buffers submitted one
-// after another (a small first one, so the GPU starts early); the command buffers for the next submission of the same
-// shape are encoded while the GPU runs this one.
+// after another (a small first one, so the GPU starts early; a continuation queued behind a running run is one:
+// contSplits, each further buffer costing GPU time); the command buffers for the next submission of the same shape
+// are encoded while the GPU runs this one.
 // Errors: device loss makes every call reject with an Error whose message starts with "device lost"; other GPU
 // errors with "gpu error"; bad arguments/files with a message naming the problem. Calls are serialised (per engine).
 
