@@ -141,3 +141,51 @@ def test_the_grammar_setting_is_json_modes_own_proposals_alone():
     assert [(r["stratum"], r["drafter"]) for r in rows] == [("json_extraction", "grammar")]
     table = P.table(P.build_report(res, a, {}, [], 0.0, 0.0))
     assert any(line.startswith("json_extraction") and " grammar " in line for line in table.splitlines()), table
+
+
+def test_engine_ab_pairs_every_alone_answer(tmp_path):
+    """--ab-engine-opts (host node only): a second host makes every champion-alone answer too, right after the
+    prompt's answers on the first host in even runs and right before them in odd ones; the report pairs them (B / A
+    per pair, per stratum and mode) and says whether their tokens were the same. Two CPython sessions as the hosts."""
+    from bench import product as P
+    from exactspec.micro import micro_config, write_micro_gguf
+
+    with pytest.raises(SystemExit):
+        P.parse_args(["--ab-engine-opts", "{}"])                              # (the Chromium host: one page)
+    with pytest.raises(SystemExit):
+        P.parse_args(["--host", "node", "--ab-engine-opts", "[1]"])          # (not a JSON object)
+    champ = tmp_path / "micro.gguf"
+    write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
+    a = P.parse_args(["--host", "node", "--champion", str(champ), "--strata", "repetitive,casual_chat",
+                      "--per-stratum", "1", "--drafters", "none,ngram", "--ks", "2", "--runs", "2",
+                      "--max-new-tokens", "8", "--ab-engine-opts", '{"contSplits": 0}'])
+    a.items = P.select_items(a)
+    log = []
+
+    class Logged(SessionHost):
+        def __init__(self, name):
+            super().__init__(champ)
+            self.name = name
+
+        def generate(self, params):
+            log.append((self.name, params["max_new_tokens"], params["drafter"]))
+            return super().generate(params)
+
+    res = P.run_bench(Logged("A"), a.items, a, log=lambda m: None, host_b=Logged("B"))
+    assert not [e for e in res["errors"] if e["what"] != "timings"], res["errors"]
+    assert len(res["ab"]) == 2 * 2 and all(r["identical"] and r["side"] == "B" and r["a_tok_s"] > 0 for r in res["ab"])
+    measured = [x for x in log if x[1] == 8]          # (not the warm-ups' 2 tokens)
+    per_prompt = [measured[i:i + 3] for i in range(0, len(measured), 3)]   # A: alone + ngram; B: alone
+    assert len(per_prompt) == 4
+    for run, group in zip([0, 1, 0, 1], per_prompt):                      # (a stratum's runs, then the next's)
+        assert [h for h, _, _ in group] == (["A", "A", "B"] if run == 0 else ["B", "A", "A"]), group
+    a.sha = P.artifact_sha256s(a)
+    report = P.build_report(res, a, {}, [], 0.0, 0.0)
+    rows = report["ab_summary"]
+    assert [(r["stratum"], r["mode"], r["pairs"]) for r in rows] == [("repetitive", "greedy", 2), ("casual_chat", "greedy", 2)]
+    assert all(r["identical"] and r["ratio"]["n"] == 2 and r["ratio"]["median"] > 0 for r in rows)
+    assert report["meta"]["ab_engine_opts"] == {"contSplits": 0}
+    table = P.table(report)
+    assert "engine A/B, the champion alone" in table and "{'contSplits': 0}" in table
+    assert sum(line.startswith(("repetitive", "casual_chat")) and line.rstrip().endswith("yes")
+               for line in table.split("engine A/B")[1].splitlines()) == 2

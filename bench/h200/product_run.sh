@@ -39,6 +39,10 @@
 #           this GPU after the sides, e.g. tests/gpu/test_spec_chain_engine.py); AB_LONG=1: then A and B
 #           again with 256-token answers (casual chat, rewrites, repetitive text; none and ngram k 4): long_{A,B}.*
 #           (AB_LONG_SIDES: which, default "A B"; A2 again the defaults); AB_SIDES=- skips the 64-token sides;
+#           side I (in AB_SIDES or AB_LONG_SIDES): ONE run with the defaults and `--ab-engine-opts $AB_OPTS`, a second
+#           host whose champion-alone answers alternate with the first's (the report's "engine A/B" table: B / A per
+#           answer pair), which noisy hosts cannot blur as they blur separate sides, e.g.
+#           AB_SIDES=I AB_DRAFTERS=none,ngram AB_KS=4 AB_LONG=1 AB_LONG_SIDES=I AB_OPTS='{"contSplits":0}';
 #           product_ab_{A,B}.{json,txt}, ab.log                                                     ~5 minutes
 # --diag    stage, check, then bench/gpu/bench.mjs --model-only with ABLATE=1 (GPU time per pass with each kind of
 #           dispatch left out, and the dispatch count's floor: bench_ablate.txt), then --ab with AB_OPTS
@@ -215,6 +219,7 @@ if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B),
       [ "$side" = C ] && [ -z "${AB_C_OPTS:-}" ] && continue
       [ "$side" = D ] && [ -z "${AB_D_ARGS:-}" ] && continue
       opts=""; [ "$side" = B ] && opts="--engine-opts $AB_OPTS"; [ "$side" = C ] && opts="--engine-opts $AB_C_OPTS"
+      [ "$side" = I ] && opts="--ab-engine-opts $AB_OPTS"
       [ "$side" = D ] && opts="$AB_D_ARGS"
       echo "== product $side ${opts:-(the defaults)} $(date -u +%T)"
       timeout ${AB_TIMEOUT:-170} $B $AB $opts --out $O/product_ab_$side.json --table $O/product_ab_$side.txt $EXTRA
@@ -222,7 +227,7 @@ if [ "$MODE" = "--ab" ]; then   # the engine's defaults (A) against AB_OPTS (B),
     done
     if [ "${AB_LONG:-0}" = 1 ]; then   # longer answers (256 tokens) on three strata, A and B (AB_LONG_SIDES: e.g. A B A2)
       for side in ${AB_LONG_SIDES:-A B}; do
-        opts=""; [ "$side" = B ] && opts="--engine-opts $AB_OPTS"
+        opts=""; [ "$side" = B ] && opts="--engine-opts $AB_OPTS"; [ "$side" = I ] && opts="--ab-engine-opts $AB_OPTS"
         echo "== product $side, 256 tokens ${opts:-(the defaults)} $(date -u +%T)"
         timeout 120 $B --strata casual_chat,rewrites,repetitive --per-stratum 1 --drafters none,ngram --ks 4 --modes greedy \
           --runs 3 --max-new-tokens 256 --deadline 80 $opts --out $O/long_$side.json --table $O/long_$side.txt $EXTRA

@@ -249,6 +249,12 @@ class ChromiumHost:
                 pass
 
 
+def open_host_b(a) -> NodeHost:
+    """--ab-engine-opts: a second Node host, its engine given --engine-opts and then these (the engine A/B)."""
+    base = json.loads(a.engine_opts) if a.engine_opts else {}
+    return NodeHost(a.backend, Path(a.champion), None, node=a.node, engine_opts={**base, **json.loads(a.ab_engine_opts)})
+
+
 def open_host(a) -> NodeHost | ChromiumHost:
     draft = Path(a.draft) if a.draft and "model" in a.drafters else None
     head = Path(a.head) if a.head and "head" in a.drafters else None
@@ -298,16 +304,19 @@ def record(out: dict, **where) -> dict:
     return r
 
 
-def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict:
-    """All runs over the chosen prompts; returns {"records", "timings", "warmups", "errors", "stopped"}.
+def run_bench(host, items: list[dict], a, log=progress, checkpoint=None, host_b=None) -> dict:
+    """All runs over the chosen prompts; returns {"records", "timings", "warmups", "errors", "stopped", "ab"}.
     Strata one after another, each with all its runs (so a deadline leaves whole strata); checkpoint(res) is called
     after each run of each stratum (the report so far can be written); past a.deadline seconds no new stratum is
-    started (res["stopped"] says so)."""
+    started (res["stopped"] says so). host_b (--ab-engine-opts): each champion-alone answer is made on it too, right
+    after the prompt's answers on `host` in even runs and right before them in odd ones, into res["ab"] (its record,
+    with a_tok_s: the same answer's rate on `host`, and identical: the same tokens)."""
     configs = spec_configs(a.drafters, a.ks, a.adaptives)
     groups = [(m, s) for m in a.modes for s in (a.seeds if m == "coupled" else a.seeds[:1])]
     strata = list(dict.fromkeys(it["stratum"] for it in items))
     records, timings, warmups, errors = [], [], [], []
-    res = {"records": records, "timings": timings, "warmups": warmups, "errors": errors, "stopped": None}
+    ab = []
+    res = {"records": records, "timings": timings, "warmups": warmups, "errors": errors, "stopped": None, "ab": ab}
     n_answers = a.runs * len(items) * len(groups) * (1 + len(configs))
     done = 0
     t_start = time.perf_counter()
@@ -343,6 +352,8 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                     w = host.generate({**base, "max_new_tokens": 2, "temperature": 0.0,
                                        **({"drafter": "model", "k": 1, "adaptive": False} if "model" in a.drafters
                                           else {"drafter": "none"})})
+                    if host_b is not None:   # (its own prefill, so that its measured answers reuse it too)
+                        host_b.generate({**base, "max_new_tokens": 2, "temperature": 0.0, "drafter": "none"})
                     warmups.append({"run": run, "stratum": stratum, "prompt_id": it["id"],
                                     "prompt_tokens": w.get("prompt_tokens"), "ttft_ms": w["stats"].get("ttft_ms"),
                                     "prefill_passes": w["stats"].get("prefill_passes"),
@@ -359,6 +370,19 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                     shift = run % len(order)
                     order = order[shift:] + order[:shift]     # rotate: no setting always runs first
                     alone, group = None, []
+                    alone_send = {"drafter": "none", "k": 0, "adaptive": False, "speculation": False}
+                    where_b = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
+                               "max_new_tokens": max_new, **alone_send, **({"json_mode": True} if fmt else {}),
+                               "side": "B"}
+
+                    def alone_b():
+                        try:
+                            return record(host_b.generate({**base, **fmt, **settings, **alone_send}), **where_b)
+                        except HostError as e:
+                            errors.append({**where_b, "what": "generate (engine B)", "error": str(e)})
+                            log(f"{it['id']} engine B: {e}")
+                            return None
+                    rb = alone_b() if host_b is not None and run % 2 == 1 else None
                     for c in order:
                         if c is not None and c["drafter"] == "grammar" and not fmt:
                             done += 1
@@ -383,14 +407,21 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None) -> dict
                     for r in group:
                         r["identical"] = None if alone is None else r["token_ids"] == alone["token_ids"]
                         records.append(r)
+                    if host_b is not None and run % 2 == 0:
+                        rb = alone_b()
+                    if rb is not None:
+                        rb["a_tok_s"] = alone["tokens_per_s"] if alone else None
+                        rb["identical"] = None if alone is None else rb["token_ids"] == alone["token_ids"]
+                        ab.append(rb)
                     el = time.perf_counter() - t_start
                     eta = el / max(done, 1) * (n_answers - done)
                     spd = " ".join(f"{r['drafter'][0]}{r['k']}{'a' if r['adaptive'] else ''}:"
                                    f"{r['tokens_per_s'] / alone['tokens_per_s']:.2f}"
                                    for r in group if alone is not None and r is not alone)
                     same = all(r["identical"] for r in group)
+                    eng_b = f"; engine B alone {rb['tokens_per_s']:.1f} tok/s" if rb is not None else ""
                     log(f"run {run + 1}/{a.runs} {stratum} {it['id']} {mode} seed {seed}: alone "
-                        f"{alone['tokens_per_s']:.1f} tok/s ({alone['n_tokens']} tokens); x {spd}; identical "
+                        f"{alone['tokens_per_s']:.1f} tok/s ({alone['n_tokens']} tokens){eng_b}; x {spd}; identical "
                         f"{'yes' if same else 'NO'}  [{done}/{n_answers}, {el:.0f} s, ~{eta:.0f} s left]"
                         if alone else f"{it['id']}: the champion-alone answer failed")
             if checkpoint is not None:
@@ -544,6 +575,29 @@ def alone_rows(res: dict, a) -> list[dict]:
     return out
 
 
+def ab_rows(res: dict, a) -> list[dict]:
+    """The engine A/B (--ab-engine-opts) per stratum and mode: the champion alone's tok/s on each engine (per run,
+    the stratum's tokens over its seconds), B / A per answer pair (the same prompt, run, mode and seed, made one
+    right after the other), and whether every pair's tokens were the same."""
+    out = []
+    pairs = [r for r in res.get("ab") or [] if r.get("a_tok_s")]
+    alone = [r for r in res["records"] if r["drafter"] == "none"]
+    for stratum in dict.fromkeys(r["stratum"] for r in pairs):
+        for mode in a.modes:
+            sel = [r for r in pairs if r["stratum"] == stratum and r["mode"] == mode]
+            if not sel:
+                continue
+            keys = {(r["run"], r["prompt_id"], r["seed"]) for r in sel}
+            sel_a = [r for r in alone if r["stratum"] == stratum and r["mode"] == mode
+                     and (r["run"], r["prompt_id"], r["seed"]) in keys]
+            out.append({"stratum": stratum, "mode": mode, "pairs": len(sel),
+                        "a_tok_s": spread([_rate([r for r in sel_a if r["run"] == run]) for run in range(a.runs)]),
+                        "b_tok_s": spread([_rate([r for r in sel if r["run"] == run]) for run in range(a.runs)]),
+                        "ratio": spread([r["tokens_per_s"] / r["a_tok_s"] for r in sel]),
+                        "identical": all(r["identical"] for r in sel)})
+    return out
+
+
 def _f(s: dict | None, fmt: str = "{:.2f}") -> str:
     if not s:
         return "-"
@@ -578,6 +632,15 @@ def table(report: dict) -> str:
                      f"{_f(r['spec_tok_s'], '{:.1f}'):<22} {_f(r['speedup']):<20} {_f(r['predicted']):<20} "
                      f"{_f(r['tau']):<18} {r['submissions_per_round'] or 0:>7.2f} "
                      f"{r['readback_bytes_per_token'] or 0:>8.0f} {'yes' if r['identical'] else 'NO'}")
+    if report.get("ab_summary"):
+        lines.append("")
+        lines.append(f"engine A/B, the champion alone: A the engine above, B with {m['ab_engine_opts']} (a second host "
+                     "in the same run; each pair one answer after the other, the order alternating by run)")
+        lines.append(f"{'stratum':<18} {'mode':<8} {'A tok/s':<24} {'B tok/s':<24} {'B / A per pair':<22} ident")
+        for r in report["ab_summary"]:
+            lines.append(f"{r['stratum']:<18} {r['mode']:<8} {_f(r['a_tok_s'], '{:.1f}'):<24} "
+                         f"{_f(r['b_tok_s'], '{:.1f}'):<24} {_f(r['ratio'], '{:.3f}'):<22} "
+                         f"{'yes' if r['identical'] else 'no'}")
     if m.get("stopped"):
         lines.append("")
         lines.append(f"stopped early: {m['stopped']}")
@@ -632,6 +695,10 @@ def parse_args(argv=None):
                     help="seconds: start no new stratum after this (the report covers what was done)")
     ap.add_argument("--node", default="node", help="node binary (host node)")
     ap.add_argument("--engine-opts", default=None, help="createEngine options as JSON (host node)")
+    ap.add_argument("--ab-engine-opts", default=None,
+                    help="host node: a second host whose engine also takes these createEngine options (JSON); every "
+                         "champion-alone answer is made on both, one right after the other (the order alternating by "
+                         "run), and the report gives B / A per stratum: engine options compared within one run")
     ap.add_argument("--redraw", default=None, metavar="REPORT.json[.gz]",
                     help="summarise an earlier run's report again with this code (its answers and timings) and print "
                          "its table (--table writes it too); nothing runs")
@@ -680,12 +747,15 @@ def parse_args(argv=None):
             ((a.head,) if "head" in a.drafters else ()):
         if not Path(p).is_file():
             ap.error(f"{p} does not exist")
-    if a.engine_opts:
-        try:
-            if not isinstance(json.loads(a.engine_opts), dict):
-                raise ValueError("not an object")
-        except ValueError as e:
-            ap.error(f"--engine-opts must be a JSON object ({e})")
+    for flag, v in (("--engine-opts", a.engine_opts), ("--ab-engine-opts", a.ab_engine_opts)):
+        if v:
+            try:
+                if not isinstance(json.loads(v), dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                ap.error(f"{flag} must be a JSON object ({e})")
+    if a.ab_engine_opts and a.host != "node":
+        ap.error("--ab-engine-opts needs --host node (a second host beside the first)")
     return a
 
 
@@ -759,9 +829,12 @@ def build_report(res: dict, a, info: dict, argv, t0: float, boot_s: float) -> di
         "head_copy": DEFAULTS["head_copy"] if a.head_copy is None else a.head_copy,
         "json_mode": sorted(i["id"] for i in a.items if i["id"] in a.json_formats),
         "timing_reps": a.timing_reps, "deadline_s": a.deadline,
+        "engine_opts": json.loads(a.engine_opts) if getattr(a, "engine_opts", None) else None,
+        "ab_engine_opts": json.loads(a.ab_engine_opts) if getattr(a, "ab_engine_opts", None) else None,
+        "ab_adapter": getattr(a, "ab_info", {}).get("adapter"),
     }
     spec_recs = [r for r in res["records"] if r["drafter"] != "none"]
-    return {"meta": meta, **res, "alone": alone_rows(res, a), "summary": summarise(res, a),
+    return {"meta": meta, **res, "alone": alone_rows(res, a), "summary": summarise(res, a), "ab_summary": ab_rows(res, a),
             "answers": len(spec_recs), "all_identical": all(r["identical"] for r in spec_recs)}
 
 
@@ -788,7 +861,7 @@ def redraw(path: str, table_out: str | None) -> int:
             r["json_mode"] = True
     a = SimpleNamespace(modes=m["modes"], drafters=m["drafters"], ks=m["ks"], runs=m["runs"],
                         adaptives=ADAPTIVES[m["adaptive"]])
-    rep["summary"], rep["alone"] = summarise(rep, a), alone_rows(rep, a)
+    rep["summary"], rep["alone"], rep["ab_summary"] = summarise(rep, a), alone_rows(rep, a), ab_rows(rep, a)
     m["command"] += f"  (summarised again: python build.py bench product --redraw {path})"
     text = table(rep)
     print(text)
@@ -810,11 +883,23 @@ def main(argv=None) -> int:
     if host is None:
         return 2
     info = host.info
+    host_b = None
+    if a.ab_engine_opts:
+        try:
+            host_b = open_host_b(a)
+        except (HostError, OSError) as e:
+            host.close()
+            print(f"error: could not start the second host (--ab-engine-opts): {e}", file=sys.stderr)
+            return 2
+        a.ab_info = host_b.info
+        progress(f"engine B booted: {a.ab_engine_opts}")
     try:   # the report so far is written after every stratum: a run cut short still leaves its figures
         res = run_bench(host, a.items, a,
-                        checkpoint=lambda r: write_report(build_report(r, a, info, argv, t0, boot_s), a))
+                        checkpoint=lambda r: write_report(build_report(r, a, info, argv, t0, boot_s), a), host_b=host_b)
     finally:
         host.close()
+        if host_b is not None:
+            host_b.close()
     report = build_report(res, a, info, argv, t0, boot_s)
     print(write_report(report, a))
     if a.out:
