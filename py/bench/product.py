@@ -556,22 +556,24 @@ def summarise(res: dict, a) -> list[dict]:
     return rows
 
 
+def by_stratum_mode(recs: list[dict], modes) -> list[tuple[str, str, list[dict]]]:
+    """(stratum, mode, its records) for every stratum (in the records' order) and mode that has records."""
+    groups = ((s, m, [r for r in recs if r["stratum"] == s and r["mode"] == m])
+              for s in dict.fromkeys(r["stratum"] for r in recs) for m in modes)
+    return [g for g in groups if g[2]]
+
+
 def alone_rows(res: dict, a) -> list[dict]:
     """The champion alone per stratum and mode: tok/s, submissions per token, readback bytes per token."""
     out = []
-    recs = [r for r in res["records"] if r["drafter"] == "none"]
-    for stratum in dict.fromkeys(r["stratum"] for r in recs):
-        for mode in a.modes:
-            sel = [r for r in recs if r["stratum"] == stratum and r["mode"] == mode]
-            if not sel:
-                continue
-            toks = sum(r["n_tokens"] for r in sel)
-            out.append({"stratum": stratum, "mode": mode,
-                        "tok_s": spread([_rate([r for r in sel if r["run"] == run]) for run in range(a.runs)]),
-                        "submissions_per_token": sum(r["submissions"] or 0 for r in sel) / toks if toks else None,
-                        "readback_bytes_per_token": sum(r["readback_bytes"] or 0 for r in sel) / toks if toks else None,
-                        "ahead_passes": sum(r["ahead_passes"] or 0 for r in sel),
-                        "wasted_passes": sum(r["wasted_passes"] or 0 for r in sel)})
+    for stratum, mode, sel in by_stratum_mode([r for r in res["records"] if r["drafter"] == "none"], a.modes):
+        toks = sum(r["n_tokens"] for r in sel)
+        out.append({"stratum": stratum, "mode": mode,
+                    "tok_s": spread([_rate([r for r in sel if r["run"] == run]) for run in range(a.runs)]),
+                    "submissions_per_token": sum(r["submissions"] or 0 for r in sel) / toks if toks else None,
+                    "readback_bytes_per_token": sum(r["readback_bytes"] or 0 for r in sel) / toks if toks else None,
+                    "ahead_passes": sum(r["ahead_passes"] or 0 for r in sel),
+                    "wasted_passes": sum(r["wasted_passes"] or 0 for r in sel)})
     return out
 
 
@@ -580,21 +582,16 @@ def ab_rows(res: dict, a) -> list[dict]:
     the stratum's tokens over its seconds), B / A per answer pair (the same prompt, run, mode and seed, made one
     right after the other), and whether every pair's tokens were the same."""
     out = []
-    pairs = [r for r in res.get("ab") or [] if r.get("a_tok_s")]
     alone = [r for r in res["records"] if r["drafter"] == "none"]
-    for stratum in dict.fromkeys(r["stratum"] for r in pairs):
-        for mode in a.modes:
-            sel = [r for r in pairs if r["stratum"] == stratum and r["mode"] == mode]
-            if not sel:
-                continue
-            keys = {(r["run"], r["prompt_id"], r["seed"]) for r in sel}
-            sel_a = [r for r in alone if r["stratum"] == stratum and r["mode"] == mode
-                     and (r["run"], r["prompt_id"], r["seed"]) in keys]
-            out.append({"stratum": stratum, "mode": mode, "pairs": len(sel),
-                        "a_tok_s": spread([_rate([r for r in sel_a if r["run"] == run]) for run in range(a.runs)]),
-                        "b_tok_s": spread([_rate([r for r in sel if r["run"] == run]) for run in range(a.runs)]),
-                        "ratio": spread([r["tokens_per_s"] / r["a_tok_s"] for r in sel]),
-                        "identical": all(r["identical"] for r in sel)})
+    for stratum, mode, sel in by_stratum_mode([r for r in res.get("ab") or [] if r.get("a_tok_s")], a.modes):
+        keys = {(r["run"], r["prompt_id"], r["seed"]) for r in sel}
+        sel_a = [r for r in alone if r["stratum"] == stratum and r["mode"] == mode
+                 and (r["run"], r["prompt_id"], r["seed"]) in keys]
+        out.append({"stratum": stratum, "mode": mode, "pairs": len(sel),
+                    "a_tok_s": spread([_rate([r for r in sel_a if r["run"] == run]) for run in range(a.runs)]),
+                    "b_tok_s": spread([_rate([r for r in sel if r["run"] == run]) for run in range(a.runs)]),
+                    "ratio": spread([r["tokens_per_s"] / r["a_tok_s"] for r in sel]),
+                    "identical": all(r["identical"] for r in sel)})
     return out
 
 
