@@ -272,6 +272,9 @@ ADAPTIVES = {"off": [False], "on": [True], "both": [False, True]}
 # drafter `grammar` (--json-mode): the settings a JSON-mode answer is sent with (speculation on, no drafter: the
 # grammar's forced proposals alone; exactspec.settings.effective)
 GRAMMAR_ONLY = {"drafter": "none", "k": 0, "adaptive": False, "speculation": True}
+# the champion alone: speculation off (in JSON mode that also turns the grammar's own proposals off: drafter none
+# alone leaves them on, exactspec.settings.effective)
+ALONE = {"drafter": "none", "k": 0, "adaptive": False, "speculation": False}
 BENCH_DRAFTERS = DRAFTERS + ("grammar",)     # --drafters: the product's, and `grammar`
 
 
@@ -370,14 +373,15 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None, host_b=
                     shift = run % len(order)
                     order = order[shift:] + order[:shift]     # rotate: no setting always runs first
                     alone, group = None, []
-                    alone_send = {"drafter": "none", "k": 0, "adaptive": False, "speculation": False}
-                    where_b = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
-                               "max_new_tokens": max_new, **alone_send, **({"json_mode": True} if fmt else {}),
-                               "side": "B"}
+
+                    def where_of(spec, **more):   # an answer's place in the report
+                        return {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
+                                "max_new_tokens": max_new, **spec, **({"json_mode": True} if fmt else {}), **more}
+                    where_b = where_of(ALONE, side="B")
 
                     def alone_b():
                         try:
-                            return record(host_b.generate({**base, **fmt, **settings, **alone_send}), **where_b)
+                            return record(host_b.generate({**base, **fmt, **settings, **ALONE}), **where_b)
                         except HostError as e:
                             errors.append({**where_b, "what": "generate (engine B)", "error": str(e)})
                             log(f"{it['id']} engine B: {e}")
@@ -387,11 +391,8 @@ def run_bench(host, items: list[dict], a, log=progress, checkpoint=None, host_b=
                         if c is not None and c["drafter"] == "grammar" and not fmt:
                             done += 1
                             continue             # (not a JSON-mode prompt: it would be the champion alone)
-                        # the champion alone: speculation off (in JSON mode that also turns the grammar's own
-                        # proposals off: drafter none alone leaves them on, exactspec.settings.effective)
-                        spec = {"drafter": "none", "k": 0, "adaptive": False, "speculation": False} if c is None else c
-                        where = {"run": run, "stratum": stratum, "prompt_id": it["id"], "mode": mode, "seed": seed,
-                                 "max_new_tokens": max_new, **spec, **({"json_mode": True} if fmt else {})}
+                        spec = ALONE if c is None else c
+                        where = where_of(spec)
                         send = GRAMMAR_ONLY if spec["drafter"] == "grammar" else spec
                         try:
                             out = host.generate({**base, **fmt, **settings, **send})
