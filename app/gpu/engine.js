@@ -31,6 +31,9 @@
 //            before: nothing to start early; default 1; 0: as any submission) of up to contSplitsMaxPasses? passes
 //            (default 4; longer ones keep splits + passSplits),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
+//            preKeep?: submission shapes whose pre-encoded commands are kept (default 16), preFirst?: a fresh run that
+//            took its shape's pre-encoded commands has them encoded again by a later continued call, so that the
+//            next answer's first run comes pre-encoded too (default true; false: benches' A/B)
 //            chainRounds?: rounds of the n-gram drafter one ngramChain, or of a draft one specChain, may run (default
 //            4 on GPUs; 0 on CPU adapters: neither offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes
 //            dispatch every op row-parallel (1-row tiles, a workgroup per row: rows past the GPU's count cost only
@@ -187,7 +190,7 @@
 // 4 * n_layers + 2, fuse true: 3 * n_layers + 2, see opts.fuse), split into `splits` command buffers submitted one
 // after another (a small first one, so the GPU starts early; a continuation queued behind a running run is one:
 // contSplits, each further buffer costing GPU time); the command buffers for the next submission of the same shape
-// are encoded while the GPU runs this one.
+// are encoded while the GPU runs this one (preKeep shapes kept; an answer's first run's too: preFirst).
 // Errors: device loss makes every call reject with an Error whose message starts with "device lost"; other GPU
 // errors with "gpu error"; bad arguments/files with a message naming the problem. Calls are serialised (per engine).
 

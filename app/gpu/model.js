@@ -176,9 +176,6 @@ export async function loadModel(eng, description, readSlice, lopts) {
 
 let nextId = 0;
 
-/** Shapes of pre-encoded commands a model keeps (putPre). */
-const PRE_KEEP = 6;
-
 export class EngineModel {
   constructor(eng, cfg, W, plan, mem, wgMem, keepFeatures) {
     Object.assign(this, { eng, device: eng.device, config: cfg, W, plan, mem, wgMem, keepFeatures });
@@ -217,7 +214,8 @@ export class EngineModel {
     this.destroyed = false;
     this.outCap = 0;         // rows the logits buffer holds
     this.gen = 0;            // bumps when the logits buffer (and so the commands reading it) changes
-    this.pres = new Map();   // key -> command buffers pre-encoded for the next submission of that shape (PRE_KEEP)
+    this.pres = new Map();   // key -> command buffers pre-encoded for the next submission of that shape (plan.preKeep)
+    this.refill = null;      // {sub, gen}: a fresh run whose pre-encoded commands were taken (refillPre)
     this.ahead = null;       // a continuation of decodeAhead already submitted (aheadNow), or null
     this.stats = { dispatches: 0, chunks: 0, encode_ms: 0, gpu_ms: null };
     this.weightBytes = W.bytes;
@@ -299,6 +297,7 @@ export class EngineModel {
     this.featFrom = this.length;
     this.outCap = 0;          // rebuild the forward (with the residual kernel keeping them) and its head and picks
     this.pres.clear();
+    this.refill = null;
     await this.build();
   }
 
@@ -642,6 +641,7 @@ export class EngineModel {
       this.ahead = { run: cont, stale: false, staging: other, want: w, tag };
     };
     if (next > 0 && continued) follow(null);          // (its first token is known once this run is read back)
+    if (continued) this.refillPre();                  // (the GPU is busy with this run and the next)
     const out = await this.ran(run);
     this.stats = { ...out.stats, continued };         // continued: submitted by the call before
     return { out, after: (picked, stop, w) => this.afterRun(picked, stop, w, next, continued, follow) };
@@ -843,13 +843,22 @@ export class EngineModel {
     return c;
   }
 
-  /** Keep pre-encoded commands for their key: the PRE_KEEP most recent shapes (a decode loop alternates a few: an
-   * answer's first round, its chains and their continuations, runs ahead; each is ready when it comes again, the
-   * next answer's first chain included). */
+  /** Encode again the fresh run whose pre-encoded commands launch() took without replacing them (this.refill),
+   * unless the model's commands changed since (gen) or that shape is pre-encoded already. */
+  refillPre() {
+    const r = this.refill;
+    this.refill = null;
+    if (!r || r.gen !== this.gen || this.pres.has(r.sub.key())) return;
+    this.putPre({ ...this.encode(r.sub, this.bufs[r.sub.staging]), key: r.sub.key(), pre: true });
+  }
+
+  /** Keep pre-encoded commands for their key: the plan.preKeep most recent shapes (a decode loop alternates a dozen
+   * or so: an answer's first round, its verify blocks, chains and their continuations, runs ahead; each is ready when
+   * it comes again, the next answer's first run included). */
   putPre(cmd) {
     this.pres.delete(cmd.key);
     this.pres.set(cmd.key, cmd);
-    while (this.pres.size > PRE_KEEP) this.pres.delete(this.pres.keys().next().value);
+    while (this.pres.size > this.plan.preKeep) this.pres.delete(this.pres.keys().next().value);
   }
 
   /** submit's work: everything up to the queue submission happens before the first await (so a caller may launch
@@ -891,6 +900,10 @@ export class EngineModel {
     // (sub.preStaging: the same shape reading back into another staging buffer, a continuation's next one)
     const pre = sub.preStaging ?? sub.staging;
     if (preEncode) this.putPre({ ...encode(this.bufs[pre]), key: sub.key(pre), pre: true });
+    // a fresh run that took pre-encoded commands and has a continuation to encode now (not preEncode): encode its
+    // shape again later, while a continued call waits for the GPU (refillPre), so that the next fresh run of that
+    // shape (the next answer's first run) comes pre-encoded too
+    else if (cmd.pre && !sub.fence && this.plan.preFirst) this.refill = { sub, gen: this.gen };
     await map;
     this.plan.trace?.({ t: performance.now(), ev: 'mapped', model: this.id });
     st.wait_ms = performance.now() - tEnc - st.encode_ms;

@@ -182,6 +182,16 @@ export function resolvePlan(opts, info, device) {
   // bench/h200/results/2026-12-06b). 1: one command buffer; 0: as any submission (splits, passSplits)
   // ... up to contSplitsMaxPasses passes: in one process on an H100 (calls 9-10 there), chained runs of 4 gained
   // 1.5-10% in one buffer, but runs of 16 lost 4% (cause not known), so longer continuations keep the plan's splits
+  // pre-encoded command buffers kept per submission shape (model.js putPre: the most recent shapes). A decode loop
+  // with speculation makes a dozen or so (verify blocks of 2..5 rows, chains and their continuations, runs ahead of
+  // 1..4 passes, prefill chunks); an answer's first run, encoded fresh, costs its time to the first token 1.5-3 ms on
+  // an H100's host (bench/h200/results/2026-12-06c, call 8: kept 6, the first run was never pre-encoded in bench product)
+  const preKeep = opts.preKeep ?? 16;
+  if (!Number.isInteger(preKeep) || preKeep < 0) throw new Error(`preKeep ${JSON.stringify(preKeep)} must be an integer >= 0`);
+  // a fresh run with a continuation takes its shape's pre-encoded commands; preFirst: encode that shape again in a
+  // later continued call (the GPU busy), so that the next answer's first run finds it (model.js refillPre)
+  const preFirst = opts.preFirst ?? true;
+  if (typeof preFirst !== 'boolean') throw new Error(`preFirst ${JSON.stringify(preFirst)} must be true or false`);
   const contSplits = opts.contSplits ?? 1;
   if (!Number.isInteger(contSplits) || contSplits < 0) throw new Error(`contSplits ${JSON.stringify(contSplits)} must be an integer >= 0`);
   const contSplitsMaxPasses = opts.contSplitsMaxPasses ?? 4;
@@ -191,7 +201,7 @@ export function resolvePlan(opts, info, device) {
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, contSplits, contSplitsMaxPasses, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, contSplits, contSplitsMaxPasses, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
     // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped', kind, ...} at each
     // batched call's start and end and each submission's submit and readback (bench/product/node_host.mjs with

@@ -282,6 +282,46 @@ def test_decode_ahead_continuation(models, variant, pick_name):
     assert [r["command_buffers"] for r in info4["results"][1:]] == [3 + 4 - 1, 3 + 8 - 1, 3 + 5 - 1]
 
 
+def test_answer_first_run_stays_pre_encoded(models):
+    """An answer's first run (a fresh decodeAhead of 4 passes, no continuation) comes pre-encoded: the engine keeps
+    pre-encoded commands for the plan.preKeep most recent submission shapes (16 by default), and the answer's second
+    run (fresh, of the same shape, with a continuation: it takes those commands and encodes its continuation instead)
+    has them encoded again by a later continued call (preFirst). Here two answers as the decode loop runs the champion
+    alone (runs of 4, the second with a continuation, then continued runs), with 8 other shapes in between (forwards of
+    1..5 rows, runs ahead of 1..3 passes): the second answer's first run is pre-encoded by default; not with preFirst
+    off (the engine before 2026-12-06: its first run was never pre-encoded in the product's loop), nor when 6 shapes
+    are kept, nor with none; the same ids every way."""
+    (path, d), _ = models
+    g = PICKS["greedy"]
+    prompt = [5, 9, 2, 71, 33]
+    P = len(prompt)
+
+    def ahead(token, pos, n, then=0):
+        return {"op": "decode_ahead", "token": token, "start_pos": pos, "n": n, "pick": g, "rows": False, "then": then}
+
+    def answer():
+        return [ahead(8, P, 4), ahead("last", P + 4, 4, 4), ahead("last", P + 8, 4, 4), ahead("last", P + 12, 4, 0),
+                {"op": "truncate", "n": P}]
+
+    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1}] + answer()
+    for n in range(1, 6):                    # other shapes: forwards of n rows, runs ahead of n passes
+        ops += [{"op": "forward", "tokens": prompt[:n], "start_pos": P, "n_out": 1}, {"op": "truncate", "n": P}]
+        if n < 4:
+            ops += [ahead(8, P, n), {"op": "truncate", "n": P}]
+    ops += answer()
+    runs = {}
+    for name, opts in (("default", {}), ("no_refill", {"preFirst": False}), ("keep6", {"preKeep": 6}), ("none", {"preKeep": 0})):
+        info, _ = run_engine(path, d, ops, engine_opts=opts)
+        res = info["results"]
+        assert not [r["error"] for r in res if "error" in r]
+        runs_ahead = [r for r in res if r["op"] == "decode_ahead" and len(r["ids"]) == 4]
+        assert [r["continued"] for r in runs_ahead] == [False, False, True, True] * 2, name
+        runs[name] = ([r["pre_encoded"] for r in runs_ahead[0::4]], [r["ids"] for r in runs_ahead])
+    assert runs["default"][0] == [False, True]
+    assert runs["no_refill"][0] == runs["keep6"][0] == runs["none"][0] == [False, False]
+    assert runs["default"][1] == runs["no_refill"][1] == runs["keep6"][1] == runs["none"][1]
+
+
 def test_no_continuation_past_a_stop_id(models):
     """decodeAhead's `stop` (the answer's EOS ids): a run that picked one gets no continuation (the answer ends
     there, and passes run past it would only delay the next answer): a fresh run submits none; a continued run, whose

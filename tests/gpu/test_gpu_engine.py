@@ -620,6 +620,8 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 24}}, "attnBlock 24 must be 'auto', 0 .off. or a power of two >= 16"),
                     ({"engine_opts": {"contSplits": -1}}, "contSplits -1 must be an integer >= 0"),
                     ({"engine_opts": {"contSplitsMaxPasses": 0}}, "contSplitsMaxPasses 0 must be an integer >= 1"),
+                    ({"engine_opts": {"preKeep": -1}}, "preKeep -1 must be an integer >= 0"),
+                    ({"engine_opts": {"preFirst": 1}}, "preFirst 1 must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 8}}, "attnBlock 8 must be 'auto', 0"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "attnBlock": 16}}, "attnBlock needs fuse true without fuseQkvAttn"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": True, "attnBlock": 16}},
