@@ -17,6 +17,7 @@
 import { createEngine } from '../../app/gpu/engine.js';
 import { adapterOptions, dawnGpu, envEngineOptions } from '../../tests/gpu/engine_env.mjs';
 import { smolDescription, synthBytes } from './synth.mjs';
+import { median } from './stats.mjs';
 
 const args = process.argv.slice(2);
 const bi = args.indexOf('--backend');
@@ -30,7 +31,6 @@ const [rounds, iters, aheadN, aheadRuns] = [env('ROUNDS', 5), env('ITERS', 20), 
 const P = env('BENCH_POS', 64);
 const seqLen = env('BENCH_SEQ', 1024);
 if (P + 9 > seqLen || P + aheadN * aheadRuns > seqLen) throw new Error(`BENCH_POS ${P} + the chains' tokens exceed BENCH_SEQ ${seqLen}`);
-const median = (a) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]; };
 const gpu = dawnGpu(backend);
 const desc = smolDescription(env('SYNTH_LAYERS', 30));
 const V = desc.config.vocab_size;

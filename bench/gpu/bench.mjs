@@ -23,6 +23,7 @@ import { MODE } from '../../app/gpu/kernels.js';
 import { rowBytes } from '../../app/gpu/weights.js';
 import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
 import { smolDescription, synthBytes } from './synth.mjs';
+import { median } from './stats.mjs';
 
 const args = process.argv.slice(2);
 const arg = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
@@ -33,7 +34,6 @@ const modelOnly = args.includes('--model-only');
 const gpu = dawnGpu(backend);
 const out = {};
 const log = (...a) => console.log(...a);
-const median = (a) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]; };
 
 async function timeSubmit(device, fn) {
   const t0 = performance.now();

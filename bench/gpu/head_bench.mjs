@@ -14,10 +14,10 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createEngine } from '../../app/gpu/engine.js';
 import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
+import { median } from './stats.mjs';
 
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const gpu = dawnGpu(spec.backend ?? 'opengl');
-const median = (a) => { const b = [...a].sort((x, y) => x - y); return b[Math.floor(b.length / 2)]; };
 const reps = spec.reps ?? 5;
 
 async function timed(fn) {
