@@ -177,21 +177,22 @@ export function resolvePlan(opts, info, device) {
   if (typeof chainRowwise !== 'boolean') throw new Error(`chainRowwise ${JSON.stringify(chainRowwise)} must be true or false`);
   const mapFence = opts.mapFence ?? true;
   if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
+  // pre-encoded command buffers kept per submission shape (model.js putPre: the most recent shapes): 16, as a decode
+  // loop with speculation makes a dozen or so between two answers' first runs (verify blocks of 2..5 rows, chains
+  // and their continuations, runs ahead of 1..4 passes, prefill chunks)
+  const preKeep = opts.preKeep ?? 16;
+  if (!Number.isInteger(preKeep) || preKeep < 0) throw new Error(`preKeep ${JSON.stringify(preKeep)} must be an integer >= 0`);
+  // an answer's second run (fresh, of its first run's shape, with a continuation) takes the first run's pre-encoded
+  // commands; preFirst: a later continued call (the GPU busy) encodes that shape again (model.js refillPre), so that
+  // the next answer's first run comes pre-encoded: on an H100 through the product's loop its first token 4.6-4.8 ms
+  // instead of 6.0-6.2 (bench/h200/results/2026-12-06c, calls 14-15; without it no first run was pre-encoded)
+  const preFirst = opts.preFirst ?? true;
+  if (typeof preFirst !== 'boolean') throw new Error(`preFirst ${JSON.stringify(preFirst)} must be true or false`);
   // a continuation queued behind the run before it (model.js runChained) finds the GPU busy: splitting it would only
   // cost GPU time (each further command buffer ~18 us of a one-row pass on an H100: 0.969 -> 0.914 ms with one;
   // bench/h200/results/2026-12-06b). 1: one command buffer; 0: as any submission (splits, passSplits)
   // ... up to contSplitsMaxPasses passes: in one process on an H100 (calls 9-10 there), chained runs of 4 gained
   // 1.5-10% in one buffer, but runs of 16 lost 4% (cause not known), so longer continuations keep the plan's splits
-  // pre-encoded command buffers kept per submission shape (model.js putPre: the most recent shapes). A decode loop
-  // with speculation makes a dozen or so (verify blocks of 2..5 rows, chains and their continuations, runs ahead of
-  // 1..4 passes, prefill chunks); an answer's first run, encoded fresh, costs its time to the first token 1.5-3 ms on
-  // an H100's host (bench/h200/results/2026-12-06c, call 8: kept 6, the first run was never pre-encoded in bench product)
-  const preKeep = opts.preKeep ?? 16;
-  if (!Number.isInteger(preKeep) || preKeep < 0) throw new Error(`preKeep ${JSON.stringify(preKeep)} must be an integer >= 0`);
-  // a fresh run with a continuation takes its shape's pre-encoded commands; preFirst: encode that shape again in a
-  // later continued call (the GPU busy), so that the next answer's first run finds it (model.js refillPre)
-  const preFirst = opts.preFirst ?? true;
-  if (typeof preFirst !== 'boolean') throw new Error(`preFirst ${JSON.stringify(preFirst)} must be true or false`);
   const contSplits = opts.contSplits ?? 1;
   if (!Number.isInteger(contSplits) || contSplits < 0) throw new Error(`contSplits ${JSON.stringify(contSplits)} must be an integer >= 0`);
   const contSplitsMaxPasses = opts.contSplitsMaxPasses ?? 4;
