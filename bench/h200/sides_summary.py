@@ -73,7 +73,7 @@ def main(d: Path) -> None:
         a = answers(rep)
         tok = sum(r["n_tokens"] for r in a)
         sec = sum(r["elapsed_ms"] for r in a) / 1000
-        opts = rep["meta"].get("engine_opts") or rep["meta"]["command"].split("--engine-opts ")[-1].split(" ")[0]
+        opts = rep["meta"].get("engine_opts") or {}
         print(f"side {i} {name} {opts}: {len(a)} answers, {tok} tokens in {sec:.3f} s = {tok / sec:.1f} tok/s; "
               f"ttft median {st.median(r['ttft_ms'] for r in a):.2f} ms; answers' first runs: {tr}")
     if len(names) > 1:
