@@ -13,6 +13,8 @@ import statistics as st
 import sys
 from pathlib import Path
 
+from trace_summary import load   # (bench/h200: the timeline's records, .jsonl or .jsonl.gz)
+
 
 def answers(report: dict) -> list[dict]:
     return [r for r in report["records"] if r["drafter"] == "none" and r.get("tokens_per_s")]
@@ -22,10 +24,7 @@ def first_runs(trace: Path) -> dict:
     """Over runs of >= 8 consecutive 'ahead' calls: the median duration of the first call (ms) and the share of first
     calls whose submission was pre-encoded."""
     calls, cur = [], None
-    for line in trace.read_text().splitlines():
-        if not line.strip():
-            continue
-        r = json.loads(line)
+    for r in load(str(trace)):
         if r["ev"] == "call":
             cur = {"t": r["t"], "kind": r["kind"], "pre": None}
         elif r["ev"] == "submit" and cur is not None and cur["pre"] is None:
