@@ -389,6 +389,12 @@ def test_head_manifest_checks_the_files(micro, tmp_path):
     assert m["head"]["sha256"] == rec["gguf_sha256"] and m["champion"]["sha256"] == sha
     assert m["train"]["loss_last"] == 1.0 and set(m["ablations"]) == {"no-filter"}
     assert all(s.get("license") and s.get("sha256") for s in m["training_sources"])
+    # the prompt set's seed where it is not prep's default (a rerun must draw the same prompts), and the trainer's host
+    from exactspec_train.data import PREP_SEED_DEFAULT
+    from exactspec_train.make_head_manifest import HOST_DEFAULT
+    assert "SEED=1 " in m["rerun"]["prep"] and "--seed 1 " in m["rerun"]["prep"] and m["train"]["host"] == HOST_DEFAULT
+    m0 = build(head_path, "full", run, {**prep, "seed": PREP_SEED_DEFAULT}, champ_path, workload, None, host="an H100")
+    assert "SEED" not in m0["rerun"]["prep"] and "--seed" not in m0["rerun"]["prep"] and m0["train"]["host"] == "an H100"
     with pytest.raises(SystemExit, match="is not the 'full' head"):
         build(wrong, "full", run, prep, champ_path, workload, None)
     with pytest.raises(SystemExit, match="champion mismatch"):

@@ -19,10 +19,11 @@ from .head_run import SEED_DEFAULT
 from .make_manifest import CHAMPION_SOURCE
 
 SCHEMA = "exactspec.head-manifest/1"
+HOST_DEFAULT = "one NVIDIA H200 (torch, bf16 autocast, tf32)"   # where every head before 2026-12-06 was trained
 
 
 def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workload: Path, bench: dict | None,
-          answers: dict | None = None, starts_from: dict | None = None):
+          answers: dict | None = None, starts_from: dict | None = None, host: str = HOST_DEFAULT):
     """variant: a variant of `head_run all`'s run.json ("variants"), or a run's name in `head_run multi`'s ("runs");
     answers: gen.npz's record (head_run.answers_record) where run.json has none (multi runs before 2026-12-03);
     starts_from: for a run started from a trained head (head_run multi --init), that head's manifest: the manifest
@@ -103,7 +104,7 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
                   "loss_first": hist[0]["loss"] if hist else None,
                   "loss_last": hist[-1]["loss"] if hist else None, "held_out_eval": rec["eval"],
                   "starts_from": lineage,
-                  "host": "one NVIDIA H200 (torch, bf16 autocast, tf32)",
+                  "host": host,
                   "code": "py/exactspec_train (prep -> head_run " + ("multi" if multi else "all") +
                           " -> make_head_manifest)"},
         "ablations": {v: {"sha256": r.get("gguf_sha256"), "hp": r.get("hp"), "steps_done": r.get("steps_done"),
@@ -111,9 +112,12 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
         "measured": bench,
         "rerun": {
             "prep": (f"COPY_SHARE={copy_share} " if copy_share else "") +
+                    (f"SEED={prep['seed']} " if prep["seed"] != D.PREP_SEED_DEFAULT else "") +
                     "bash bench/h200/train_head_prep.sh   (pip download / apt-get download the pinned packages, "
                     "then python -m exactspec_train.prep ... --n-prompts 12288" +
-                    (f" --copy-share {copy_share}" if copy_share else "") + " --out .devcarry/head/data)",
+                    (f" --copy-share {copy_share}" if copy_share else "") +
+                    (f" --seed {prep['seed']}" if prep["seed"] != D.PREP_SEED_DEFAULT else "") +
+                    " --out .devcarry/head/data)",
             "device": ("PLAN=... bash bench/h200/train_head_multi.sh   (the calls of its header) = "
                        if multi else "OUT=<out> bash bench/h200/train_head.sh   (carry .devcarry/head/data; the "
                                      "champion at /tmp/champ/champ.gguf) = ")
@@ -140,13 +144,14 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", default=None, help="--json output of the head_acceptance bench")
     ap.add_argument("--answers", default=None, help="JSON of gen.npz's record where run.json has none")
     ap.add_argument("--starts-from", default=None, help="the manifest of the head a --init run started from")
+    ap.add_argument("--host", default=HOST_DEFAULT, help="the machine it was trained on (recorded as train.host)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     bench = json.loads(Path(a.bench).read_text())["summary"] if a.bench else None
     m = build(Path(a.head), a.variant, json.loads(Path(a.run).read_text()), json.loads(Path(a.prep).read_text()),
               Path(a.champion), Path(a.workload), bench,
               json.loads(Path(a.answers).read_text()) if a.answers else None,
-              json.loads(Path(a.starts_from).read_text()) if a.starts_from else None)
+              json.loads(Path(a.starts_from).read_text()) if a.starts_from else None, a.host)
     from .export import write_manifest
     write_manifest(a.out, m)
     print(f"wrote {a.out}")

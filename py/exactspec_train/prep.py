@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--champion", required=True)
     ap.add_argument("--workload", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--seed", type=int, default=D.PREP_SEED_DEFAULT)
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--n-prompts", type=int, default=6144)
     ap.add_argument("--n-long", type=int, default=256)
