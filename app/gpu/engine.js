@@ -29,7 +29,8 @@
 //            further pass of a batched step (default 1), contSplits?: command buffers of a continuation queued
 //            behind the run before it (a decodeAhead's or chain's next run submitted while the GPU runs the one
 //            before: nothing to start early; default 1; 0: as any submission) of up to contSplitsMaxPasses? passes
-//            (default 4; longer ones keep splits + passSplits),
+//            (default 4; longer ones keep splits + passSplits), contSplitsFresh?: command buffers of a continuation
+//            submitted after a fresh run's readback (default 0: splits + passSplits; 1: the continued calls' shape),
 //            aheadThen?: decodeAhead submits the continuation its `then` asks for (default true; false: benches' A/B)
 //            preKeep?: submission shapes whose pre-encoded commands are kept (default 16), preFirst?: a fresh run that
 //            took its shape's pre-encoded commands has them encoded again by a later continued call, so that the

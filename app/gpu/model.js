@@ -627,8 +627,9 @@ export class EngineModel {
     // a continuation submitted now, behind this run (the call before submitted it: the GPU is busy), of at most
     // plan.contSplitsMaxPasses passes, is encoded as plan.contSplits command buffers (1: splitting lets only an idle
     // GPU start early, and each further buffer costs GPU time); one submitted after this run's readback (a fresh
-    // run's) finds the GPU idle and keeps the plan's splits
+    // run's) finds the GPU idle and keeps the plan's splits, or takes plan.contSplitsFresh where set (options.js)
     if (contSub && continued && contSub.passes <= this.plan.contSplitsMaxPasses) contSub.splits = this.plan.contSplits || null;
+    if (contSub && !continued && this.plan.contSplitsFresh) contSub.splits = this.plan.contSplitsFresh;
     if (contSub && !continued && !this.pres.has(contSub.key())) {
       // encode the continuation while the GPU runs this one, so that it is submitted as soon as this is read back
       // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)

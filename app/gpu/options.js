@@ -199,10 +199,21 @@ export function resolvePlan(opts, info, device) {
   if (!Number.isInteger(contSplitsMaxPasses) || contSplitsMaxPasses < 1) {
     throw new Error(`contSplitsMaxPasses ${JSON.stringify(contSplitsMaxPasses)} must be an integer >= 1`);
   }
+  // a continuation submitted after a FRESH run's readback (runChained's follow from afterRun: the GPU is idle) takes
+  // splits + passSplits command buffers (7 for 4 passes), so that the GPU starts on a small first one. The timelines
+  // of bench/h200/results/2026-12-06d (calls 10-11, an H100, 650 such calls) put its last buffer 3.9 ms after the
+  // fresh run's readback, and the call's return 2.6 ms later: the launch pre-encodes the next continuation's
+  // commands, but for a shape of that many buffers, while the next (continued) call submits one of contSplits (1)
+  // buffers: a shape it never finds pre-encoded, so it encodes it then (2.3 ms into the call, the GPU idle by then).
+  // contSplitsFresh: that continuation's command buffers (0: as before; 1: the continued calls' shape, whose launch
+  // then pre-encodes what the next call submits; tests/gpu/test_batched_engine.py). Off by default until measured
+  // through the product's loop (bench/h200/product_sides.sh, sides {} and {"contSplitsFresh":1}); it changes no bit.
+  const contSplitsFresh = opts.contSplitsFresh ?? 0;
+  if (!Number.isInteger(contSplitsFresh) || contSplitsFresh < 0) throw new Error(`contSplitsFresh ${JSON.stringify(contSplitsFresh)} must be an integer >= 0`);
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, contSplits, contSplitsMaxPasses, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
     // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped', kind, ...} at each
     // batched call's start and end and each submission's submit and readback (bench/product/node_host.mjs with

@@ -282,6 +282,43 @@ def test_decode_ahead_continuation(models, variant, pick_name):
     assert [r["command_buffers"] for r in info4["results"][1:]] == [3 + 4 - 1, 3 + 8 - 1, 3 + 5 - 1]
 
 
+def test_fresh_run_continuation_options(models):
+    """contSplitsFresh (app/gpu/options.js): the continuation a fresh run submits after its readback goes in
+    contSplitsFresh command buffers (here 2 or 1 instead of splits + passSplits - 1 = 3 + 4 - 1); a continuation
+    queued behind a continued run keeps contSplits (1). By default the next continuation (the second call's) is never
+    found pre-encoded: the fresh run's continuation pre-encoded the next one as a shape of its own many buffers, and
+    the continued call submits one buffer; with contSplitsFresh 1 both are the same shape and the second call's
+    continuation comes pre-encoded. The ids and the logits rows are bitwise the same every way. Fails if the option
+    is ignored."""
+    (path, d), _ = models
+    g = PICKS["greedy"]
+    prompt = [5, 9, 2, 71, 33, 12]
+    P = len(prompt)
+
+    def ahead(token, pos, n, then):
+        return {"op": "decode_ahead", "token": token, "start_pos": pos, "n": n, "pick": g, "rows": True, "then": then}
+
+    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
+           ahead(8, P, 4, 4), ahead("last", P + 4, 4, 4), ahead("last", P + 8, 4, 4), ahead("last", P + 12, 4, 0)]
+    runs = {}
+    for name, extra in (("default", {}), ("fresh2", {"contSplitsFresh": 2}), ("fresh1", {"contSplitsFresh": 1})):
+        info, outs = run_engine(path, d, ops, engine_opts={"splits": 3, "passSplits": 1, **extra})
+        res = [r for r in info["results"] if r["op"] == "decode_ahead"]
+        assert not [r["error"] for r in info["results"] if "error" in r]
+        assert [r["continued"] for r in res] == [False, True, True, True], name
+        runs[name] = (res, outs)
+    cbs = {n: [r["command_buffers"] for r in res] for n, (res, _) in runs.items()}
+    pre = {n: [r["pre_encoded"] for r in res] for n, (res, _) in runs.items()}
+    assert cbs == {"default": [3 + 4 - 1, 3 + 4 - 1, 1, 1], "fresh2": [3 + 4 - 1, 2, 1, 1],
+                   "fresh1": [3 + 4 - 1, 1, 1, 1]}, cbs
+    assert pre == {"default": [False, True, False, True], "fresh2": [False, True, False, True],
+                   "fresh1": [False, True, True, True]}, pre
+    ref_res, ref_outs = runs["default"]
+    for name, (res, outs) in runs.items():
+        assert [r["ids"] for r in res] == [r["ids"] for r in ref_res], name
+        assert len(outs) == len(ref_outs) and all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs, ref_outs)), name
+
+
 def test_answer_first_run_stays_pre_encoded(models):
     """An answer's first run (a fresh decodeAhead of 4 passes, no continuation) comes pre-encoded: the engine keeps
     pre-encoded commands for the plan.preKeep most recent submission shapes (16 by default), and the answer's second
