@@ -23,7 +23,7 @@ from exactspec.formats import sha256_file  # noqa: F401  (the one file hash; use
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 MIN_PROMPT_CHARS = 12          # shorter workload messages are too generic to be evidence of contamination
-PREP_SEED_DEFAULT = 20261129    # prep's teacher prompts and corpus rows (every head and draft before 2026-12-06)
+PREP_SEED_DEFAULT = 20261129    # prep's teacher prompts and corpus rows (the draft's and every head's before 2026-12-06)
 LONG_PREFIX_CHARS = 200        # long workload messages are also matched by their first 200 normalised chars
 
 SOURCES = {

@@ -282,14 +282,14 @@ def test_decode_ahead_continuation(models, variant, pick_name):
     assert [r["command_buffers"] for r in info4["results"][1:]] == [3 + 4 - 1, 3 + 8 - 1, 3 + 5 - 1]
 
 
-def test_fresh_run_continuation_options(models):
+def test_fresh_run_continuation_splits(models):
     """contSplitsFresh (app/gpu/options.js): the continuation a fresh run submits after its readback goes in
     contSplitsFresh command buffers (here 2 or 1 instead of splits + passSplits - 1 = 3 + 4 - 1); a continuation
     queued behind a continued run keeps contSplits (1). By default the next continuation (the second call's) is not
     found pre-encoded here (no earlier run of its shape): the fresh run's continuation pre-encoded the next one as a
-    shape of its own many buffers, and the continued call submits one buffer; with contSplitsFresh 1 both are the same
-    shape and the second call's continuation comes pre-encoded. The ids and the logits rows are bitwise the same every way. Fails if the option
-    is ignored."""
+    shape of its own many buffers, and the continued call submits one buffer; with contSplitsFresh 1 both are the
+    same shape and the second call's continuation comes pre-encoded. The ids and the logits rows are bitwise the
+    same every way. Fails if the option is ignored."""
     (path, d), _ = models
     g = PICKS["greedy"]
     prompt = [5, 9, 2, 71, 33, 12]
