@@ -180,6 +180,28 @@ def test_training_prompt_builder_is_clean_and_seeded():
     assert 45 <= len(copies) <= 105 and c == D.teacher_prompts(5, 300, chats, quotes, docs, n_long=3, copy_share=0.25)
     assert any(q in x for x in copies for q in quotes)
     idx.check([m["content"] for msgs in c for m in msgs], "teacher prompt")
+    # workload-like kinds (structured_share): none by default (above), about the share asked for of the other
+    # prompts, each of the six kinds, clean, seeded; with copy tasks beside them the copy tasks come first
+    e = D.teacher_prompts(5, 600, chats, quotes, docs, n_long=3, structured_share=0.3)
+    assert e == D.teacher_prompts(5, 600, chats, quotes, docs, n_long=3, structured_share=0.3)
+    firsts = {"Notice 1 (": 0, "You help one user.": 1, "Answer with one JSON object": 2, "Shipping log.": 3,
+              "When a request could mean": 4}
+    found = {}
+    for msgs in e[:600]:
+        kind = next((v for k, v in firsts.items() if msgs[0]["content"].startswith(k)), None)
+        if kind is None and any(msgs[-1]["content"].startswith(t) for t in ("Write this string in reverse",
+                                "Spell out this code", "Copy this exactly, then", "How many characters does")):
+            kind = 5
+        if kind is not None:
+            found[kind] = found.get(kind, 0) + 1
+    assert set(found) == set(range(6)) and 130 <= sum(found.values()) <= 230, found
+    idx.check([m["content"] for msgs in e for m in msgs], "teacher prompt")
+    f = D.teacher_prompts(5, 300, chats, quotes, docs, n_long=3, copy_share=0.25, structured_share=0.3)
+    f_copies = [m for m in f[:300] if any(m[-1]["content"].startswith(t.split("{")[0]) for t in D._COPY_TASKS)]
+    f_ledgers = [m for m in f[:300] if m[0]["content"].startswith("Shipping log.")]
+    assert 45 <= len(f_copies) <= 105 and f_ledgers
+    long_ledger = next(msgs for msgs in e if msgs[0]["content"].startswith("Shipping log."))
+    assert long_ledger[0]["content"].count("\nLine ") >= 29
 
 
 def test_torch_model_matches_reference_on_the_draft(draft_path):

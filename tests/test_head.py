@@ -395,6 +395,10 @@ def test_head_manifest_checks_the_files(micro, tmp_path):
     assert "SEED=1 " in m["rerun"]["prep"] and "--seed 1 " in m["rerun"]["prep"] and m["train"]["host"] == HOST_DEFAULT
     m0 = build(head_path, "full", run, {**prep, "seed": PREP_SEED_DEFAULT}, champ_path, workload, None, host="an H100")
     assert "SEED" not in m0["rerun"]["prep"] and "--seed" not in m0["rerun"]["prep"] and m0["train"]["host"] == "an H100"
+    assert m0["data"]["structured_share"] == 0.0 and "STRUCTURED" not in m0["rerun"]["prep"]
+    m1 = build(head_path, "full", run, {**prep, "structured_share": 0.2}, champ_path, workload, None)
+    assert m1["data"]["structured_share"] == 0.2 and "STRUCTURED_SHARE=0.2 " in m1["rerun"]["prep"] \
+        and "--structured-share 0.2 " in m1["rerun"]["prep"]
     with pytest.raises(SystemExit, match="is not the 'full' head"):
         build(wrong, "full", run, prep, champ_path, workload, None)
     with pytest.raises(SystemExit, match="champion mismatch"):

@@ -59,6 +59,7 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
     hist = rec.get("history") or []
     init_sha = rec["hp"].get("init_sha256")
     copy_share = prep.get("copy_share", 0.0)          # (prep.json before --copy-share: none)
+    structured_share = prep.get("structured_share", 0.0)   # (before --structured-share: none)
     if (init_sha is None) != (starts_from is None):
         raise SystemExit("this run started from a trained head: pass its manifest (--starts-from)" if init_sha else
                          "--starts-from is only for a run started from a trained head (head_run multi --init)")
@@ -96,7 +97,8 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
              "prompt_set_sha256": prep["prompts_sha256"], "temperatures": ans["temps"],
              "max_new_tokens": ans["max_new"]}],
         "data": {"corpus_sha256": prep["corpus_sha256"], "prep_seed": prep["seed"], "stats": prep["stats"],
-                 "copy_share": copy_share, "prompt_set_sha256": prep["prompts_sha256"],
+                 "copy_share": copy_share, "structured_share": structured_share,
+                 "prompt_set_sha256": prep["prompts_sha256"],
                  **rec.get("data", run.get("data", {}))},
         "train": {"variant": rec.get("variant", variant), "run": variant if multi else None, "hp": rec["hp"],
                   "seed": seed, "steps_done": rec["steps_done"],
@@ -112,10 +114,12 @@ def build(head: Path, variant: str, run: dict, prep: dict, champion: Path, workl
         "measured": bench,
         "rerun": {
             "prep": (f"COPY_SHARE={copy_share} " if copy_share else "") +
+                    (f"STRUCTURED_SHARE={structured_share} " if structured_share else "") +
                     (f"SEED={prep['seed']} " if prep["seed"] != D.PREP_SEED_DEFAULT else "") +
                     "bash bench/h200/train_head_prep.sh   (pip download / apt-get download the pinned packages, "
                     "then python -m exactspec_train.prep ... --n-prompts 12288" +
                     (f" --copy-share {copy_share}" if copy_share else "") +
+                    (f" --structured-share {structured_share}" if structured_share else "") +
                     (f" --seed {prep['seed']}" if prep["seed"] != D.PREP_SEED_DEFAULT else "") +
                     " --out .devcarry/head/data)",
             "device": ("PLAN=... bash bench/h200/train_head_multi.sh   (the calls of its header) = "

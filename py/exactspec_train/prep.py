@@ -53,6 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--doc-fraction", type=float, default=0.5, help="share of python-doc paragraphs kept")
     ap.add_argument("--copy-share", type=float, default=0.0,
                     help="share of teacher prompts whose answers copy or repeat (data._COPY_TASKS; 0: as before)")
+    ap.add_argument("--structured-share", type=float, default=0.0,
+                    help="share of the other teacher prompts of workload-like kinds (data.structured_task; 0: as before)")
     a = ap.parse_args(argv)
 
     from exactspec.tokenizer import Tokenizer
@@ -98,7 +100,7 @@ def main(argv=None) -> int:
 
     # the prompts the champion answers (its own outputs are the main distillation text)
     prompts = D.teacher_prompts(a.seed + 1, a.n_prompts, [c for c in chats], clean["fortunes"], clean["python-doc"],
-                                n_long=a.n_long, copy_share=a.copy_share)
+                                n_long=a.n_long, copy_share=a.copy_share, structured_share=a.structured_share)
     widx.check([m["content"] for msgs in prompts for m in msgs], "teacher prompt")
     ids = [tok.encode(D.render_chatml(msgs)) for msgs in prompts]
     off = np.zeros(len(ids) + 1, dtype=np.int64)                               # (n+1,)
@@ -109,6 +111,7 @@ def main(argv=None) -> int:
         json.dump(prompts, f, ensure_ascii=False)
     info = {"seed": a.seed, "seq_len": a.seq_len, "corpus_rows": int(corpus.shape[0]), "stats": stats,
             "n_prompts": len(prompts), "n_long_prompts": a.n_long, "copy_share": a.copy_share,
+            "structured_share": a.structured_share,
             "prompt_tokens": int(off[-1]),
             "max_prompt_tokens": int(np.diff(off).max()), "sources": sources,
             "workload_sha256": D.sha256_file(a.workload), "champion_sha256": D.sha256_file(a.champion),
