@@ -477,7 +477,7 @@ export class EngineModel {
       await this.ensureOut(Math.max(n, next));
       this.device.queue.writeBuffer(this.bufs.tokens, 0, new Uint32Array([tok]));
       this.setPick(p);
-      return this.launch(this.aheadSub(startPos, n, rows, null, 'staging'), next === 0);
+      return { run: this.launch(this.aheadSub(startPos, n, rows, null, 'staging'), next === 0) };
     }, (other) => this.aheadSub(startPos + n, next, rows, n, other));   // (reads back into `other`)
     this.length = startPos + n;
     const ids = new Int32Array(out.bytes, 0, n);
@@ -574,7 +574,7 @@ export class EngineModel {
       q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, 0, 0]));
       this.setPick(p);
       params(rounds);
-      return this.launch(this.chainSub(rounds, k, 'staging', false, startPos + rounds * W), next === 0);
+      return { run: this.launch(this.chainSub(rounds, k, 'staging', false, startPos + rounds * W), next === 0) };
     }, (other) => this.chainSub(next, k, other, true, startPos + (rounds + next) * W), params);
     const res = parseChain(out.bytes, rounds, k);
     this.length = startPos + res.advance;
@@ -600,7 +600,8 @@ export class EngineModel {
 
   /** What decodeAhead, ngramChain and specChain share (tag 'ahead' | 'ngram' | 'spec'): this call's run is the
    * continuation the call before submitted if that one is this call (same tag and `want`; room made for the next
-   * one's `rowsNext` rows after it), else what fresh() launches (reading back into 'staging') once any dropped
+   * one's `rowsNext` rows after it), else what fresh() launches (resolving to {run} once submitted; reading back into
+   * 'staging') once any dropped
    * continuation is done. This call's own continuation of `next` (> 0: passes or rounds), contOf(the other staging
    * buffer), is encoded while the GPU runs this one, and submitted (params(next) written first, if given) before
    * waiting for this run when this run was itself a continuation, else after its readback, by after(picked, stop,
@@ -620,7 +621,10 @@ export class EngineModel {
       }
     } else {
       await this.settleAhead();
-      run = await fresh();
+      // fresh() resolves to {run: the launched run's promise} once it is submitted, not read back: its continuation's
+      // commands are encoded below while the GPU runs it (an async fresh() returning the promise itself resolved
+      // only after the readback, and the encode waited for it: bench/h200/results/2026-12-06d, calls 10-11)
+      ({ run } = await fresh());
     }
     const other = otherStaging(staging);
     const contSub = next > 0 ? contOf(other) : null;
@@ -721,7 +725,7 @@ export class EngineModel {
         { k, rounds, min_ngram: cp[0], max_ngram: cp[1], seq_len: this.config.seq_len }));
       draft.setPick(p);
       this.setPick(p);
-      return this.launch(this.specChainSub(draft, rounds, k, 'staging', false, !!cp, startPos + rounds * W), next === 0);
+      return { run: this.launch(this.specChainSub(draft, rounds, k, 'staging', false, !!cp, startPos + rounds * W), next === 0) };
     }, (other) => this.specChainSub(draft, next, k, other, true, !!cp, startPos + (rounds + next) * W), params);
     const res = parseChain(out.bytes, rounds, k, 'specChain');
     const st = new Uint32Array(out.bytes, 4 * rounds * (2 * k + 3), 4);
@@ -857,6 +861,7 @@ export class EngineModel {
    * or so: an answer's first round, its verify blocks, chains and their continuations, runs ahead; each is ready when
    * it comes again, the next answer's first run included). */
   putPre(cmd) {
+    this.plan.trace?.({ t: performance.now(), ev: 'pre', model: this.id, dispatches: cmd.dispatches });
     this.pres.delete(cmd.key);
     this.pres.set(cmd.key, cmd);
     while (this.pres.size > this.plan.preKeep) this.pres.delete(this.pres.keys().next().value);

@@ -216,9 +216,9 @@ export function resolvePlan(opts, info, device) {
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
     splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
-    // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped', kind, ...} at each
-    // batched call's start and end and each submission's submit and readback (bench/product/node_host.mjs with
-    // EXACTSPEC_TRACE, bench/gpu/head_bench.mjs)
+    // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped' | 'pre', kind, ...}
+    // at each batched call's start and end, each submission's submit and readback, and each pre-encoding
+    // (bench/product/node_host.mjs with EXACTSPEC_TRACE, bench/gpu/head_bench.mjs, tests/gpu/driver.mjs)
     trace: typeof opts.trace === 'function' ? opts.trace : null };
 }
 

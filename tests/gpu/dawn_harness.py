@@ -76,21 +76,23 @@ def run_engine(model: str | os.PathLike, description: dict, ops: list[dict], *, 
                max_rows: int | None = None, max_binding_bytes: int | None = None, lanes: int | None = None,
                emulate_sg: bool = False, ksplit: int | None = None, engine_opts: dict | None = None,
                break_shader: str | None = None, draft: tuple | None = None, features: bool = False,
-               head: tuple | None = None, shader_dir: str | os.PathLike | None = None, timeout: int = 600):
+               head: tuple | None = None, shader_dir: str | os.PathLike | None = None, trace: bool = False,
+               timeout: int = 600):
     """Run ops on a fresh engine; returns (results, outputs) with outputs a list of (rows, vocab) float32 arrays,
     one per op that returned logits rows (forwards; batched steps asked for rows) and succeeded (results[i]['error']
     holds the message of one that failed). draft: (path, description) of a second model (ops with on='draft',
     spec_round). features: the champion keeps its final hidden states (ops read_features). head: (path, description[,
     opts]) of a draft head on the champion (engine.loadHead; ops with on='head', spec_round with draft='head').
     shader_dir: a folder of kernel files to run instead of shaders/ (e.g. another revision's). break_shader: a kernel
-    file served broken ('FILE'), or only its variants with a define ('FILE:DEFINE')."""
+    file served broken ('FILE'), or only its variants with a define ('FILE:DEFINE'). trace: the engine's timeline
+    (createEngine's `trace` events) comes back as results['trace']."""
     vocab = description["config"]["vocab_size"]
     with tempfile.TemporaryDirectory() as td:
         spec = {"model": str(model), "description": description, "ops": ops, "seq_len": seq_len,
                 "max_rows": max_rows, "max_binding_bytes": max_binding_bytes, "lanes": lanes, "backend": BACKEND,
                 "emulate_sg": emulate_sg, "ksplit": ksplit, "engine_opts": engine_opts or {},
                 "break_shader": break_shader, "features": features,
-                "shader_dir": str(shader_dir) if shader_dir else None}
+                "shader_dir": str(shader_dir) if shader_dir else None, "trace": trace}
         if draft is not None:
             spec["draft"] = {"model": str(draft[0]), "description": draft[1]}
         if head is not None:

@@ -66,8 +66,10 @@ async function runOp(op, models, engine) {
 
 async function main() {
   let engine;
+  const trace = [];
   try {
-    engine = await createEngine(gpu, specEngineOptions(spec));
+    // spec.trace: the engine's timeline (createEngine's `trace`) comes back beside the results
+    engine = await createEngine(gpu, { ...specEngineOptions(spec), ...(spec.trace ? { trace: (r) => trace.push(r) } : {}) });
   } catch (e) {
     if (/no WebGPU adapter/.test(e.message)) {
       console.log(JSON.stringify({ no_adapter: e.message }));
@@ -108,7 +110,7 @@ async function main() {
   const c = models.champion;
   const layers = { ops: c.ops.length, far: c.opsFar?.length ?? null, shared: c.opsFar?.filter((op, i) => op === c.ops[i]).length ?? null,
     block_kernels: 'attn_o_blocks' in engine.kernels };
-  console.log(JSON.stringify({ adapter: engine.adapterInfo, results, load_ms: loadMs, layers }));
+  console.log(JSON.stringify({ adapter: engine.adapterInfo, results, load_ms: loadMs, layers, ...(spec.trace ? { trace } : {}) }));
   engine.destroy();
 }
 

@@ -319,6 +319,33 @@ def test_fresh_run_continuation_splits(models):
         assert len(outs) == len(ref_outs) and all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs, ref_outs)), name
 
 
+def test_fresh_run_continuation_encoded_while_it_runs(models):
+    """A fresh run with a continuation (decodeAhead, ngramChain or specChain with `then`: an answer's second run, a
+    copy probe's chain): its continuation's commands are encoded after the run is submitted and BEFORE its readback
+    (the engine's timeline: the 'pre' event between the run's 'submit' and its 'mapped'), so that only the submission
+    is left after the readback. Fails with fresh() resolving after the readback, as it did before 2026-12-06 (the
+    encode then followed the 'mapped' event: 1.7-2 ms more between the readback and the continuation on an H100)."""
+    (path, d), _ = models
+    g = PICKS["greedy"]
+    prompt = [5, 9, 2, 71, 33, 12]
+    P = len(prompt)
+    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
+           {"op": "decode_ahead", "token": 8, "start_pos": P, "n": 4, "pick": g, "rows": False, "then": 4},
+           {"op": "decode_ahead", "token": "last", "start_pos": P + 4, "n": 4, "pick": g, "rows": False, "then": 0}]
+    info, _ = run_engine(path, d, ops, trace=True)
+    assert not [r["error"] for r in info["results"] if "error" in r]
+    assert [r.get("continued") for r in info["results"][1:]] == [False, True]
+    ev = info["trace"]
+    calls = [i for i, e in enumerate(ev) if e["ev"] == "call" and e["kind"] == "ahead"]
+    first = ev[calls[0]:calls[1]]                       # the fresh run's call, up to the next call
+    kinds = [e["ev"] for e in first]
+    assert kinds.count("submit") == 2 and kinds.count("mapped") == 1 and "pre" in kinds, kinds
+    i_sub, i_map = kinds.index("submit"), kinds.index("mapped")
+    i_pre = kinds.index("pre", i_sub)
+    assert i_sub < i_pre < i_map, kinds          # the continuation encoded while the run was on the GPU
+    assert kinds.index("submit", i_map) > i_map   # and submitted after the readback (a fresh run's)
+
+
 def test_answer_first_run_stays_pre_encoded(models):
     """An answer's first run (a fresh decodeAhead of 4 passes, no continuation) comes pre-encoded: the engine keeps
     pre-encoded commands for the plan.preKeep most recent submission shapes (16 by default), and the answer's second
