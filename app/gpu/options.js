@@ -202,10 +202,11 @@ export function resolvePlan(opts, info, device) {
   // a continuation submitted after a FRESH run's readback (runChained's follow from afterRun: the GPU is idle) takes
   // splits + passSplits command buffers (7 for 4 passes), so that the GPU starts on a small first one. The timelines
   // of bench/h200/results/2026-12-06d (calls 10-11, an H100, 650 such calls) put its last buffer 3.9 ms after the
-  // fresh run's readback, and the call's return 2.6 ms later: the launch pre-encodes the next continuation's
-  // commands, but for a shape of that many buffers, while the next (continued) call submits one of contSplits (1)
-  // buffers, which it finds pre-encoded only where an earlier run of that shape left it (352 of 474 runs ahead, 2 of
-  // 23 chains there), else it encodes it then (2.3 ms into the call, the GPU idle by then).
+  // fresh run's readback (its own encoding, ~1.7-2 ms, included: it waited for the readback until model.js
+  // runChained was fixed the same day), and the call's return 2.6 ms later: the launch pre-encodes the next
+  // continuation's commands, but for a shape of that many buffers, while the next (continued) call submits one of
+  // contSplits (1) buffers, which it finds pre-encoded only where an earlier run of that shape left it (352 of 474
+  // runs ahead, 2 of 23 chains there), else it encodes it then (2.3 ms into the call, the GPU idle by then).
   // contSplitsFresh: that continuation's command buffers (0: as before; 1: the continued calls' shape, whose launch
   // then pre-encodes what the next call submits; tests/gpu/test_batched_engine.py). Off by default until measured
   // through the product's loop (bench/h200/product_sides.sh, sides {} and {"contSplitsFresh":1}); it changes no bit.
