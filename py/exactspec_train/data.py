@@ -23,7 +23,7 @@ from exactspec.formats import sha256_file  # noqa: F401  (the one file hash; use
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 MIN_PROMPT_CHARS = 12          # shorter workload messages are too generic to be evidence of contamination
-PREP_SEED_DEFAULT = 20261129    # prep's teacher prompts and corpus rows (the draft's and every head's before 2026-12-06)
+PREP_SEED_DEFAULT = 20261129    # prep's prompts and corpus rows (the draft's and every head's before 2026-12-06)
 LONG_PREFIX_CHARS = 200        # long workload messages are also matched by their first 200 normalised chars
 
 SOURCES = {
@@ -271,9 +271,11 @@ _SYSTEMS = [None, None, None, "You are a concise assistant.", "You are a friendl
 # A head trained on the other prompts reached tau 2.76 on their own answers but 1.81 on the workload's (README, "The
 # draft head"). Wording, names and values are this file's own; prep checks every prompt against the workload.
 _PEOPLE = ["Ada", "Bruno", "Chen", "Dalia", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jonas", "Kemal", "Lior", "Mira",
-           "Nadia", "Oskar", "Priya", "Quinn", "Rosa", "Sven", "Tomas", "Ulla", "Vera", "Wim", "Ximena", "Yusuf", "Zora"]
-_SURNAMES = ["Berg", "Costa", "Dunn", "Ekberg", "Ferraro", "Gruber", "Holm", "Ivanova", "Jansen", "Kowalski", "Lindqvist",
-             "Moreau", "Novak", "Okafor", "Petrov", "Quist", "Rahman", "Silva", "Tanaka", "Ueda", "Varga", "Weber"]
+           "Nadia", "Oskar", "Priya", "Quinn", "Rosa", "Sven", "Tomas", "Ulla", "Vera", "Wim", "Ximena", "Yusuf",
+           "Zora"]
+_SURNAMES = ["Berg", "Costa", "Dunn", "Ekberg", "Ferraro", "Gruber", "Holm", "Ivanova", "Jansen", "Kowalski",
+             "Lindqvist", "Moreau", "Novak", "Okafor", "Petrov", "Quist", "Rahman", "Silva", "Tanaka", "Ueda", "Varga",
+             "Weber"]
 _TOWNS = ["Aarhus", "Bergamo", "Coimbra", "Dijon", "Eindhoven", "Freiburg", "Gdansk", "Haarlem", "Innsbruck", "Jena",
           "Krakow", "Leuven", "Malmo", "Nantes", "Oulu", "Porto", "Ravenna", "Salzburg", "Tartu", "Utrecht", "Verona"]
 _GOODS = ["oak planks", "tin cans", "wool blankets", "glass jars", "rubber hoses", "paper rolls", "steel bolts",

@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--copy-share", type=float, default=0.0,
                     help="share of teacher prompts whose answers copy or repeat (data._COPY_TASKS; 0: as before)")
     ap.add_argument("--structured-share", type=float, default=0.0,
-                    help="share of the other teacher prompts of workload-like kinds (data.structured_task; 0: as before)")
+                    help="share of the other teacher prompts of workload-like kinds (data.structured_task; 0: as "
+                         "before)")
     a = ap.parse_args(argv)
 
     from exactspec.tokenizer import Tokenizer

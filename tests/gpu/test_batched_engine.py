@@ -316,7 +316,8 @@ def test_fresh_run_continuation_splits(models):
     ref_res, ref_outs = runs["default"]
     for name, (res, outs) in runs.items():
         assert [r["ids"] for r in res] == [r["ids"] for r in ref_res], name
-        assert len(outs) == len(ref_outs) and all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs, ref_outs)), name
+        assert len(outs) == len(ref_outs), name
+        assert all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs, ref_outs)), name
 
 
 def test_fresh_run_continuation_encoded_while_it_runs(models):
