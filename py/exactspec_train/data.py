@@ -287,6 +287,7 @@ _VAGUE = ["Could you move that to the other day?", "Please send it to her before
           "Fix the one that broke.", "Order another of those.", "Tell them it is fine."]
 _FIELDS = [("name", "string"), ("age", "integer"), ("town", "string"), ("job", "string"), ("year", "integer"),
            ("pets", "integer")]
+_MONTHS = ["January", "February", "April", "June", "August", "October"]
 _JOBS = ["baker", "nurse", "carpenter", "pilot", "teacher", "librarian", "gardener", "chemist", "tailor", "plumber"]
 
 
@@ -297,8 +298,7 @@ def structured_task(rng: random.Random) -> list[dict]:
     if kind == 0:                                    # two sources that disagree
         place = rng.choice(_PLACES)
         h1, h2 = rng.sample(["7:30", "8:00", "8:45", "9:15", "10:00", "11:30"], 2)
-        m1, m2 = sorted(rng.sample(["January", "February", "April", "June", "August", "October"], 2),
-                        key=["January", "February", "April", "June", "August", "October"].index)
+        m1, m2 = sorted(rng.sample(_MONTHS, 2), key=_MONTHS.index)   # (the notice put up later second)
         text = (f"Notice 1 (a travel guide, printed in {m1}): {place} opens at {h1} every weekday.\n"
                 f"Notice 2 (a sign on the door, put up in {m2}): starting {m2}, it opens at {h2} on weekdays.\n"
                 f"What time does {place} open on a Tuesday after {m2}? Say which notice you rely on.")
