@@ -9,7 +9,10 @@
 #       bench/h200/product_sides.sh", carry=[".devcarry/champ1"], timeout_s=600); then bash bench/h200/slim.sh --back
 #   -> $OUT/sides_summary.txt, $OUT/sides.tgz (every side's report and timeline, the log)
 #   env: SIDES (NAME=ENGINE_OPTS_JSON ..., no spaces inside a JSON), SIDES_ARGS (bench product options; default the
-#        champion alone on 5 strata, 1 prompt, 3 runs, 256 tokens at most)
+#        champion alone on 5 strata, 1 prompt, 3 runs, 256 tokens at most), OVERLAYS (a folder: where OVERLAYS/NAME
+#        exists, its files, at their paths in the tree, replace the tree's for that side's run and are put back after
+#        it: a variant of the decode loop's code measured beside the tree's; bench product builds the wheel it runs
+#        from the tree at each start)
 # Dry run here (llvmpipe): X=/tmp/exactspec-test NPARTS=4 BACKEND=opengl OUT=/tmp/sides SIDES='A={} B={"preKeep":6}'
 #   SIDES_ARGS="--strata repetitive --max-new-tokens 8 --runs 1 --drafters none" bash bench/h200/product_sides.sh
 set -u
@@ -31,10 +34,23 @@ for side in ${SIDES:?SIDES=NAME=JSON ...}; do
   name=${side%%=*}
   opts=${side#*=}
   echo "== side $i: $name $opts $(date -u +%T)" | tee -a $T/log.txt
+  ov=${OVERLAYS:+$OVERLAYS/$name}
+  [ -n "$ov" ] && [ -d "$ov" ] || ov=
+  if [ -n "$ov" ]; then       # the tree's files kept in $T/saved (each overlay file replaces one the tree has)
+    rm -rf $T/saved && mkdir -p $T/saved && (cd $ov && find . -type f) > $T/overlay.txt
+    while read -r f; do
+      [ -f "$f" ] || { echo "overlay $ov: $f is not in the tree" | tee -a $T/log.txt; exit 4; }
+      mkdir -p "$T/saved/$(dirname "$f")" && cp "$f" "$T/saved/$f" && cp "$ov/$f" "$f"
+    done < $T/overlay.txt
+    echo "   overlay $ov:" $(cd $ov && xargs sha256sum < $T/overlay.txt | cut -c1-16,65-) | tee -a $T/log.txt
+  fi
   EXACTSPEC_TRACE=$T/trace_${i}_$name.jsonl timeout 200 python3 py/bench/product.py --host node --backend $BACKEND \
     --node $X/node/node --champion $X/champion.gguf --modes greedy --deadline 150 --engine-opts "$opts" $ARGS \
     --out $T/product_${i}_$name.json --table $T/product_${i}_$name.txt >> $T/log.txt 2>&1
   echo "side $i: rc $? $(date -u +%T)" | tee -a $T/log.txt
+  if [ -n "$ov" ]; then
+    while read -r f; do cp "$T/saved/$f" "$f"; done < $T/overlay.txt
+  fi
 done
 python3 bench/h200/sides_summary.py $T | tee $O/sides_summary.txt
 tar -C /tmp -czf $O/sides.tgz sides
