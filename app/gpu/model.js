@@ -216,6 +216,7 @@ export class EngineModel {
     this.gen = 0;            // bumps when the logits buffer (and so the commands reading it) changes
     this.pres = new Map();   // key -> command buffers pre-encoded for the next submission of that shape (plan.preKeep)
     this.refill = null;      // {sub, gen}: a fresh run whose pre-encoded commands were taken (refillPre)
+    this.deferred = null;    // {key, make, gen}: a pre-encoding put off until after the call returns (plan.preDefer)
     this.ahead = null;       // a continuation of decodeAhead already submitted (aheadNow), or null
     this.stats = { dispatches: 0, chunks: 0, encode_ms: 0, gpu_ms: null };
     this.weightBytes = W.bytes;
@@ -298,6 +299,7 @@ export class EngineModel {
     this.outCap = 0;          // rebuild the forward (with the residual kernel keeping them) and its head and picks
     this.pres.clear();
     this.refill = null;
+    this.deferred = null;
     await this.build();
   }
 
@@ -510,7 +512,7 @@ export class EngineModel {
     if (this.ahead && this.ahead.want === null) {
       if (stopped) this.ahead.stale = true;           // the answer ends in this run: the next call drops it
       else this.ahead.want = want;
-    } else if (next > 0 && !continued && !stopped) follow(want);
+    } else if (next > 0 && !continued && !stopped) follow(want, true);
   }
 
   /** A launched run's result; if it failed, the continuation submitted after it is waited for (its readback buffer
@@ -639,9 +641,12 @@ export class EngineModel {
       // (H200: a chain's first continuation encoded after the readback left the GPU idle for it, 1.5-3 ms)
       this.putPre({ ...this.encode(contSub, this.bufs[other]), key: contSub.key(), pre: true });
     }
-    const follow = (w) => {                           // the continuation
+    const follow = (w, late = false) => {             // the continuation (late: after a fresh run's readback)
       params?.(next);                                 // (queued after this run's commands: it reads its own)
-      const cont = this.launch(contSub, true);
+      // late, the next continuation's pre-encoding is put off (plan.preDefer) until that shape is taken or the
+      // thread is idle, not done before this call returns: the next (continued) call encodes it, if need be, while
+      // the GPU runs this continuation
+      const cont = this.launch(contSub, late && this.plan.preDefer ? 'defer' : true);
       cont.catch(() => {});                           // dropped unread: its failure is the next call's to see
       this.ahead = { run: cont, stale: false, staging: other, want: w, tag };
     };
@@ -842,6 +847,7 @@ export class EngineModel {
 
   /** The commands pre-encoded for a submission of this key (taken: a command buffer is submitted once), or null. */
   takePre(key) {
+    this.flushPre(key);
     const c = this.pres.get(key);
     if (!c) return null;
     this.pres.delete(key);
@@ -855,6 +861,27 @@ export class EngineModel {
     this.refill = null;
     if (!r || r.gen !== this.gen || this.pres.has(r.sub.key())) return;
     this.putPre({ ...this.encode(r.sub, this.bufs[r.sub.staging]), key: r.sub.key(), pre: true });
+  }
+
+  /** Put off pre-encoding the commands of `key` (make() encodes them) to a later task of this thread, or to the
+   * moment that shape is taken (takePre), whichever comes first; skipped if the model's commands changed by then. */
+  deferPre(key, make) {
+    this.flushPre();                                  // (one at a time)
+    const d = { key, make, gen: this.gen };
+    this.deferred = d;
+    setTimeout(() => {
+      if (this.deferred !== d) return;
+      try { this.flushPre(); } catch (e) { this.deferred = null; }    // (a lost device: the next submission's to report)
+    }, 0);
+  }
+
+  /** Do the put-off pre-encoding now (key: only if it is that shape's). */
+  flushPre(key = null) {
+    const d = this.deferred;
+    if (!d || (key !== null && d.key !== key)) return;
+    this.deferred = null;
+    if (this.destroyed || d.gen !== this.gen || this.pres.has(d.key)) return;
+    this.putPre({ ...d.make(), key: d.key, pre: true });
   }
 
   /** Keep pre-encoded commands for their key: the plan.preKeep most recent shapes (a decode loop alternates a dozen
@@ -905,7 +932,8 @@ export class EngineModel {
     // and tokens travel in buffers written at submit time, not in the commands).
     // (sub.preStaging: the same shape reading back into another staging buffer, a continuation's next one)
     const pre = sub.preStaging ?? sub.staging;
-    if (preEncode) this.putPre({ ...encode(this.bufs[pre]), key: sub.key(pre), pre: true });
+    if (preEncode === 'defer') this.deferPre(sub.key(pre), () => encode(this.bufs[pre]));
+    else if (preEncode) this.putPre({ ...encode(this.bufs[pre]), key: sub.key(pre), pre: true });
     // a fresh run that took pre-encoded commands and has a continuation to encode now (not preEncode): encode its
     // shape again later, while a continued call waits for the GPU (refillPre), so that the next fresh run of that
     // shape (the next answer's first run) comes pre-encoded too

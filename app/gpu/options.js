@@ -212,10 +212,17 @@ export function resolvePlan(opts, info, device) {
   // through the product's loop (bench/h200/product_sides.sh, sides {} and {"contSplitsFresh":1}); it changes no bit.
   const contSplitsFresh = opts.contSplitsFresh ?? 0;
   if (!Number.isInteger(contSplitsFresh) || contSplitsFresh < 0) throw new Error(`contSplitsFresh ${JSON.stringify(contSplitsFresh)} must be an integer >= 0`);
+  // the continuation a fresh run submits after its readback pre-encodes the next continuation's commands (launch's
+  // preEncode) before the call returns: on an H100, 2.0 ms between that submission and the return (the timelines of
+  // bench/h200/results/2026-12-06e call 3) with the tokens waiting in the engine. preDefer: that pre-encoding is put
+  // off (model.js deferPre) until the next call takes the shape (the GPU then busy with the continuation) or the
+  // thread is idle; it changes no bit
+  const preDefer = opts.preDefer ?? false;
+  if (typeof preDefer !== 'boolean') throw new Error(`preDefer ${JSON.stringify(preDefer)} must be true or false`);
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, preDefer, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
     // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped' | 'pre', kind, ...}
     // at each batched call's start and end, each submission's submit and readback, and each pre-encoding

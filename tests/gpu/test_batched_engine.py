@@ -347,6 +347,41 @@ def test_fresh_run_continuation_encoded_while_it_runs(models):
     assert kinds.index("submit", i_map) > i_map   # and submitted after the readback (a fresh run's)
 
 
+def test_deferred_pre_encoding_leaves_the_call_early(models):
+    """preDefer (app/gpu/options.js): a fresh run's continuation, submitted after its readback, puts off pre-encoding
+    the next continuation's commands until the next call takes that shape (model.js deferPre / takePre): no 'pre'
+    event between the continuation's submission and the fresh call's return (by default there is one: the 2 ms the
+    H100's timelines showed there), and the next call's continuation still comes pre-encoded; every call's ids and
+    rows are bitwise the same with and without. Fails if the option is ignored or the deferred work is lost."""
+    (path, d), _ = models
+    g = PICKS["greedy"]
+    prompt = [5, 9, 2, 71, 33, 12]
+    P = len(prompt)
+
+    def ahead(token, pos, n, then):
+        return {"op": "decode_ahead", "token": token, "start_pos": pos, "n": n, "pick": g, "rows": True, "then": then}
+
+    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
+           ahead(8, P, 4, 4), ahead("last", P + 4, 4, 4), ahead("last", P + 8, 4, 4), ahead("last", P + 12, 4, 0)]
+    got = {}
+    for name, extra in (("default", {}), ("defer", {"preDefer": True})):
+        info, outs = run_engine(path, d, ops, trace=True, engine_opts={"contSplitsFresh": 1, **extra})
+        res = [r for r in info["results"] if r["op"] == "decode_ahead"]
+        assert not [r["error"] for r in info["results"] if "error" in r]
+        assert [r["continued"] for r in res] == [False, True, True, True], name
+        ev = info["trace"]
+        calls = [i for i, e in enumerate(ev) if e["ev"] == "call" and e["kind"] == "ahead"]
+        first = [e["ev"] for e in ev[calls[0]:calls[1]]]          # the fresh run's call, up to the next call
+        i_map = first.index("mapped")
+        i_cont = first.index("submit", i_map)                      # its continuation, after the readback
+        got[name] = ("pre" in first[i_cont:first.index("ret")], [r["pre_encoded"] for r in res], res, outs)
+    assert got["default"][0] and not got["defer"][0], (got["default"][0], got["defer"][0])
+    assert got["defer"][1] == got["default"][1] == [False, True, True, True], (got["default"][1], got["defer"][1])
+    (_, _, res0, outs0), (_, _, res1, outs1) = got["default"], got["defer"]
+    assert [r["ids"] for r in res0] == [r["ids"] for r in res1]
+    assert len(outs0) == len(outs1) and all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs0, outs1))
+
+
 def test_answer_first_run_stays_pre_encoded(models):
     """An answer's first run (a fresh decodeAhead of 4 passes, no continuation) comes pre-encoded: the engine keeps
     pre-encoded commands for the plan.preKeep most recent submission shapes (16 by default), and the answer's second
