@@ -36,7 +36,7 @@
 //            took its shape's pre-encoded commands has them encoded again by a later continued call, so that the
 //            next answer's first run comes pre-encoded too (default true; false: benches' A/B), preDefer?: a fresh
 //            run's continuation puts off pre-encoding the next one until that shape is taken or the thread is idle,
-//            instead of before the call returns (default false)
+//            instead of before the call returns (default true; false: benches' A/B)
 //            chainRounds?: rounds of the n-gram drafter one ngramChain, or of a draft one specChain, may run (default
 //            4 on GPUs; 0 on CPU adapters: neither offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes
 //            dispatch every op row-parallel (1-row tiles, a workgroup per row: rows past the GPU's count cost only

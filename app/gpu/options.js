@@ -212,12 +212,13 @@ export function resolvePlan(opts, info, device) {
   // through the product's loop (bench/h200/product_sides.sh, sides {} and {"contSplitsFresh":1}); it changes no bit.
   const contSplitsFresh = opts.contSplitsFresh ?? 0;
   if (!Number.isInteger(contSplitsFresh) || contSplitsFresh < 0) throw new Error(`contSplitsFresh ${JSON.stringify(contSplitsFresh)} must be an integer >= 0`);
-  // the continuation a fresh run submits after its readback pre-encodes the next continuation's commands (launch's
-  // preEncode) before the call returns: on an H100, 2.0 ms between that submission and the return (the timelines of
-  // bench/h200/results/2026-12-06e call 3) with the tokens waiting in the engine. preDefer: that pre-encoding is put
-  // off (model.js deferPre) until the next call takes the shape (the GPU then busy with the continuation) or the
-  // thread is idle; it changes no bit
-  const preDefer = opts.preDefer ?? false;
+  // the continuation a fresh run submits after its readback pre-encoded the next continuation's commands (launch's
+  // preEncode) before the call returned: on an H100, 2.0-2.9 ms between that submission and the return, the tokens
+  // waiting in the engine. preDefer (default since 2026-12-06): that pre-encoding is put off (model.js deferPre) until
+  // the next call takes the shape or the thread is idle. Through the product's loop on an H100 (bench/h200/results/
+  // 2026-12-06e call 10, engine timelines): such a call 5.7 ms instead of 9.1 (runs ahead), 6.5 instead of 10.3
+  // (chains), the continued calls after them no slower; it changes no bit
+  const preDefer = opts.preDefer ?? true;
   if (typeof preDefer !== 'boolean') throw new Error(`preDefer ${JSON.stringify(preDefer)} must be true or false`);
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);

@@ -348,11 +348,12 @@ def test_fresh_run_continuation_encoded_while_it_runs(models):
 
 
 def test_deferred_pre_encoding_leaves_the_call_early(models):
-    """preDefer (app/gpu/options.js): a fresh run's continuation, submitted after its readback, puts off pre-encoding
-    the next continuation's commands until the next call takes that shape (model.js deferPre / takePre): no 'pre'
-    event between the continuation's submission and the fresh call's return (by default there is one: the 2 ms the
-    H100's timelines showed there), and the next call's continuation still comes pre-encoded; every call's ids and
-    rows are bitwise the same with and without. Fails if the option is ignored or the deferred work is lost."""
+    """preDefer (app/gpu/options.js, on by default): a fresh run's continuation, submitted after its readback, puts off
+    pre-encoding the next continuation's commands until the next call takes that shape (model.js deferPre / takePre):
+    no 'pre' event between the continuation's submission and the fresh call's return (with preDefer off there is one:
+    the 2-3 ms the H100's timelines showed there), and the next call's continuation still comes pre-encoded; every
+    call's ids and rows are bitwise the same with and without. Fails if the option is ignored or the deferred work is
+    lost."""
     (path, d), _ = models
     g = PICKS["greedy"]
     prompt = [5, 9, 2, 71, 33, 12]
@@ -364,7 +365,7 @@ def test_deferred_pre_encoding_leaves_the_call_early(models):
     ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
            ahead(8, P, 4, 4), ahead("last", P + 4, 4, 4), ahead("last", P + 8, 4, 4), ahead("last", P + 12, 4, 0)]
     got = {}
-    for name, extra in (("default", {}), ("defer", {"preDefer": True})):
+    for name, extra in (("off", {"preDefer": False}), ("default", {})):
         info, outs = run_engine(path, d, ops, trace=True, engine_opts={"contSplitsFresh": 1, **extra})
         res = [r for r in info["results"] if r["op"] == "decode_ahead"]
         assert not [r["error"] for r in info["results"] if "error" in r]
@@ -375,9 +376,9 @@ def test_deferred_pre_encoding_leaves_the_call_early(models):
         i_map = first.index("mapped")
         i_cont = first.index("submit", i_map)                      # its continuation, after the readback
         got[name] = ("pre" in first[i_cont:first.index("ret")], [r["pre_encoded"] for r in res], res, outs)
-    assert got["default"][0] and not got["defer"][0], (got["default"][0], got["defer"][0])
-    assert got["defer"][1] == got["default"][1] == [False, True, True, True], (got["default"][1], got["defer"][1])
-    (_, _, res0, outs0), (_, _, res1, outs1) = got["default"], got["defer"]
+    assert got["off"][0] and not got["default"][0], (got["off"][0], got["default"][0])
+    assert got["off"][1] == got["default"][1] == [False, True, True, True], (got["off"][1], got["default"][1])
+    (_, _, res0, outs0), (_, _, res1, outs1) = got["off"], got["default"]
     assert [r["ids"] for r in res0] == [r["ids"] for r in res1]
     assert len(outs0) == len(outs1) and all(np.array_equal(bits(a), bits(b)) for a, b in zip(outs0, outs1))
 
