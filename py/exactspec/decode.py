@@ -42,11 +42,6 @@ AHEAD_WITH_DRAFTER = 4
 # (no gap) switched chains on and off where 2-token repeats are common but seldom continue (ambiguity 0.84-0.88x,
 # strict JSON 0.82-0.91x against 0.90-1.05x forced; bench/h200/results/2026-12-04f, call 21).
 CHAIN_PROBE_GAP = 4
-# ... and only where the text's last PROBE_NGRAM tokens occur earlier (the n-gram drafter's lookup needs 2): at the
-# first match after a gap, over 132 workload answers' greedy tokens, a chain of 4 rounds from a 2-token match emits
-# 7.0 tokens on average (336 such probes), from a 3-token match 11.8 (218; bench/h200/results/2026-12-06e/
-# probe_sim.py); a copy that starts with a 2-token match is probed once its third token matches too
-PROBE_NGRAM = 3
 
 
 class BackendError(RuntimeError):
@@ -514,7 +509,7 @@ async def generate_async(
             # device's overlap (H200: a chain at each answer's start and one every 16 plain rounds cost 10-13% on
             # chat strata, bench/h200/results/2026-12-04f call 29)
             copy_probe = chain_max and cfg.adaptive and k == 0 and k_cap > 0 and since_chain >= CHAIN_PROBE_GAP \
-                and drafter.has_match(seq, max(drafter.min_ngram, min(PROBE_NGRAM, drafter.max_ngram)))
+                and drafter.has_match(seq)
             if copy_probe and hinted:
                 deferred = k_cap
             elif copy_probe:

@@ -30,7 +30,7 @@ class NgramDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.passes = 0  # no model passes
-        self._index: dict[int, tuple[set, int, tuple]] = {}   # has_match's: n -> (n-grams, starts indexed, first n)
+        self._grams, self._indexed, self._first = set(), 0, ()   # has_match's index
 
     def max_proposals(self, seq_len_now: int) -> int:
         return 1 << 30
@@ -48,22 +48,20 @@ class NgramDrafter:
                         return [int(x) for x in cont]
         return []
 
-    def has_match(self, seq, n: int | None = None) -> bool:
-        """Would lookup(seq, k) find proposals (n None), or does the sequence's last n tokens occur earlier with a
-        continuation (n >= min_ngram)? A match of any length >= n contains one of n at the same start, so only that
-        length is looked for, in an index of the sequence's n-grams kept from call to call (the decode loop asks every
-        plain round while the device's chains are off, to probe a chain where a copy is at hand; its sequence only
-        grows, and a shorter one rebuilds the index)."""
-        n, L = self.min_ngram if n is None else n, len(seq)
+    def has_match(self, seq) -> bool:
+        """Would lookup(seq, k) find proposals? A match of any length >= min_ngram contains one of min_ngram at the
+        same start, so only that length is looked for, in an index of the sequence's min_ngram-grams kept from call to
+        call (the decode loop asks every plain round while the device's chains are off, to probe a chain where a copy
+        is at hand; its sequence only grows, and a shorter one rebuilds the index)."""
+        n, L = self.min_ngram, len(seq)
         if L - 1 < n:
             return False
-        grams, indexed, first = self._index.get(n, (set(), 0, ()))
-        if indexed > L - n or (indexed and tuple(seq[:n]) != first):
-            grams, indexed = set(), 0
-        for i in range(indexed, L - n):              # the n-grams at starts 0 .. L - n - 1 (each has a continuation)
-            grams.add(tuple(seq[i:i + n]))
-        self._index[n] = (grams, L - n, tuple(seq[:n]))
-        return tuple(seq[L - n:]) in grams
+        if self._indexed > L - n or (self._indexed and tuple(seq[:n]) != self._first):
+            self._grams, self._indexed = set(), 0
+        for i in range(self._indexed, L - n):        # the n-grams at starts 0 .. L - n - 1 (each has a continuation)
+            self._grams.add(tuple(seq[i:i + n]))
+        self._indexed, self._first = L - n, tuple(seq[:n])
+        return tuple(seq[L - n:]) in self._grams
 
     async def propose(self, seq, k, pick):
         if k <= 0:
