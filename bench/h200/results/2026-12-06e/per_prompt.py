@@ -1,11 +1,12 @@
 """Per setting (drafter, "only while it pays") of a product_sides.sh call: each side NAME's time per prompt over the
 BASE name's (the median over that name's sides and runs of the prompt's elapsed_ms, as the product's loop reports it,
 divided by BASE's), median over the prompts with the quartiles. Robust to a host whose load changes from side to side
-only as far as the sides alternate. Usage: python bench/h200/results/2026-12-06e/per_prompt.py SIDES_DIR BASE"""
+only as far as the sides alternate. Usage: python bench/h200/results/2026-12-06e/per_prompt.py BASE SIDES_DIR [...]
+(an unpacked callN/sides.tgz; several folders pooled)"""
 import json, glob, re, collections, statistics as st, sys
-folder = sys.argv[1]; base = sys.argv[2]
+base, folders = sys.argv[1], sys.argv[2:]
 el = collections.defaultdict(lambda: collections.defaultdict(list))
-for f in glob.glob(folder + '/product_*.json'):
+for f in [p for d in folders for p in glob.glob(d + '/product_*.json')]:
     name = re.search(r'product_\d+_(.+)\.json', f)[1]
     for r in json.load(open(f))['records']:
         key = (r['drafter'], r.get('adaptive'))

@@ -1,6 +1,7 @@
 """Per side of a product_sides.sh call: speculation's speedup over the champion alone, same run, per stratum (median
 [min-max] over the runs of the stratum's time alone / its time with speculation) and all strata pooled; then, per side
-NAME, the median over that name's sides. Usage: python bench/h200/results/2026-12-06e/sides_ngram.py SIDES_DIR"""
+NAME, the median over that name's sides (over every folder given).
+Usage: python bench/h200/results/2026-12-06e/sides_ngram.py SIDES_DIR [SIDES_DIR ...]   (an unpacked callN/sides.tgz)"""
 import collections
 import glob
 import json
@@ -28,9 +29,11 @@ def speedups(path):
     return out, ident
 
 
-def main(folder):
+def main(folders):
     by_name = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(list)))
-    for path in sorted(glob.glob(f"{folder}/product_*.json"), key=lambda p: int(re.search(r"product_(\d+)_", p)[1])):
+    paths = [p for f in folders for p in sorted(glob.glob(f"{f}/product_*.json"),
+                                                key=lambda p: int(re.search(r"product_(\d+)_", p)[1]))]
+    for path in paths:
         side = re.search(r"product_(\d+_.+)\.json", path)[1]
         name = side.split("_", 1)[1]
         out, ident = speedups(path)
@@ -50,4 +53,4 @@ def main(folder):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else ".")
+    main(sys.argv[1:] or ["."])
