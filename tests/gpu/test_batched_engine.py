@@ -282,6 +282,19 @@ def test_decode_ahead_continuation(models, variant, pick_name):
     assert [r["command_buffers"] for r in info4["results"][1:]] == [3 + 4 - 1, 3 + 8 - 1, 3 + 5 - 1]
 
 
+def _four_runs_ahead():
+    """A prompt, then four greedy runs ahead of 4 passes, each continuing the one before (`then` 4; the last none)."""
+    g = PICKS["greedy"]
+    prompt = [5, 9, 2, 71, 33, 12]
+    P = len(prompt)
+
+    def ahead(token, pos, n, then):
+        return {"op": "decode_ahead", "token": token, "start_pos": pos, "n": n, "pick": g, "rows": True, "then": then}
+
+    return [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
+            ahead(8, P, 4, 4), ahead("last", P + 4, 4, 4), ahead("last", P + 8, 4, 4), ahead("last", P + 12, 4, 0)]
+
+
 def test_fresh_run_continuation_splits(models):
     """contSplitsFresh (app/gpu/options.js): the continuation a fresh run submits after its readback goes in
     contSplitsFresh command buffers (here 2 or 1 instead of splits + passSplits - 1 = 3 + 4 - 1); a continuation
@@ -291,15 +304,7 @@ def test_fresh_run_continuation_splits(models):
     same shape and the second call's continuation comes pre-encoded. The ids and the logits rows are bitwise the
     same every way. Fails if the option is ignored."""
     (path, d), _ = models
-    g = PICKS["greedy"]
-    prompt = [5, 9, 2, 71, 33, 12]
-    P = len(prompt)
-
-    def ahead(token, pos, n, then):
-        return {"op": "decode_ahead", "token": token, "start_pos": pos, "n": n, "pick": g, "rows": True, "then": then}
-
-    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
-           ahead(8, P, 4, 4), ahead("last", P + 4, 4, 4), ahead("last", P + 8, 4, 4), ahead("last", P + 12, 4, 0)]
+    ops = _four_runs_ahead()
     runs = {}
     for name, extra in (("default", {}), ("fresh2", {"contSplitsFresh": 2}), ("fresh1", {"contSplitsFresh": 1})):
         info, outs = run_engine(path, d, ops, engine_opts={"splits": 3, "passSplits": 1, **extra})
@@ -355,15 +360,7 @@ def test_deferred_pre_encoding_leaves_the_call_early(models):
     call's ids and rows are bitwise the same with and without. Fails if the option is ignored or the deferred work is
     lost."""
     (path, d), _ = models
-    g = PICKS["greedy"]
-    prompt = [5, 9, 2, 71, 33, 12]
-    P = len(prompt)
-
-    def ahead(token, pos, n, then):
-        return {"op": "decode_ahead", "token": token, "start_pos": pos, "n": n, "pick": g, "rows": True, "then": then}
-
-    ops = [{"op": "forward", "tokens": prompt, "start_pos": 0, "n_out": 1},
-           ahead(8, P, 4, 4), ahead("last", P + 4, 4, 4), ahead("last", P + 8, 4, 4), ahead("last", P + 12, 4, 0)]
+    ops = _four_runs_ahead()
     got = {}
     for name, extra in (("off", {"preDefer": False}), ("default", {})):
         info, outs = run_engine(path, d, ops, trace=True, engine_opts={"contSplitsFresh": 1, **extra})
