@@ -215,9 +215,10 @@ export function resolvePlan(opts, info, device) {
   // the continuation a fresh run submits after its readback pre-encoded the next continuation's commands (launch's
   // preEncode) before the call returned: on an H100, 2.0-2.9 ms between that submission and the return, the tokens
   // waiting in the engine. preDefer (default since 2026-12-06): that pre-encoding is put off (model.js deferPre) until
-  // the next call takes the shape or the thread is idle. Through the product's loop on an H100 (bench/h200/results/
-  // 2026-12-06e call 10, engine timelines): such a call 5.7 ms instead of 9.1 (runs ahead), 6.5 instead of 10.3
-  // (chains), the continued calls after them no slower; it changes no bit
+  // the next call takes the shape or the thread is idle. Through the product's loop on H100s (bench/h200/results/
+  // 2026-12-06e calls 13 and 10, engine timelines, a quiet host and a noisy one): such a call 5.0 / 5.7 ms instead of
+  // 6.4 / 9.1 (runs ahead), the continued calls after them no slower; an answer's time x0.985 on the quiet host (the
+  // next call mostly waits for the GPU instead); it changes no bit
   const preDefer = opts.preDefer ?? true;
   if (typeof preDefer !== 'boolean') throw new Error(`preDefer ${JSON.stringify(preDefer)} must be true or false`);
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);

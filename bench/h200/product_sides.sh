@@ -12,7 +12,8 @@
 #        champion alone on 5 strata, 1 prompt, 3 runs, 256 tokens at most), OVERLAYS (a folder: where OVERLAYS/NAME
 #        exists, its files, at their paths in the tree, replace the tree's for that side's run and are put back after
 #        it: a variant of the decode loop's code measured beside the tree's; bench product builds the wheel it runs
-#        from the tree at each start)
+#        from the tree at each start; a git-ignored folder such as .devcarry/overlays travels as a carry, e.g. the one
+#        bench/h200/results/2026-12-06e/overlays.sh writes)
 # Dry run here (llvmpipe): X=/tmp/exactspec-test NPARTS=4 BACKEND=opengl OUT=/tmp/sides SIDES='A={} B={"preKeep":6}'
 #   SIDES_ARGS="--strata repetitive --max-new-tokens 8 --runs 1 --drafters none" bash bench/h200/product_sides.sh
 set -u
@@ -40,6 +41,8 @@ for side in ${SIDES:?SIDES=NAME=JSON ...}; do
     rm -rf $T/saved && mkdir -p $T/saved && (cd $ov && find . -type f) > $T/overlay.txt
     while read -r f; do
       [ -f "$f" ] || { echo "overlay $ov: $f is not in the tree" | tee -a $T/log.txt; exit 4; }
+    done < $T/overlay.txt
+    while read -r f; do
       mkdir -p "$T/saved/$(dirname "$f")" && cp "$f" "$T/saved/$f" && cp "$ov/$f" "$f"
     done < $T/overlay.txt
     echo "   overlay $ov:" $(cd $ov && xargs sha256sum < $T/overlay.txt | cut -c1-16,65-) | tee -a $T/log.txt
