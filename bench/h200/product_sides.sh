@@ -7,7 +7,8 @@
 #       ".devcarry/product", ".devcarry/champ2"]), run(command="NPARTS=3 bash bench/h200/product_run.sh --stage",
 #       carry=[".devcarry/champ0"]), run(command="NPARTS=3 SIDES='A={} B={\"preKeep\":6} A={} B={\"preKeep\":6}' bash
 #       bench/h200/product_sides.sh", carry=[".devcarry/champ1"], timeout_s=600); then bash bench/h200/slim.sh --back
-#   -> $OUT/sides_summary.txt, $OUT/sides.tgz (every side's report and timeline, the log)
+#   -> $OUT/sides_summary.txt (sides_summary.py, sides_speedups.py, sides_per_prompt.py), $OUT/sides.tgz (every
+#      side's report and timeline, the log)
 #   env: SIDES (NAME=ENGINE_OPTS_JSON ..., no spaces inside a JSON), SIDES_ARGS (bench product options; default the
 #        champion alone on 5 strata, 1 prompt, 3 runs, 256 tokens at most), OVERLAYS (a folder: where OVERLAYS/NAME
 #        exists, its files, at their paths in the tree, replace the tree's for that side's run and are put back after
@@ -56,4 +57,7 @@ for side in ${SIDES:?SIDES=NAME=JSON ...}; do
   fi
 done
 python3 bench/h200/sides_summary.py $T | tee $O/sides_summary.txt
+# speculation's speedups per side and stratum, and each name's time per prompt over the first side's name
+{ echo; python3 bench/h200/sides_speedups.py $T; echo; python3 bench/h200/sides_per_prompt.py "${SIDES%%=*}" $T; } \
+  | tee -a $O/sides_summary.txt
 tar -C /tmp -czf $O/sides.tgz sides

@@ -1,7 +1,7 @@
-"""Per side of a product_sides.sh call: speculation's speedup over the champion alone, same run, per stratum (median
+"""Per side of product_sides.sh's sides: speculation's speedup over the champion alone, same run, per stratum (median
 [min-max] over the runs of the stratum's time alone / its time with speculation) and all strata pooled; then, per side
-NAME, the median over that name's sides (over every folder given).
-Usage: python bench/h200/results/2026-12-06e/sides_ngram.py SIDES_DIR [SIDES_DIR ...]   (an unpacked callN/sides.tgz)"""
+NAME, the median over that name's sides (over every folder given; product_sides.sh prints it).
+    python bench/h200/sides_speedups.py DIR [DIR ...]   (DIR: product_<i>_<name>.json, e.g. an unpacked sides.tgz)"""
 import collections
 import glob
 import json
