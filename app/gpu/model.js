@@ -871,7 +871,7 @@ export class EngineModel {
     this.deferred = d;
     setTimeout(() => {
       if (this.deferred !== d) return;
-      try { this.flushPre(); } catch (e) { this.deferred = null; }    // (a lost device: the next submission's to report)
+      try { this.flushPre(); } catch { /* a lost device (flushPre let go of it first): the next submission's to report */ }
     }, 0);
   }
 
