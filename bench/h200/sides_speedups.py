@@ -11,22 +11,27 @@ import sys
 
 
 def speedups(path):
+    """{(drafter, k, 'adaptive' | 'forced'): {stratum: (median, min, max) over runs, 'ALL': the same pooled}} and
+    whether every answer was identical: the strata's from the report's own summary (bench product's summarise), the
+    pooled one from its records (per run, the time alone over the time with speculation, all strata together)."""
     d = json.load(open(path))
-    alone = {(r["run"], r["prompt_id"]): r["elapsed_ms"] for r in d["records"] if r["drafter"] == "none"}
-    per = collections.defaultdict(lambda: collections.defaultdict(lambda: [0.0, 0.0]))   # (setting) -> run -> sums
     out = collections.defaultdict(dict)
+    for s in d["summary"]:
+        if isinstance(s.get("speedup"), dict):
+            sp = s["speedup"]
+            out[(s["drafter"], s["k"], "adaptive" if s["adaptive"] else "forced")][s["stratum"]] = \
+                (sp["median"], sp["min"], sp["max"])
+    alone = {(r["run"], r["prompt_id"]): r["elapsed_ms"] for r in d["records"] if r["drafter"] == "none"}
+    pooled = collections.defaultdict(lambda: collections.defaultdict(lambda: [0.0, 0.0]))   # setting -> run -> sums
     for r in d["records"]:
-        if r["drafter"] == "none" or (r["run"], r["prompt_id"]) not in alone:
-            continue
-        key = (r["drafter"], r["k"], "adaptive" if r.get("adaptive") else "forced")
-        for s in (r["stratum"], "ALL"):
-            acc = per[key + (s,)][r["run"]]
+        if r["drafter"] != "none" and (r["run"], r["prompt_id"]) in alone:
+            acc = pooled[(r["drafter"], r["k"], "adaptive" if r.get("adaptive") else "forced")][r["run"]]
             acc[0] += alone[(r["run"], r["prompt_id"])]
             acc[1] += r["elapsed_ms"]
-    for key, runs in per.items():
-        out[key[:3]][key[3]] = [a / b for a, b in runs.values()]
-    ident = all(r.get("identical", True) for r in d["records"])
-    return out, ident
+    for key, runs in pooled.items():
+        v = [a / b for a, b in runs.values()]
+        out[key]["ALL"] = (st.median(v), min(v), max(v))
+    return out, all(s.get("identical", True) for s in d["summary"])
 
 
 def main(folders):
@@ -40,9 +45,9 @@ def main(folders):
         for key, strata in sorted(out.items()):
             cells = []
             for s in sorted(strata, key=lambda s: (s == "ALL", s)):
-                v = strata[s]
-                by_name[key][name][s].append(st.median(v))
-                cells.append(f"{s} {st.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]")
+                med, lo, hi = strata[s]
+                by_name[key][name][s].append(med)
+                cells.append(f"{s} {med:.2f} [{lo:.2f}-{hi:.2f}]")
             print(f"side {side:10s} {key[0]} k={key[1]} {key[2]} (identical: {'yes' if ident else 'NO'}): " + "; ".join(cells))
     print("\nper name: the median over its sides of each side's median speedup (the sides' medians)")
     for key, names in by_name.items():
