@@ -64,6 +64,7 @@ override NPART: u32 = 1u;    // attention partials (= params.npart = n_heads)
 override STRIDE: u32 = LANES;
 override TOUCH: bool = false;     // warm the gate/up weights before the prologue (lib/touch; engine option fuseTouch)
 override TOUCH_D: bool = false;   // and the down weights
+override LIGHT_DOWN: bool = false; // down: one row a trip instead of two (engine option lightDown, multi-row pipelines)
 const TB: u32 = 8u;
 // #if BLOCKS
 override KB: u32 = 64u;      // keys per attention block (engine option attnBlock)
@@ -211,8 +212,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     //    two rows a trip (r and r + WG_SIZE, the second clamped in range and not written past dim): both rows' loads
     //    are in flight together, each row's adds as with one row a trip
     let hb = j0 / 4u;
-    for (var r = lid; r < params.dim; r = r + 2u * WG_SIZE) {
-      let rb = r + WG_SIZE;
+    let trip = select(2u, 1u, LIGHT_DOWN);
+    for (var r = lid; r < params.dim; r = r + trip * WG_SIZE) {
+      let rb = select(r + WG_SIZE, params.dim, LIGHT_DOWN);   // LIGHT_DOWN: no second row (r2 = r, not written)
       let r2 = min(rb, params.dim - 1u);
       var acc: array<f32, 8>;   // slots 0 .. TILE-1 of row r
       var acc2: array<f32, 8>;  // of row r2
@@ -220,7 +222,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       for (var k = 0u; k < SLICE / 8u; k = k + 1u) {   // constant trip count: loads can all be in flight
         let u = min(j0 / 8u + k, j1 / 8u - 1u);         // (a short last slice: clamped load, no add)
         let p = load_unit_d(r, u);
-        let p2 = load_unit_d(r2, u);
+        var p2 = p;
+        if (!LIGHT_DOWN) { p2 = load_unit_d(r2, u); }
         if (j0 / 8u + k < j1 / 8u) {
           for (var i = 0u; i < TILE; i = i + 1u) {
             let slot = min(i, n4 - 1u);

@@ -70,6 +70,12 @@ declare -A V=(
   [kb128_s1]='{"attnBlock":128,"attnSplit":1}'
   [kb512_s1]='{"attnBlock":512,"attnSplit":1}'
   [kb64_s1]='{"attnBlock":64,"attnSplit":1}'
+  [ls4]='{"lightStage":4}'
+  [ls8]='{"lightStage":8}'
+  [ls16]='{"lightStage":16}'
+  [down]='{"lightDown":true}'
+  [ls8_down]='{"lightStage":8,"lightDown":true}'
+  [ls8_qkvp2]='{"lightStage":8,"fuseQkvPairsRows":2}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,
