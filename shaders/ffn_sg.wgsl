@@ -212,9 +212,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     //    two rows a trip (r and r + WG_SIZE, the second clamped in range and not written past dim): both rows' loads
     //    are in flight together, each row's adds as with one row a trip
     let hb = j0 / 4u;
-    let trip = select(2u, 1u, LIGHT_DOWN);
+    let one = LIGHT_DOWN || WG_SIZE >= KX;   // one row a trip (KX = dim: a workgroup of >= dim invocations has no second)
+    let trip = select(2u, 1u, one);
     for (var r = lid; r < params.dim; r = r + trip * WG_SIZE) {
-      let rb = select(r + WG_SIZE, params.dim, LIGHT_DOWN);   // LIGHT_DOWN: no second row (r2 = r, not written)
+      let rb = select(r + WG_SIZE, params.dim, one);   // one: no second row (r2 = r, not written)
       let r2 = min(rb, params.dim - 1u);
       var acc: array<f32, 8>;   // slots 0 .. TILE-1 of row r
       var acc2: array<f32, 8>;  // of row r2
@@ -223,7 +224,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let u = min(j0 / 8u + k, j1 / 8u - 1u);         // (a short last slice: clamped load, no add)
         let p = load_unit_d(r, u);
         var p2 = p;
-        if (!LIGHT_DOWN) { p2 = load_unit_d(r2, u); }
+        if (!one) { p2 = load_unit_d(r2, u); }
         if (j0 / 8u + k < j1 / 8u) {
           for (var i = 0u; i < TILE; i = i + 1u) {
             let slot = min(i, n4 - 1u);

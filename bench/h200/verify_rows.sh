@@ -76,6 +76,13 @@ declare -A V=(
   [down]='{"lightDown":true}'
   [ls8_down]='{"lightStage":8,"lightDown":true}'
   [ls8_qkvp2]='{"lightStage":8,"fuseQkvPairsRows":2}'
+  [down_q512]='{"lightDown":true,"fuseMatmulWgRows":512}'
+  [down_q1024]='{"lightDown":true,"fuseMatmulWgRows":1024}'
+  [f576d]='{"lightDown":true,"fuseWgRows":576}'
+  [f576d_q1024]='{"lightDown":true,"fuseWgRows":576,"fuseMatmulWgRows":1024}'
+  [one576]='{"fuseWg":576}'
+  [one_q1024]='{"fuseMatmulWg":1024}'
+  [one576_q1024]='{"fuseWg":576,"fuseMatmulWg":1024,"lightDown":true}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,
