@@ -198,16 +198,14 @@ export class GraphBuilder {
         const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, w: part.buffer,
           r_in: this.buf(r_in), gamma: this.buf(gamma), rope: mode === 'qkv' ? this.buf('rope') : null, out: this.buf(out),
           kv: this.buf(kv), parts: this.buf(parts), r_out: writeR ? this.buf(r_out) : null });
-        const variant = (w, p, light = {}) => {   // pipelines and grids at workgroup size w, p row pairs per subgroup
+        const variant = (w, p) => {   // pipelines and grids at workgroup size w, p row pairs per subgroup
           const grid = wideGrid(Math.ceil(Math.ceil(part.N / 2) / ((w / lanes) * p)));
           return { make: (t) => K.pipeline({ WG_SIZE: w, WTYPE: lin.wtype, MODE: MODE[mode], NORM: gamma ? 1 : 0,
-            LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }, { ...this.touch(touch), ...light }), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
+            LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }, this.touch(touch)), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
         };
         const one = variant(wg, pairs);
-        // rows {wg, pairs}: dispatches of more than one row run that variant (the qkv matmul: fuseMatmulWgRows,
-        // fuseQkvPairsRows; lightStage)
-        const light = rows && this.plan.lightStage ? { LIGHT_STAGE: this.plan.lightStage } : {};
-        const multi = rows && (rows.wg !== wg || rows.pairs !== pairs || light.LIGHT_STAGE) ? variant(rows.wg, rows.pairs, light) : null;
+        // rows {wg, pairs}: dispatches of more than one row run that variant (the qkv matmul: fuseMatmulWgRows, fuseQkvPairsRows)
+        const multi = rows && (rows.wg !== wg || rows.pairs !== pairs) ? variant(rows.wg, rows.pairs) : null;
         await this.tiled(label, bg, tiles, one.make, one.grid, one.rowGrid, multi);
       }
     }
@@ -306,7 +304,7 @@ export class GraphBuilder {
     const grid = (rows, t) => [this.nSlices, Math.ceil(rows / t), 1];
     const rowGrid = (rows) => [this.nSlices, rows, 1];
     // dispatches of more than one row at their own workgroup size (fuseWgRows)
-    const light = { ...(plan.lightStage ? { LIGHT_STAGE: plan.lightStage } : {}), ...(plan.lightDown ? { LIGHT_DOWN: 1 } : {}) };
+    const light = plan.lightDown ? { LIGHT_DOWN: 1 } : {};
     const multi = plan.fuseWgRows !== plan.fuseWg || Object.keys(light).length ? { make: make(plan.fuseWgRows, light), grid, rowGrid } : null;
     // workgroup memory a row: x, the slice's SwiGLU outputs, and with attnBlock the blocks' (max, sum) / weights
     // (n_heads x blocks x 2)

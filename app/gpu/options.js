@@ -67,9 +67,8 @@ function fusePlan(opts, m, device, cpu) {
     // own workgroup size / row pairs (each row's arithmetic is the same code in the same order: the same bits); default
     // the one-row values
     fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null, fuseQkvPairsRows: opts.fuseQkvPairsRows ?? null,
-    // dispatches of more than one row: the prologue's partial loads in groups of lightStage (0: all at once) and the
-    // FFN's down projection one row a trip (lightDown), so that fewer loads hold registers (lib/stage; the same bits)
-    lightStage: opts.lightStage ?? 0, lightDown: opts.lightDown ?? false,
+    // dispatches of more than one row: the FFN's down projection one row a trip (lightDown; the same bits)
+    lightDown: opts.lightDown ?? false,
     // a decode pass's qkv + attention in one dispatch (attention.wgsl QKV; 10 storage bindings): off by default, as
     // the H200 measured it slower (bench/h200/results/2026-12-04b, call 3: GPU 1.23 vs 1.05 ms a pass running ahead, with 30
     // dispatches fewer); its workgroup: the qkv rows' subgroups (96 row pairs for SmolLM2's heads of 64: 3 trips a
@@ -102,7 +101,6 @@ function fusePlan(opts, m, device, cpu) {
       throw new Error(`${k} ${v} must be a multiple of the subgroup size ${m.lanes} within the device's workgroup limit`);
     }
   }
-  if (!Number.isInteger(f.lightStage) || f.lightStage < 0 || f.lightStage > 64) throw new Error(`lightStage ${f.lightStage} must be in 0..64`);
   if (typeof f.lightDown !== 'boolean') throw new Error(`lightDown ${JSON.stringify(f.lightDown)} must be true or false`);
   if (!Number.isInteger(f.fuseSlice) || f.fuseSlice < 32 || f.fuseSlice % 32) throw new Error(`fuseSlice ${f.fuseSlice} must be a positive multiple of 32`);
   for (const k of ['fuseHeadPairs', 'fuseQkvPairs', 'fuseQkvPairsRows']) {
@@ -262,7 +260,7 @@ export function kernelsInfo(plan) {
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto,
     fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg, fuseWgRows: plan.fuseWgRows,
     fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, fuseTouch: [...plan.fuseTouch],
-    lightStage: plan.lightStage, lightDown: plan.lightDown } : false;
+    lightDown: plan.lightDown } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
     head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };

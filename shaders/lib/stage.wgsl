@@ -15,12 +15,6 @@
 // blocks): then x is exactly the sum above. Needs as well: binding ml, the step uniform, workgroup array cw, overrides
 // KB, NB.
 // #param PS = pstride
-// LIGHT_STAGE (override, 0 = off; engine option lightStage, multi-row pipelines only): the partials' loads in groups of
-// LIGHT_STAGE, each group's addresses depending on the sum so far through a zero the compiler cannot see (step.n >> 31:
-// a chunk never has 2^31 rows), so that at most a group's loads are in flight and hold registers. The adds and their
-// order are the same: the same bits.
-
-override LIGHT_STAGE: u32 = 0u;
 
 // #if BLOCKS
 fn stage_weights(t: u32, n4: u32, lid: u32) {
@@ -51,32 +45,19 @@ fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
     let g = t * K4 + i;   // row t + i / K4, vec4 i % K4
     let nb = (step.start_pos + t + i / K4) / KB + 1u;
     var v = r_in[g];
-    let zm = select(0u, step.n >> 31u, LIGHT_STAGE > 0u);   // 0
     if (nb == 1u) {
-      if (LIGHT_STAGE > 0u) {
-        var gg = g;
-        for (var p0 = 0u; p0 < NPART; p0 = p0 + LIGHT_STAGE) {
-          for (var q = 0u; q < LIGHT_STAGE; q = q + 1u) {
-            if (p0 + q < NPART) { v = v + parts[(p0 + q) * NB * params.${PS} + gg]; }
-          }
-          gg = g + (bitcast<u32>(v.x) & zm);
-        }
-      } else {
-        for (var p = 0u; p < NPART; p = p + 1u) {   // a constant trip count: the loads can all be in flight
-          v = v + parts[p * NB * params.${PS} + g];
-        }
+      for (var p = 0u; p < NPART; p = p + 1u) {   // a constant trip count: the loads can all be in flight
+        v = v + parts[p * NB * params.${PS} + g];
       }
     } else {
-      var gg = g;
       for (var p = 0u; p < NPART; p = p + 1u) {
         let c = ((i / K4) * NPART + p) * NB * 2u;   // block b's weight at cw[c + 2b]
-        var a = parts[p * NB * params.${PS} + gg] * cw[c];
+        var a = parts[p * NB * params.${PS} + g] * cw[c];
         for (var b = 1u; b < NB; b = b + 1u) {   // a constant trip count (blocks past the row's: clamped loads, not added)
-          let x = parts[(p * NB + min(b, nb - 1u)) * params.${PS} + gg];
+          let x = parts[(p * NB + min(b, nb - 1u)) * params.${PS} + g];
           if (b < nb) { a = a + x * cw[c + 2u * b]; }
         }
         v = v + a;
-        gg = g + (bitcast<u32>(v.x) & zm);   // LIGHT_STAGE: the next head's loads wait for this one's
       }
     }
     xs[i] = v;
@@ -89,19 +70,8 @@ fn stage(t: u32, n4: u32, lid: u32, writer: bool) {
   for (var i = lid; i < n4 * K4; i = i + WG_SIZE) {
     let g = t * K4 + i;   // row t + i / K4, vec4 i % K4
     var v = r_in[g];
-    if (LIGHT_STAGE > 0u) {
-      let zm = step.n >> 31u;   // 0
-      var gg = g;
-      for (var p0 = 0u; p0 < NPART; p0 = p0 + LIGHT_STAGE) {
-        for (var q = 0u; q < LIGHT_STAGE; q = q + 1u) {
-          if (p0 + q < NPART) { v = v + parts[(p0 + q) * params.${PS} + gg]; }
-        }
-        gg = g + (bitcast<u32>(v.x) & zm);
-      }
-    } else {
-      for (var p = 0u; p < NPART; p = p + 1u) {   // a constant trip count: the loads can all be in flight
-        v = v + parts[p * params.${PS} + g];
-      }
+    for (var p = 0u; p < NPART; p = p + 1u) {   // a constant trip count: the loads can all be in flight
+      v = v + parts[p * params.${PS} + g];
     }
     xs[i] = v;
     if (writer) { r_out[g] = v; }

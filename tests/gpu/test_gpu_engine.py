@@ -410,8 +410,8 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                        (True, {"fuseTouch": True, "fuseQkvPairs": 2, "rowTiles": "all", "headSum": True}),
                                        (True, {"fuseTouch": True, "fuseQkvAttn": True, "attnSplit": 2}),
                                        (True, {"fuseTouch": ["qkv", "attn", "ffn_down"]}),
-                                       (True, {"lightStage": 2, "lightDown": True, "rowTiles": ["qkv", "ffn"]}),
-                                       (True, {"lightStage": 3, "fuseWgRows": 32})])
+                                       (True, {"lightDown": True, "rowTiles": ["qkv", "ffn"]}),
+                                       (True, {"lightDown": True, "fuseWgRows": 32})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
@@ -444,7 +444,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
         assert k["fuse"]["fuseTouch"] == (TOUCH_ALL if touch is True else touch or [])
         for key, one in (("fuseWgRows", "fuseWg"), ("fuseMatmulWgRows", "fuseMatmulWg"), ("fuseQkvPairsRows", "fuseQkvPairs")):
             assert k["fuse"][key] == eff.get(key, k["fuse"][one])   # dispatches of more rows: their own variant
-        assert k["fuse"]["lightStage"] == eff.get("lightStage", 0) and k["fuse"]["lightDown"] == eff.get("lightDown", False)
+        assert k["fuse"]["lightDown"] == eff.get("lightDown", False)
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
