@@ -15,9 +15,10 @@
 //      subgroup g (LANES = subgroup size) takes pairs g, g + G, ... with lib/tiles' dot1/dot4/dot8 (lanes over
 //      8-value units, RMSNorm statistic from the same loads, subgroupAdd); SwiGLU -> `hs` (TILE, SLICE) in
 //      workgroup memory;
-//   3. down: invocation l takes output rows r = l, l + WG_SIZE, ... (two a trip, their loads in flight together) and
-//      sums W_down[r, j0..j1) . hs[slot] over the slice's units in ascending order, each unit decoded once for the
-//      tile's slots.
+//   3. down: invocation l takes output rows r = l, l + WG_SIZE, ... (two a trip, their loads in flight together; one
+//      a trip with LIGHT_DOWN, the engine's multi-row pipelines (option lightDown: fewer loads per invocation where a
+//      verify block's workgroups share the SMs), or where WG_SIZE >= dim) and sums W_down[r, j0..j1) . hs[slot] over
+//      the slice's units in ascending order, each unit decoded once for the tile's slots.
 // Slice size (engine option fuseSlice, default 32 since the H200 measured it fastest: 1.15 ms vs 1.31 ms GPU per
 // SmolLM2 forward at 64; SmolLM2 at 64: 1536 / 64 = 24 workgroups and 24 partials): the slice
 // count is both this kernel's parallelism (one workgroup per slice, each reading 3 * SLICE * dim weights: ~69 KB of

@@ -67,8 +67,11 @@ function fusePlan(opts, m, device, cpu) {
     // own workgroup size / row pairs (each row's arithmetic is the same code in the same order: the same bits); default
     // the one-row values
     fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null, fuseQkvPairsRows: opts.fuseQkvPairsRows ?? null,
-    // dispatches of more than one row: the FFN's down projection one row a trip (lightDown; the same bits)
-    lightDown: opts.lightDown ?? false,
+    // dispatches of more than one row run the FFN's down projection one row a trip instead of two (the same bits):
+    // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
+    // H100 (bench/h200/results/2026-12-06f, call 2, 2 rounds): T_verify(4) 1.288-1.289 vs 1.328-1.329 ms GPU,
+    // T_verify(8) 1.793-1.794 vs 1.849, T_verify(1) equal; one-row passes keep two rows a trip (faster there)
+    lightDown: opts.lightDown ?? tunedFused(opts, m, fuse),
     // a decode pass's qkv + attention in one dispatch (attention.wgsl QKV; 10 storage bindings): off by default, as
     // the H200 measured it slower (bench/h200/results/2026-12-04b, call 3: GPU 1.23 vs 1.05 ms a pass running ahead, with 30
     // dispatches fewer); its workgroup: the qkv rows' subgroups (96 row pairs for SmolLM2's heads of 64: 3 trips a
