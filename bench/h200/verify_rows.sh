@@ -71,6 +71,7 @@ declare -A V=(
   [kb512_s1]='{"attnBlock":512,"attnSplit":1}'
   [kb64_s1]='{"attnBlock":64,"attnSplit":1}'
   [down]='{"lightDown":true}'
+  [nodown]='{"lightDown":false}'
   [down_q512]='{"lightDown":true,"fuseMatmulWgRows":512}'
   [down_q1024]='{"lightDown":true,"fuseMatmulWgRows":1024}'
   [f576d]='{"lightDown":true,"fuseWgRows":576}'
