@@ -615,6 +615,7 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "lightDown": 1}}, "lightDown 1 must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseTouch": ["ffn"]}}, "fuseTouch .* must be true, false or a list of qkv"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "fuseQkvAttn": True}}, "fuseQkvAttn needs fuse true"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "headStage": True}}, "headStage needs fuse true and headSum"),
