@@ -303,7 +303,7 @@ export class GraphBuilder {
       { ...this.touch('ffn_gate_up', 'ffn_down'), ...light });
     const grid = (rows, t) => [this.nSlices, Math.ceil(rows / t), 1];
     const rowGrid = (rows) => [this.nSlices, rows, 1];
-    // dispatches of more than one row at their own workgroup size (fuseWgRows)
+    // dispatches of more than one row at their own workgroup size (fuseWgRows) and with lightDown (ffn_sg.wgsl LIGHT_DOWN)
     const light = plan.lightDown ? { LIGHT_DOWN: 1 } : {};
     const multi = plan.fuseWgRows !== plan.fuseWg || Object.keys(light).length ? { make: make(plan.fuseWgRows, light), grid, rowGrid } : null;
     // workgroup memory a row: x, the slice's SwiGLU outputs, and with attnBlock the blocks' (max, sum) / weights
