@@ -16,8 +16,8 @@
 //      8-value units, RMSNorm statistic from the same loads, subgroupAdd); SwiGLU -> `hs` (TILE, SLICE) in
 //      workgroup memory;
 //   3. down: invocation l takes output rows r = l, l + WG_SIZE, ... (two a trip, their loads in flight together; one
-//      a trip with LIGHT_DOWN, the engine's multi-row pipelines (option lightDown: fewer loads per invocation where a
-//      verify block's workgroups share the SMs), or where WG_SIZE >= dim) and sums W_down[r, j0..j1) . hs[slot] over
+//      a trip with LIGHT_DOWN, the engine's 1-row-tile pipelines of dispatches of more rows (option lightDown: fewer
+//      loads per invocation where a verify block's workgroups share the SMs), or where WG_SIZE >= dim) and sums W_down[r, j0..j1) . hs[slot] over
 //      the slice's units in ascending order, each unit decoded once for the tile's slots.
 // Slice size (engine option fuseSlice, default 32 since the H200 measured it fastest: 1.15 ms vs 1.31 ms GPU per
 // SmolLM2 forward at 64; SmolLM2 at 64: 1536 / 64 = 24 workgroups and 24 partials): the slice

@@ -298,14 +298,15 @@ export class GraphBuilder {
       pffn: this.buf('p_ffn'), ...(copy ? { scores: this.buf('scores'), kv: L.kv } : {}),
       ...(plan.attnBlock ? { ml: this.buf('attn_ml') } : {}) });
     // one workgroup row per tile of chunk rows
-    const make = (wg, light = {}) => (t) => K.pipeline({ WG_SIZE: wg, WTYPE: L.gateUp.wtype, WTYPE_D: L.down.wtype, LANES: plan.lanes,
+    const make = (wg, light = false) => (t) => K.pipeline({ WG_SIZE: wg, WTYPE: L.gateUp.wtype, WTYPE_D: L.down.wtype, LANES: plan.lanes,
       TILE: t, KX: cfg.dim, SLICE: plan.fuseSlice, NPART: cfg.n_heads, ...(plan.attnBlock ? { KB: plan.attnBlock, NB: nb } : {}) },
-      { ...this.touch('ffn_gate_up', 'ffn_down'), ...light });
+      { ...this.touch('ffn_gate_up', 'ffn_down'), ...(light && t === 1 ? { LIGHT_DOWN: 1 } : {}) });
     const grid = (rows, t) => [this.nSlices, Math.ceil(rows / t), 1];
     const rowGrid = (rows) => [this.nSlices, rows, 1];
-    // dispatches of more than one row at their own workgroup size (fuseWgRows) and with lightDown (ffn_sg.wgsl LIGHT_DOWN)
-    const light = plan.lightDown ? { LIGHT_DOWN: 1 } : {};
-    const multi = plan.fuseWgRows !== plan.fuseWg || Object.keys(light).length ? { make: make(plan.fuseWgRows, light), grid, rowGrid } : null;
+    // dispatches of more than one row at their own workgroup size (fuseWgRows), and with lightDown those that run every
+    // row in its own workgroup (1-row tiles: verify blocks up to rowTilesMax rows; ffn_sg.wgsl LIGHT_DOWN; prefill
+    // chunks in tiles of 4 or 8 rows keep two down rows a trip: lightDown was measured on verify blocks only)
+    const multi = plan.fuseWgRows !== plan.fuseWg || plan.lightDown ? { make: make(plan.fuseWgRows, plan.lightDown), grid, rowGrid } : null;
     // workgroup memory a row: x, the slice's SwiGLU outputs, and with attnBlock the blocks' (max, sum) / weights
     // (n_heads x blocks x 2)
     const extra = plan.fuseSlice + (plan.attnBlock ? 2 * cfg.n_heads * nb : 0);

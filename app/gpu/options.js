@@ -67,7 +67,8 @@ function fusePlan(opts, m, device, cpu) {
     // own workgroup size / row pairs (each row's arithmetic is the same code in the same order: the same bits); default
     // the one-row values
     fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null, fuseQkvPairsRows: opts.fuseQkvPairsRows ?? null,
-    // dispatches of more than one row run the FFN's down projection one row a trip instead of two (the same bits):
+    // dispatches of more than one row that run each row in its own workgroup (rowTiles: verify blocks) run the FFN's
+    // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
     // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
     // H100 (bench/h200/results/2026-12-06f, two leases, 2 rounds each): T_verify(4) 1.288-1.289 vs 1.327-1.331 ms GPU,
     // T_verify(8) 1.792-1.794 vs 1.845-1.850, T_verify(1) equal; one-row passes keep two rows a trip (2026-12-04's latency change; one a trip not measured there)

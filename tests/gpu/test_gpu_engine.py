@@ -410,8 +410,8 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                        (True, {"fuseTouch": True, "fuseQkvPairs": 2, "rowTiles": "all", "headSum": True}),
                                        (True, {"fuseTouch": True, "fuseQkvAttn": True, "attnSplit": 2}),
                                        (True, {"fuseTouch": ["qkv", "attn", "ffn_down"]}),
-                                       (True, {"lightDown": True, "rowTiles": ["qkv", "ffn"]}),
-                                       (True, {"lightDown": True, "fuseWgRows": 32})])
+                                       (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": ["qkv", "ffn"]}),
+                                       (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": "all", "rowTilesMax": 3})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
