@@ -17,8 +17,9 @@
 //      workgroup memory;
 //   3. down: invocation l takes output rows r = l, l + WG_SIZE, ... (two a trip, their loads in flight together; one
 //      a trip with LIGHT_DOWN, the engine's 1-row-tile pipelines of dispatches of more rows (option lightDown: fewer
-//      loads per invocation where a verify block's workgroups share the SMs), or where WG_SIZE >= dim) and sums W_down[r, j0..j1) . hs[slot] over
-//      the slice's units in ascending order, each unit decoded once for the tile's slots.
+//      loads per invocation where a verify block's workgroups share the SMs), or where WG_SIZE >= dim) and sums
+//      W_down[r, j0..j1) . hs[slot] over the slice's units in ascending order, each unit decoded once for the tile's
+//      slots.
 // Slice size (engine option fuseSlice, default 32 since the H200 measured it fastest: 1.15 ms vs 1.31 ms GPU per
 // SmolLM2 forward at 64; SmolLM2 at 64: 1536 / 64 = 24 workgroups and 24 partials): the slice
 // count is both this kernel's parallelism (one workgroup per slice, each reading 3 * SLICE * dim weights: ~69 KB of
@@ -65,7 +66,7 @@ override NPART: u32 = 1u;    // attention partials (= params.npart = n_heads)
 override STRIDE: u32 = LANES;
 override TOUCH: bool = false;     // warm the gate/up weights before the prologue (lib/touch; engine option fuseTouch)
 override TOUCH_D: bool = false;   // and the down weights
-override LIGHT_DOWN: bool = false; // down: one row a trip instead of two (engine option lightDown, multi-row pipelines)
+override LIGHT_DOWN: bool = false; // down: one row a trip instead of two (engine option lightDown: 1-row tiles of multi-row dispatches)
 const TB: u32 = 8u;
 // #if BLOCKS
 override KB: u32 = 64u;      // keys per attention block (engine option attnBlock)
@@ -211,7 +212,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroupBarrier();
     // 3. down: rows r = lid, lid + WG_SIZE, ... over the slice's units, ascending; one decode per unit for all slots;
     //    two rows a trip (r and r + WG_SIZE, the second clamped in range and not written past dim): both rows' loads
-    //    are in flight together, each row's adds as with one row a trip
+    //    are in flight together, each row's adds as with one row a trip (`one`: LIGHT_DOWN or WG_SIZE >= dim)
     let hb = j0 / 4u;
     let one = LIGHT_DOWN || WG_SIZE >= KX;   // one row a trip (KX = dim: a workgroup of >= dim invocations has no second)
     let trip = select(2u, 1u, one);

@@ -71,7 +71,8 @@ function fusePlan(opts, m, device, cpu) {
     // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
     // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
     // H100 (bench/h200/results/2026-12-06f, two leases, 2 rounds each): T_verify(4) 1.288-1.289 vs 1.327-1.331 ms GPU,
-    // T_verify(8) 1.792-1.794 vs 1.845-1.850, T_verify(1) equal; one-row passes keep two rows a trip (2026-12-04's latency change; one a trip not measured there)
+    // T_verify(8) 1.792-1.794 vs 1.845-1.850, T_verify(1) equal; one-row passes keep two rows a trip (2026-12-04's
+    // latency change; one a trip not measured there)
     lightDown: opts.lightDown ?? tunedFused(opts, m, fuse),
     // a decode pass's qkv + attention in one dispatch (attention.wgsl QKV; 10 storage bindings): off by default, as
     // the H200 measured it slower (bench/h200/results/2026-12-04b, call 3: GPU 1.23 vs 1.05 ms a pass running ahead, with 30
