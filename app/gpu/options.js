@@ -67,6 +67,9 @@ function fusePlan(opts, m, device, cpu) {
     // own workgroup size / row pairs (each row's arithmetic is the same code in the same order: the same bits); default
     // the one-row values
     fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null, fuseQkvPairsRows: opts.fuseQkvPairsRows ?? null,
+    // the qkv matmul's multi-row variant (fuseMatmulWgRows, fuseQkvPairsRows) only for dispatches of qkvRowsMin ..
+    // qkvRowsMax rows (null: no upper bound); other dispatches run the one-row variant (the same bits either way)
+    qkvRowsMin: opts.qkvRowsMin ?? 2, qkvRowsMax: opts.qkvRowsMax ?? null,
     // dispatches of more than one row that run each row in its own workgroup (rowTiles: verify blocks) run the FFN's
     // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
     // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
@@ -105,6 +108,10 @@ function fusePlan(opts, m, device, cpu) {
     if (!Number.isInteger(v) || v < m.lanes || v % m.lanes || v > maxInv) {
       throw new Error(`${k} ${v} must be a multiple of the subgroup size ${m.lanes} within the device's workgroup limit`);
     }
+  }
+  if (!Number.isInteger(f.qkvRowsMin) || f.qkvRowsMin < 2) throw new Error(`qkvRowsMin ${JSON.stringify(f.qkvRowsMin)} must be an integer >= 2`);
+  if (f.qkvRowsMax !== null && (!Number.isInteger(f.qkvRowsMax) || f.qkvRowsMax < f.qkvRowsMin)) {
+    throw new Error(`qkvRowsMax ${JSON.stringify(f.qkvRowsMax)} must be null or an integer >= qkvRowsMin (${f.qkvRowsMin})`);
   }
   if (typeof f.lightDown !== 'boolean') throw new Error(`lightDown ${JSON.stringify(f.lightDown)} must be true or false`);
   if (!Number.isInteger(f.fuseSlice) || f.fuseSlice < 32 || f.fuseSlice % 32) throw new Error(`fuseSlice ${f.fuseSlice} must be a positive multiple of 32`);
@@ -264,7 +271,8 @@ export function kernelsInfo(plan) {
   const fuse = plan.fuse ? { fuse: plan.fuse, fuseWg: plan.fuseWg, fuseSlice: plan.fuseSlice, fuseHeadWg: plan.fuseHeadWg,
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto,
     fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg, fuseWgRows: plan.fuseWgRows,
-    fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, fuseTouch: [...plan.fuseTouch],
+    fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, qkvRowsMin: plan.qkvRowsMin,
+    qkvRowsMax: plan.qkvRowsMax, fuseTouch: [...plan.fuseTouch],
     lightDown: plan.lightDown } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,

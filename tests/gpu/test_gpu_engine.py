@@ -411,14 +411,16 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                        (True, {"fuseTouch": True, "fuseQkvAttn": True, "attnSplit": 2}),
                                        (True, {"fuseTouch": ["qkv", "attn", "ffn_down"]}),
                                        (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": ["qkv", "ffn"]}),
-                                       (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": "all", "rowTilesMax": 3})])
+                                       (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": "all", "rowTilesMax": 3}),
+                                       (True, {"fuseQkvPairsRows": 2, "fuseMatmulWgRows": 32, "qkvRowsMin": 3, "qkvRowsMax": 5,
+                                               "rowTiles": ["qkv", "ffn"]})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
     residual.wgsl (headSum: then the head is a plain matmul_sg, or with headStage matmul_sg PRO without partials), and the qkv prologue matmul's row pairs per subgroup
     and workgroup size (fuseQkvPairs, fuseMatmulWg: how many weight rows share one staging of x), and the FFN's and
     the qkv matmul's own workgroup size / row pairs for dispatches of more than one row (fuseWgRows,
-    fuseMatmulWgRows, fuseQkvPairsRows), and the fused kernels' early loads of their weights (fuseTouch: loads only)
+    fuseMatmulWgRows, fuseQkvPairsRows; the qkv's only for dispatches of qkvRowsMin .. qkvRowsMax rows), and the fused kernels' early loads of their weights (fuseTouch: loads only)
     compute each row with the same code in the same order: every forward's logits equal the default policy's bit for bit (and so stay
     batch invariant)."""
     from exactspec.formats import describe
@@ -445,6 +447,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
         for key, one in (("fuseWgRows", "fuseWg"), ("fuseMatmulWgRows", "fuseMatmulWg"), ("fuseQkvPairsRows", "fuseQkvPairs")):
             assert k["fuse"][key] == eff.get(key, k["fuse"][one])   # dispatches of more rows: their own variant
         assert k["fuse"]["lightDown"] == eff.get("lightDown", False)
+        assert (k["fuse"]["qkvRowsMin"], k["fuse"]["qkvRowsMax"]) == (eff.get("qkvRowsMin", 2), eff.get("qkvRowsMax"))
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
@@ -616,6 +619,9 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "lightDown": 1}}, "lightDown 1 must be true or false"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "qkvRowsMin": 1}}, "qkvRowsMin 1 must be an integer >= 2"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "qkvRowsMin": 4, "qkvRowsMax": 3}},
+                     "qkvRowsMax 3 must be null or an integer >= qkvRowsMin .4."),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseTouch": ["ffn"]}}, "fuseTouch .* must be true, false or a list of qkv"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "fuseQkvAttn": True}}, "fuseQkvAttn needs fuse true"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "headStage": True}}, "headStage needs fuse true and headSum"),
