@@ -68,7 +68,10 @@ function fusePlan(opts, m, device, cpu) {
     // the one-row values
     fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null, fuseQkvPairsRows: opts.fuseQkvPairsRows ?? null,
     // the qkv matmul's multi-row variant (fuseMatmulWgRows, fuseQkvPairsRows) only for dispatches of qkvRowsMin ..
-    // qkvRowsMax rows (null: no upper bound); other dispatches run the one-row variant (the same bits either way)
+    // qkvRowsMax rows (null: no upper bound); other dispatches run the one-row variant (the same bits either way).
+    // Measured on an H100 (bench/h200/results/2026-12-06g): fuseQkvPairsRows 2 for 5-9 rows, T_verify(4) 1.232-1.237
+    // vs 1.290 ms GPU and k = 1..3 unchanged, but no faster through the product's loop (an n-gram chain's every round
+    // runs the pipelines of k + 1 rows, and most rounds verify fewer): defaults as before
     qkvRowsMin: opts.qkvRowsMin ?? 2, qkvRowsMax: opts.qkvRowsMax ?? null,
     // dispatches of more than one row that run each row in its own workgroup (rowTiles: verify blocks) run the FFN's
     // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
