@@ -249,7 +249,8 @@ async function main() {
       log(`GPU us per kind (n=${n}, pos ${pos}, one pass per dispatch): ` + Object.entries(prof).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ') + ` | total ${tot.toFixed(0)}`);
     }
   }
-  if (process.env.VERIFY_ONLY === '1') {   // the pass and verify timings only (bench/h200/verify_rows.sh)
+  if (process.env.VERIFY_ONLY === '1') {   // the pass and verify timings only (bench/h200/verify_rows.sh), and CHAIN=1's
+    if (process.env.CHAIN === '1') await benchChain(model, P, out, quick);
     console.log('JSON ' + JSON.stringify(out));
     model.destroy();
     engine.destroy();
@@ -394,7 +395,8 @@ async function benchAblate(model, P, out, quick) {
 /** CHAIN=1: the n-gram drafter's rounds on the GPU (model.ngramChain): GPU ms per round of a chain of R rounds at k
  * proposals, on a sequence with no repeated pair (no round finds proposals: every pass computes 1 row of a k + 1
  * grid) and on a periodic one (its first round finds k), with the tiles the grid picks and row-parallel
- * (chainRowwise); beside decodeAhead's GPU ms per pass (n = 1 and 4). (No timestamps: wall, a dry run.) */
+ * (chainRowwise); beside decodeAhead's GPU ms per pass (n = 1 and 4). (No timestamps: wall, a dry run.)
+ * CHAIN_KS (default 2,4): the k measured; CHAIN_ROWWISE (default 0,1): chainRowwise off (0) and/or on (1). */
 async function benchChain(model, P, out, quick) {
   const V = model.config.vocab_size;
   const pick = { temperature: 0, seed: 0 };
@@ -417,9 +419,9 @@ async function benchChain(model, P, out, quick) {
     for (const n of [1, 4]) {
       out.chain[`${name}_ahead${n}`] = await gpuOf(async () => { model.truncate(P - 1); await model.decodeAhead(seq[P - 1], P - 1, n, pick, false); return n; });
     }
-    for (const rowwise of [false, true]) {
+    for (const rowwise of (process.env.CHAIN_ROWWISE ?? '0,1').split(',').map((x) => x === '1')) {
       model.plan.chainRowwise = rowwise;
-      for (const k of [2, 4]) {
+      for (const k of (process.env.CHAIN_KS ?? '2,4').split(',').map(Number)) {
         for (const R of [1, 4]) {
           const key = `${name}_k${k}_R${R}${rowwise ? '_row' : ''}`;
           out.chain[key] = await gpuOf(async () => { model.truncate(P - 1); await model.ngramChain(seq, P - 1, R, k, pick, [2, 3]); return R; });

@@ -76,6 +76,7 @@ declare -A V=(
   [down_q1024]='{"lightDown":true,"fuseMatmulWgRows":1024}'
   [f576d]='{"lightDown":true,"fuseWgRows":576}'
   [f576d_q1024]='{"lightDown":true,"fuseWgRows":576,"fuseMatmulWgRows":1024}'
+  [cind]='{"chainIndirect":true}'
   [q1024]='{"fuseMatmulWgRows":1024}'
   [qkvp2_r58]='{"fuseQkvPairsRows":2,"qkvRowsMin":5,"qkvRowsMax":8}'
   [q1024_r58]='{"fuseMatmulWgRows":1024,"qkvRowsMin":5,"qkvRowsMax":8}'
@@ -92,7 +93,7 @@ for r in $(seq 1 ${ROUNDS:-2}); do
     env VERIFY_ONLY=1 EXACTSPEC_ENGINE_OPTS="${V[$v]}" ${EXTRA_ENV:-} timeout ${VTIMEOUT:-60} \
       node bench/gpu/bench.mjs --backend $B --model-only > /tmp/variant.txt 2>&1
     echo "rc=$?" >> /tmp/variant.txt
-    grep -E "kernels:|T_single|T_verify|GPU us per kind|Error|rc=" /tmp/variant.txt | tee -a $O/verify_rows.txt
+    grep -E "kernels:|T_single|T_verify|GPU us per kind|chain \(|Error|rc=" /tmp/variant.txt | tee -a $O/verify_rows.txt
     grep '^JSON' /tmp/variant.txt | sed "s/^JSON /{\"round\": $r, \"variant\": \"$v\", \"result\": /; s/\$/}/" >> $O/verify_rows.json
   done
 done
