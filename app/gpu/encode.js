@@ -23,22 +23,17 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra 
 
 /**
  * Encode a submission. items: in order,
- *   {ops, rows, offset, rowwise?, indirect?}  dispatch each op for `rows` chunk rows with the step slot at dynamic
- *                                  `offset` (an op whose select(rows) is null has no dispatch for that row count;
- *                                  rowwise: its rowSelect(rows) where it has one; indirect {buf, first}: the item's
- *                                  j-th dispatch takes its grid from buf at byte 12 (first + j), which the GPU wrote:
- *                                  model.js chainSub)
+ *   {ops, rows, offset, rowwise?}  dispatch each op for `rows` chunk rows with the step slot at dynamic `offset` (an
+ *                                  op whose select(rows) is null has no dispatch for that row count; rowwise: its
+ *                                  rowSelect(rows) where it has one)
  *   {copy: [src, srcOffset, dst, dstOffset, size]}   a buffer copy (between compute passes)
  * reads: [[src, srcOffset, size], ...] copied back to back into `staging` after the last dispatch.
  * opts {splits: command buffers (cut by dispatch count), ts: timestamps {set, buf, read} | null}.
  * Returns {cbs, dispatches}.
  */
-/** An op's dispatch for an item's rows: an item marked rowwise dispatches its ops row-parallel where they offer it
- * (op.rowSelect: graph.js tiled); null: none. */
-export const selectFor = (op, rows, rowwise) => (rowwise && op.rowSelect ? op.rowSelect(rows) : op.select(rows));
-
 export function encodeSubmission(device, items, reads, staging, { splits, ts }) {
-  const select = (op, it) => selectFor(op, it.rows, it.rowwise);
+  // an item marked rowwise dispatches its ops row-parallel where they offer it (op.rowSelect: graph.js tiled)
+  const select = (op, it) => (it.rowwise && op.rowSelect ? op.rowSelect(it.rows) : op.select(it.rows));
   let total = 0;
   for (const it of items) if (it.ops) for (const op of it.ops) if (select(op, it)) total++;   // the dispatches
   const cuts = cutPoints(total, splits);
@@ -69,7 +64,6 @@ export function encodeSubmission(device, items, reads, staging, { splits, ts }) 
       continue;
     }
     offs[0] = it.offset;
-    let j = it.indirect ? it.indirect.first : 0;
     for (const op of it.ops) {
       if (cuts.has(dispatches)) { finish(); enc = device.createCommandEncoder(); begin(); }
       const sel = select(op, it);
@@ -77,8 +71,7 @@ export function encodeSubmission(device, items, reads, staging, { splits, ts }) 
       const { pipeline, grid } = sel;
       if (pipeline !== last) { pass.setPipeline(pipeline); last = pipeline; }
       pass.setBindGroup(0, op.bindGroup, offs);
-      if (it.indirect) pass.dispatchWorkgroupsIndirect(it.indirect.buf, 12 * j++);
-      else pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);
+      pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);
       dispatches++;
     }
   }

@@ -40,9 +40,7 @@
 //            chainRounds?: rounds of the n-gram drafter one ngramChain, or of a draft one specChain, may run (default
 //            4 on GPUs; 0 on CPU adapters: neither offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes
 //            dispatch every op row-parallel (1-row tiles, a workgroup per row: rows past the GPU's count cost only
-//            their launch) instead of the tiles their grid's k + 1 rows pick (default false), chainIndirect?: a chain
-//            round's verify pass dispatched with the grids of the 1 + c rows the GPU chose (shaders/grid.wgsl writes
-//            them, dispatchWorkgroupsIndirect reads them) instead of its k + 1 rows' (default false; the same bits)
+//            their launch) instead of the tiles their grid's k + 1 rows pick (default false)
 //            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
 //            the next submission's serial, so without it that readback also waits for the continuation after it
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 4 on GPUs; 0 on CPU adapters,

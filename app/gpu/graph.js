@@ -126,13 +126,11 @@ export class GraphBuilder {
     const max = row ? this.plan.rowTilesMax : 0;
     const one = pipes[1] ?? pipes[tiles.t1];
     const inM = (rows) => multi && rows >= (multi.from ?? 2) && rows <= (multi.to ?? Infinity);
-    // gridAt(n): the grid the selected pipeline needs for n <= rows rows (an n-gram chain's pass whose rows the GPU
-    // decides, plan.chainIndirect: model.js chainGrids)
     return this.push({ label, bindGroup, select: (rows) => {
       const [P, G, RG] = inM(rows) ? [pipesM, multi.grid, multi.rowGrid] : [pipes, grid, rowGrid];
-      if (rows <= max) return { pipeline: P[1], grid: RG(rows), gridAt: RG };
+      if (rows <= max) return { pipeline: P[1], grid: RG(rows) };
       const t = tileFor(tiles, rows);
-      return { pipeline: P[t], grid: G(rows, t), gridAt: (n) => G(n, t) };
+      return { pipeline: P[t], grid: G(rows, t) };
     }, rowSelect: this.plan.sgKernel ? (rows) => ({ pipeline: one, grid: rowGrid(rows) }) : undefined });
   }
 

@@ -6,7 +6,6 @@
 //   attention   shaders/attention.wgsl          embed   shaders/embed.wgsl          pick   shaders/pick.wgsl
 //   residual    shaders/residual.wgsl (the final residual: the head's input with headSum, the kept features)
 //   chain       shaders/chain.wgsl (ngramChain: the n-gram drafter's rounds between two verify passes)
-//   grid        shaders/grid.wgsl (ngramChain with chainIndirect: a round's pass grids for the rows the GPU chose)
 //   fused engine (opts.fuse, subgroup GPUs only): matmul_pro shaders/matmul_sg.wgsl with define PRO, attn_o
 //   shaders/attention.wgsl with define O_PROJ, ffn shaders/ffn_sg.wgsl; with opts.fuseQkvAttn also qkv_attn
 //   shaders/attention.wgsl with defines O_PROJ and QKV (a decode pass's qkv + attention in one dispatch) and ffn_kv
@@ -108,7 +107,7 @@ class Kernel {
 /** The kernels the engine runs: {files: {kernel: file of shaders/}, defines: {kernel: its variant's defines}}. */
 export function kernelFiles({ subgroups = false, fuse = false, qkvAttn = false } = {}) {
   const files = { matmul: subgroups ? 'matmul_sg' : 'matmul', attention: 'attention', embed: 'embed', pick: 'pick',
-    residual: 'residual', chain: 'chain', chain_copy: 'chain', draft_chain: 'draft_chain', grid: 'grid' };
+    residual: 'residual', chain: 'chain', chain_copy: 'chain', draft_chain: 'draft_chain' };
   if (fuse) Object.assign(files, { matmul_pro: 'matmul_sg', attn_o: 'attention', ffn: 'ffn_sg' });
   if (fuse && qkvAttn) Object.assign(files, { qkv_attn: 'attention', ffn_kv: 'ffn_sg' });
   // a kernel's variant of its file

@@ -2,7 +2,7 @@
 // object the decode loop drives through py/exactspec/bridge.py (forward, the batched step, truncate, destroy).
 // API: see engine.js.
 
-import { encodeSubmission, passChunks, selectFor } from './encode.js';
+import { encodeSubmission, passChunks } from './encode.js';
 import { blockKernelFiles, compileKernels } from './kernels.js';
 import { BLOCK_KINDS, FORWARDS, GraphBuilder } from './graph.js';
 import { MAX_PASSES, attnBlocks, modelAttnBlock } from './options.js';
@@ -283,7 +283,6 @@ export class EngineModel {
         tokens: b.tokens, ids: b.ids, slot: b.chain_slot, rec: b.chain_rec });
       const cpipe = await C.pipeline({ WG_SIZE: Math.min(256, this.device.limits.maxComputeInvocationsPerWorkgroup) });
       this.copyOps = [{ label: 'chain_copy', kind: 'chain', bindGroup: cbg, select: () => ({ pipeline: cpipe, grid: [1, 1, 1] }) }];
-      if (this.plan.chainIndirect) this.gridPipe = await this.eng.kernels.grid.pipeline({ WG_SIZE: 64 });
     }
     await this.ensureOut(1);
   }
@@ -667,69 +666,17 @@ export class EngineModel {
     const sub = new Submission(this, staging);
     const W = k + 1;
     const stepBytes = this.stepKernel.uniformBytes('step');
-    // plan.chainIndirect: after the chain kernel, grid.wgsl writes the pass's grids for the rows it chose
-    const ind = this.plan.chainIndirect ? this.chainGrids(W, this.plan.chainRowwise, this.usesBlocks(end)) : null;
     for (let r = 0; r < rounds; r++) {
       sub.run(this.chainOps, 1, 0, 'chain');
-      if (ind) sub.run(ind.ops, 1, 0, 'grid');
       const slot = sub.steps.get(this)?.length ?? 0;
       sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
-      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, posEnd: end }, 'ids', this.plan.chainRowwise,
-        ind && { buf: this.bufs.chain_args, firsts: ind.firsts });
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, posEnd: end }, 'ids', this.plan.chainRowwise);
     }
     sub.run(this.chainOps, 1, 0, 'chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
     sub.read(this.bufs.ids, 0, 4 * rounds * W);                                 // ids (rounds, k + 1)
     if (cont) sub.continuation();
     return sub;
-  }
-
-  /** plan.chainIndirect: for a chain pass of W rows (rowwise, far: as Submission.pass makes it, 'ids' picks), the
-   * grids each of its dispatches needs for n = 1 .. W rows, as a table (W, count, 3) that grid.wgsl copies from into
-   * chain_args for the n the chain kernel chose; returns {ops: the grid kernel, count, firsts: each item's first
-   * dispatch}. Per dispatch, the grid of its pipeline for n rows: graph.js gridAt, else the op's own grid for n where
-   * n rows select the same pipeline, else the W rows' grid (no smaller). Made once per shape and ops generation. */
-  chainGrids(W, rowwise, far) {
-    if (this.gridGen !== this.gen) {             // ops rebuilt (ensureOut, rebuild): tables made again
-      for (const g of this.gridCache?.values() ?? []) for (const b of g.bufs) this.mem.free(b);
-      this.gridCache = new Map();
-      this.gridGen = this.gen;
-    }
-    const key = `${W}:${rowwise}:${far}`;
-    if (this.gridCache.has(key)) return this.gridCache.get(key);
-    const items = [[far ? this.opsFar : this.ops, rowwise], [this.headOps, rowwise], [this.pickOps.ids, false]];
-    const grids = [];                             // per dispatch: n -> [x, y, z]
-    const firsts = [];
-    for (const [ops, rw] of items) {
-      firsts.push(grids.length);
-      for (const op of ops) {
-        const sel = selectFor(op, W, rw);
-        if (!sel) continue;
-        grids.push((n) => {
-          if (sel.gridAt) return sel.gridAt(n);
-          const s = selectFor(op, n, rw);
-          return s && s.pipeline === sel.pipeline ? s.grid : sel.grid;
-        });
-      }
-    }
-    const count = grids.length;
-    if (!this.bufs.chain_args || this.bufs.chain_args.size < count * 12) {   // (count, 3) grids; every table binds it
-      for (const g of this.gridCache.values()) for (const b of g.bufs) this.mem.free(b);
-      this.gridCache.clear();
-      this.mem.free(this.bufs.chain_args);
-      this.bufs.chain_args = this.mem.create('chain_args', count * 12, GPUBufferUsage.STORAGE | GPUBufferUsage.INDIRECT);
-    }
-    const table = new Uint32Array(W * count * 3);                           // (W, count, 3)
-    for (let n = 1; n <= W; n++) grids.forEach((f, d) => table.set(f(n), ((n - 1) * count + d) * 3));
-    const K = this.eng.kernels.grid;
-    const tbuf = this.mem.create(`chain_grids ${key}`, table.byteLength);
-    this.device.queue.writeBuffer(tbuf, 0, table);
-    const pbuf = this.mem.uniform(`grid_params ${key}`, K.pack('params', { count, rows: W }));
-    const bg = K.bind('grid', { params: pbuf, step: this.stepBuf, slot: this.bufs.chain_slot, table: tbuf, args: this.bufs.chain_args });
-    const g = { ops: [{ label: 'grid', kind: 'chain', bindGroup: bg, select: () => ({ pipeline: this.gridPipe, grid: [1, 1, 1] }) }],
-      count, firsts, bufs: [tbuf, pbuf] };
-    this.gridCache.set(key, g);
-    return g;
   }
 
   /** specChain: `rounds` greedy rounds of `draft` (a draft model or head of this engine) in one submission
@@ -1086,7 +1033,7 @@ export class Submission {
 
   /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head;
    * rowwise: every op row-parallel where it can be (op.rowSelect), for a pass whose rows the GPU decides. */
-  pass(model, p, pick = null, rowwise = false, indirect = null) {
+  pass(model, p, pick = null, rowwise = false) {
     if (!this.steps.has(model)) this.steps.set(model, []);
     const steps = this.steps.get(model);
     for (const c of passChunks(p, model.plan.maxRows)) {
@@ -1097,13 +1044,10 @@ export class Submission {
       const end = p.posEnd ?? c.step.start_pos + c.rows;
       if (!Number.isInteger(end)) throw new Error(`a pass's position bound ${end} must be an integer`);
       const far = model.usesBlocks(end);
-      // indirect {buf, firsts}: the chunk's dispatches (layers, head, picks) read their grids from buf (a chain's pass
-      // of one chunk: model.chainGrids), item i's first at firsts[i]
-      const ind = (i) => (indirect ? { indirect: { buf: indirect.buf, first: indirect.firsts[i] } } : {});
-      this.items.push({ ops: far ? model.opsFar : model.ops, rows: c.rows, offset, rowwise, ...ind(0) });
-      if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset, rowwise, ...ind(1) });
-      if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset, ...ind(2) });
-      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}${rowwise ? ':row' : ''}${far ? ':far' : ''}${indirect ? ':ind' : ''}`);
+      this.items.push({ ops: far ? model.opsFar : model.ops, rows: c.rows, offset, rowwise });
+      if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset, rowwise });
+      if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset });
+      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}${rowwise ? ':row' : ''}${far ? ':far' : ''}`);
       this.chunks++;
       if (far) this.farChunks++;
     }

@@ -193,10 +193,6 @@ export function resolvePlan(opts, info, device) {
   if (!Number.isInteger(chainRounds) || chainRounds < 0 || chainRounds > MAX_PASSES) throw new Error(`chainRounds ${chainRounds} must be in 0..${MAX_PASSES}`);
   const chainRowwise = opts.chainRowwise ?? false;
   if (typeof chainRowwise !== 'boolean') throw new Error(`chainRowwise ${JSON.stringify(chainRowwise)} must be true or false`);
-  // an n-gram chain round's verify pass dispatched with the grids of the rows the GPU chose (shaders/grid.wgsl,
-  // dispatchWorkgroupsIndirect) instead of its k + 1 rows' (the same bits)
-  const chainIndirect = opts.chainIndirect ?? false;
-  if (typeof chainIndirect !== 'boolean') throw new Error(`chainIndirect ${JSON.stringify(chainIndirect)} must be true or false`);
   const mapFence = opts.mapFence ?? true;
   if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
   // pre-encoded command buffers kept per submission shape (model.js putPre: the most recent shapes): 16, as a decode
@@ -246,7 +242,7 @@ export function resolvePlan(opts, info, device) {
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, preDefer, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, chainIndirect, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, preDefer, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
     // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped' | 'pre', kind, ...}
     // at each batched call's start and end, each submission's submit and readback, and each pre-encoding

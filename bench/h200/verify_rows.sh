@@ -76,7 +76,6 @@ declare -A V=(
   [down_q1024]='{"lightDown":true,"fuseMatmulWgRows":1024}'
   [f576d]='{"lightDown":true,"fuseWgRows":576}'
   [f576d_q1024]='{"lightDown":true,"fuseWgRows":576,"fuseMatmulWgRows":1024}'
-  [cind]='{"chainIndirect":true}'
   [q1024]='{"fuseMatmulWgRows":1024}'
   [qkvp2_r58]='{"fuseQkvPairsRows":2,"qkvRowsMin":5,"qkvRowsMax":8}'
   [q1024_r58]='{"fuseMatmulWgRows":1024,"qkvRowsMin":5,"qkvRowsMax":8}'

@@ -23,13 +23,9 @@ GREEDY = {"temperature": 0.0, "seed": 0}
                                         {"lanes": 32, "engine_opts": {"chainRowwise": True}},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16}},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 32}},
-                                        {"engine_opts": {"contSplitsFresh": 1, "preDefer": False}},
-                                        {"engine_opts": {"chainIndirect": True}},
-                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "chainIndirect": True}},
-                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16, "chainIndirect": True,
-                                                                             "chainRowwise": True}}],
+                                        {"engine_opts": {"contSplitsFresh": 1, "preDefer": False}}],
                 ids=["plain", "fused", "chunks3", "fused_rowwise", "lanes_rowwise", "fused_key_blocks", "fused_key_blocks32",
-                     "cont_fresh1_nodefer", "indirect", "fused_indirect", "fused_key_blocks_rowwise_indirect"])
+                     "cont_fresh1_nodefer"])
 def engine(request, tmp_path_factory):
     from engine_rpc import EngineProcess
     from exactspec.bridge import JsBackend
