@@ -65,10 +65,9 @@
 //            (verify blocks, prefill chunks; default: the one-row values; the same bits, tests/gpu; the H200 measured
 //            no gain, README "verify blocks at other workgroup shapes"), qkvRowsMin? / qkvRowsMax?: the qkv's
 //            fuseMatmulWgRows / fuseQkvPairsRows only for dispatches of that many rows (default 2 / null: no bound;
-//            options.js says what it measured),
-//            lightDown?: dispatches of more than one row
-//            whose rows run in their own workgroups (rowTiles) run ffn_sg.wgsl's down projection one row a trip
-//            (LIGHT_DOWN; default true on real subgroups: 3% off a verify block on an H100; the same bits),
+//            options.js says what it measured), lightDown?: dispatches of more than one row whose rows run in their
+//            own workgroups (rowTiles) run ffn_sg.wgsl's down projection one row a trip (LIGHT_DOWN; default true on
+//            real subgroups: 3% off a verify block on an H100; the same bits),
 //            fuseQkvAttn?: (fuse true) a chunk of ONE row (a decode pass, a draft's pass) runs the qkv matmul and
 //            attention + O projection as one dispatch (attention.wgsl QKV: each (head, split) workgroup computes its
 //            head's q and its kv head's k, v itself): 2 * n_layers + 2 dispatches a pass; the same bits as the two

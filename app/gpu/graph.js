@@ -120,7 +120,7 @@ export class GraphBuilder {
     for (const t of new Set([tiles.t1, tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipes[t] = await make(t);
     // multi {make, grid, rowGrid}: the pipelines and grids of dispatches of more than one row (their own workgroup
     // size / row pairs: the same arithmetic per row, so the same bits)
-    // (multi.from / multi.to: only for dispatches of that many rows; default every dispatch of more than one)
+    // (multi.from / multi.to: only for dispatches of that many rows; null or absent: from 2, no upper bound)
     const pipesM = {};
     if (multi) for (const t of new Set([tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipesM[t] = await multi.make(t);
     const max = row ? this.plan.rowTilesMax : 0;
@@ -209,8 +209,7 @@ export class GraphBuilder {
         const one = variant(wg, pairs);
         // rows {wg, pairs, from, to}: dispatches of from .. to rows (default: more than one) run that variant (the qkv
         // matmul: fuseMatmulWgRows, fuseQkvPairsRows, qkvRowsMin, qkvRowsMax)
-        const multi = rows && (rows.wg !== wg || rows.pairs !== pairs)
-          ? { ...variant(rows.wg, rows.pairs), from: rows.from ?? 2, to: rows.to ?? Infinity } : null;
+        const multi = rows && (rows.wg !== wg || rows.pairs !== pairs) ? { ...variant(rows.wg, rows.pairs), from: rows.from, to: rows.to } : null;
         await this.tiled(label, bg, tiles, one.make, one.grid, one.rowGrid, multi);
       }
     }
