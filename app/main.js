@@ -518,14 +518,16 @@ async function main() {
     if (w && w.errors && w.errors.length) showError(`Some models could not be used: ${w.errors.join('; ')}`);
     const notes = takeNotices();             // a recovery at load (a dropped draft, the CPU fallback...) says so
     if (notes) setStatus(`${$('status').textContent} ${notes}`);
-    document.body.dataset.ready = 'true';
     setBusy(false);
     $('prompt').focus();
+    await renderModels();
+    document.body.dataset.ready = 'true';      // every part of the page drawn: what tests wait for before a click
   } catch (e) {
     showError(`Start-up failed: ${e.message}`);
     setStatus('Start-up failed.');
+    await renderModels();
+    document.body.dataset.ready = 'failed';
   }
-  renderModels();
 }
 
 main();

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from conftest import PageSession, write_micro_hf
-from test_page import wait_js
+from test_page import _set_settings, wait_js
 
 PROMPT = "Tell me a story about the sea."
 MAXN = 24
@@ -114,9 +114,7 @@ def test_worker_killed_mid_answer_in_the_chat_ui(cpu):
     """Through the real UI: the transcript shows the clean answer once, the status line says the worker restarted."""
     page = cpu.page
     page.click("#new-chat")
-    for k, v in dict(speculation=True, drafter="model", k=3, temperature=0, max_new_tokens=MAXN, adaptive=False).items():
-        el = page.locator(f"#{k}")
-        el.set_checked(v) if isinstance(v, bool) else (el.select_option(str(v)) if el.evaluate("e => e.tagName") == "SELECT" else el.fill(str(v)))
+    _set_settings(page, speculation=True, drafter="model", k=3, temperature=0, max_new_tokens=MAXN, adaptive=False)
     arm(cpu, "worker_killed@verify:4")
     page.fill("#prompt", PROMPT)
     page.press("#prompt", "Enter")

@@ -122,10 +122,16 @@ def _ui_answer(page, text: str) -> str:
 
 
 def _set_settings(page, **kw):
+    """Set the settings panel's controls as a user does (id = the setting's name). A checkbox by the keyboard (focus,
+    Space: a toggle that does not depend on where the box is drawn; a mouse click once did not take under the suite's
+    load), then its state is checked."""
     for k, v in kw.items():
         el = page.locator(f"#{k}")
         if isinstance(v, bool):
-            el.set_checked(v)
+            if el.is_checked() != v:
+                el.focus()
+                page.keyboard.press("Space")
+            assert el.is_checked() == v, f"the {k} checkbox did not become {v}"
         elif el.evaluate("e => e.tagName") == "SELECT":
             el.select_option(str(v))
         else:
