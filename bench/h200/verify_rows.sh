@@ -87,6 +87,10 @@ declare -A V=(
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,
 # i.e. which kinds run every row in its own workgroup, up to how many rows, and tiles of 4 or 8 rows past that)
+# (a VARIANTS entry NAME=JSON names its own options, e.g. old={"shaderBase":"file://$PWD/oldshaders/"}: another
+#  revision's kernels, from a folder of its shaders/ that travels with the tree untracked)
+for v in $ORDER; do [[ $v == *=* ]] && { V[${v%%=*}]=${v#*=}; }; done
+ORDER=$(for v in $ORDER; do echo -n "${v%%=*} "; done)
 for r in $(seq 1 ${ROUNDS:-2}); do
   for v in $ORDER; do
     echo "== round $r variant $v: ${V[$v]}" | tee -a $O/verify_rows.txt
