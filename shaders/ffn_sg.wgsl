@@ -191,7 +191,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let have = j0 + jj < j1;
       let r0 = 2u * min(j0 + jj, j1 - 1u);
       var y: Oct;
-// #include tile_call ARGS="r0, true, 0u, n4, lane" N=n4
+// #include tile_call ARGS="r0, true, 0u, n4, lane"
       var s0 = subgroupAdd(y.y0);
       var s1 = subgroupAdd(y.y1);
       var s0b = vec4<f32>(0.0);

@@ -149,7 +149,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let n4 = min(TILE, nt - t);   // rows of this tile (TILE = 1, 4 or 8)
         var y = Oct(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
         if (have0) {
-// #include tile_call ARGS="r0, have1, t0 + t, n4, lane" N=n4
+// #include tile_call ARGS="r0, have1, t0 + t, n4, lane"
         }
         for (var i = 0u; i < n4; i = i + 1u) {
           red[(2u * (t + i)) * WG_SIZE + lid] = pick(y.y0, y.y0b, i);

@@ -120,7 +120,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let r0 = min(2u * pair, params.N - 1u);    // a subgroup past the end computes a valid row, writes nothing
       let have1 = have0 && r0 + 1u < params.N;
       var y: Oct;
-// #include tile_call ARGS="r0, have1, 0u, n4, lane" N=n4
+// #include tile_call ARGS="r0, have1, 0u, n4, lane"
 // #include sg_sums
       if (NORM) {
         ss = subgroupAdd(y.ss);
@@ -133,7 +133,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 // #else
     var y: Oct;
-// #include tile_call ARGS="r0, have1, t, n4, vl" N=n4
+// #include tile_call ARGS="r0, have1, t, n4, vl"
 // #include sg_sums
     if (NORM) {
       ss = subgroupAdd(y.ss);

@@ -16,8 +16,7 @@ and every kernel file is expanded by app/gpu/wgsl.js before it is compiled, two 
    re-pins with `python tests/gpu/test_wgsl_golden.py --update` (and is measured on the H200 again): on 2026-12-04
    the latency changes of attention.wgsl (HD4, two key groups a trip) and ffn_sg.wgsl (two down rows a trip)
    re-pinned every kernel at e2a88be, the revision before them, so the results tests below now compare with
-   e2a88be's files (themselves bitwise equal to 30c877a's). On 2026-12-06 lib/tile_call's choice of the tile routine
-   by the tile's row count re-pinned them at dfbf2d9, the revision before it (the results tests compare with its files).
+   e2a88be's files (themselves bitwise equal to 30c877a's).
 2. Results (`test_results_bitwise_equal_to_pinned_revision`): the engine under Dawn (llvmpipe here) runs the same
    forwards (9, 3 and 1 rows: tiles 8, 4, 1), batched steps (greedy and coupled picks) and kept features, once with
    shaders/ and once with the pinned revision's files (git archive), and every logits row, pick and feature must be
