@@ -23,6 +23,10 @@ function matmulPlan(opts, info, device, cpu) {
   if (ksplit > 1 && !subgroups && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
   if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
   // sgKernel: the matmul runs matmul_sg.wgsl (real subgroups, or emulated ones in tests)
+  // tile8 false (tiles of 4 past 4 rows for the kinds not run row by row, and past rowTilesMax): on an H100
+  // (bench/h200/results/2026-12-06h, one lease) an n-gram chain round at k = 4 costs 0.992 instead of 1.023 ms GPU,
+  // a 5-row verify block +0.5%, 9 rows -1%; through the product's loop ~1% (not resolved): the default stays until
+  // the GPU figures repeat on another lease
   return { subgroups, sgKernel: subgroups || !!opts.emulatedSubgroups, sgSize: S, lanes, matmulWg, ksplit,
     tile1: opts.tile1 ?? lanes > 1, tile8: opts.tile8 ?? lanes > 1 };
 }
