@@ -488,6 +488,7 @@ function wire() {
 }
 
 async function main() {
+  let started = 'failed';      // body[data-ready] once the page is drawn: 'true', or 'failed' after a failed start
   wire();
   wireReceipt();
   wireNotices({ setStatus, showError, renderModels });
@@ -520,14 +521,13 @@ async function main() {
     if (notes) setStatus(`${$('status').textContent} ${notes}`);
     setBusy(false);
     $('prompt').focus();
-    await renderModels();
-    document.body.dataset.ready = 'true';      // every part of the page drawn: what tests wait for before a click
+    started = 'true';
   } catch (e) {
     showError(`Start-up failed: ${e.message}`);
     setStatus('Start-up failed.');
-    await renderModels();
-    document.body.dataset.ready = 'failed';
   }
+  await renderModels();
+  document.body.dataset.ready = started;      // every part of the page drawn: what tests wait for before a click
 }
 
 main();

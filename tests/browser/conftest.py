@@ -194,8 +194,7 @@ class PageSession:
         """exactspec.ready()'s result, once the page has drawn everything it draws at start-up (status, settings,
         models list: app/main.js sets body[data-ready] last), so that no click lands while the layout still moves."""
         r = self.page.evaluate("exactspec.ready()")
-        self.page.evaluate("() => new Promise((res) => { const t = () => document.body.dataset.ready ? "
-                           "res(document.body.dataset.ready) : setTimeout(t, 20); t(); })")
+        self.page.wait_for_selector("body[data-ready]", state="attached")
         return r
 
     def reload(self) -> dict:
