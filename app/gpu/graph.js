@@ -82,7 +82,8 @@ const kindOf = (label) => label.replace(/^blk\.\d+\./, '');
 export const BLOCK_KINDS = new Set(['attn_o', 'ffn']);
 
 /** The weight tile (chunk rows per weight decode) a dispatch of `rows` rows runs: 1, 4 or 8, as the op has them. */
-const tileFor = (tiles, rows) => (rows > 4 ? tiles.t8 : rows === 1 ? tiles.t1 : tiles.t4);
+// a dispatch's tile: 1 row, up to 4, or from t8From (options.js tile8Rows, >= 5) the 8-row one
+const tileFor = (tiles, rows, t8From) => (rows >= t8From ? tiles.t8 : rows === 1 ? tiles.t1 : tiles.t4);
 
 export class GraphBuilder {
   /** ctx: {kernels, plan (engine options, see options.js), cfg, buffer(name) -> GPUBuffer, uniform(label, words) ->
@@ -129,7 +130,7 @@ export class GraphBuilder {
     return this.push({ label, bindGroup, select: (rows) => {
       const [P, G, RG] = inM(rows) ? [pipesM, multi.grid, multi.rowGrid] : [pipes, grid, rowGrid];
       if (rows <= max) return { pipeline: P[1], grid: RG(rows) };
-      const t = tileFor(tiles, rows);
+      const t = tileFor(tiles, rows, this.plan.tile8Rows);
       return { pipeline: P[t], grid: G(rows, t) };
     }, rowSelect: this.plan.sgKernel ? (rows) => ({ pipeline: one, grid: rowGrid(rows) }) : undefined });
   }

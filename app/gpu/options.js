@@ -23,10 +23,8 @@ function matmulPlan(opts, info, device, cpu) {
   if (ksplit > 1 && !subgroups && !opts.emulatedSubgroups) throw new Error('ksplit > 1 needs the subgroup matmul (matmul_sg.wgsl)');
   if (matmulWg % (lanes * ksplit)) throw new Error(`matmul workgroup ${matmulWg} is not a multiple of lanes ${lanes} x ksplit ${ksplit}`);
   // sgKernel: the matmul runs matmul_sg.wgsl (real subgroups, or emulated ones in tests)
-  // tile8 false (tiles of 4 past 4 rows for the kinds not run row by row, and past rowTilesMax): on an H100
-  // (bench/h200/results/2026-12-06h, one lease) an n-gram chain round at k = 4 costs 0.992 instead of 1.023 ms GPU,
-  // a 5-row verify block +0.5%, 9 rows -1%; through the product's loop ~1% (not resolved): the default stays until
-  // the GPU figures repeat on another lease
+  // tile8: 8-row tiles at all (where a dispatch has at least rowPlan's tile8Rows rows); tile8Rows is where the
+  // 8-row tiles' measurements are (bench/h200/results/2026-12-06h, 2026-12-07)
   return { subgroups, sgKernel: subgroups || !!opts.emulatedSubgroups, sgSize: S, lanes, matmulWg, ksplit,
     tile1: opts.tile1 ?? lanes > 1, tile8: opts.tile8 ?? lanes > 1 };
 }
@@ -148,6 +146,16 @@ function rowPlan(opts, m, f) {
   if (kinds.length && !m.subgroups && !opts.emulatedSubgroups) throw new Error('rowTiles needs the subgroup matmul (matmul_sg.wgsl)');
   const rowTilesMax = opts.rowTilesMax ?? 16;
   if (!Number.isInteger(rowTilesMax) || rowTilesMax < 1) throw new Error(`rowTilesMax ${rowTilesMax} must be a positive integer`);
+  // tile8Rows: the fewest rows of a dispatch that takes the 8-row tiles (where tile8; fewer, from 2: the 4-row ones).
+  // Where the H200 defaults apply, rowTilesMax + 1: verify blocks and chain rounds (k + 1 <= rowTilesMax rows) run the
+  // kinds not run row by row (the head among them) in tiles of 4, prefill chunks as before. On H100s, `tile8` false
+  // for those (two leases, bench/h200/results/2026-12-06h call 1 and 2026-12-07 call 1, GPU ms): an n-gram chain round
+  // at k = 4 that finds nothing 0.991-0.993 instead of 1.021-1.029, one that verifies 4 proposals 1.065-1.069
+  // instead of 1.088-1.089 (k = 3: the same either way), a 9-row verify block 1.771-1.782 instead of 1.794-1.810, a
+  // 5-row one 1.294-1.314 against 1.288-1.325; through the product's loop about 1% (sides of 22 prompts, not
+  // resolved). The same bits (tests/gpu/test_gpu_engine.py test_tile_policies_give_the_same_bits). Elsewhere 5.
+  const tile8Rows = opts.tile8Rows ?? (tuned ? rowTilesMax + 1 : 5);
+  if (!Number.isInteger(tile8Rows) || tile8Rows < 5) throw new Error(`tile8Rows ${tile8Rows} must be an integer >= 5`);
   const headSum = opts.headSum ?? tuned;
   if (typeof headSum !== 'boolean') throw new Error(`headSum ${JSON.stringify(headSum)} must be true or false`);
   // the head's input, summed once (headSum), staged per workgroup in workgroup memory: matmul_sg PRO without partials,
@@ -171,7 +179,7 @@ function rowPlan(opts, m, f) {
     throw new Error(`attnBlock ${JSON.stringify(attnBlock)} must be 'auto', 0 (off) or a power of two >= 16`);
   }
   if (attnBlock && (f.fuse !== true || f.fuseQkvAttn)) throw new Error('attnBlock needs fuse true without fuseQkvAttn');
-  return { rowTiles: new Set(kinds), rowTilesMax, attnSplit, headSum, headStage, attnBlock, attnBlockAuto };
+  return { rowTiles: new Set(kinds), rowTilesMax, tile8Rows, attnSplit, headSum, headStage, attnBlock, attnBlockAuto };
 }
 
 /** The engine's plan from createEngine's options (see engine.js for each option). */
@@ -282,6 +290,6 @@ export function kernelsInfo(plan) {
     qkvRowsMax: plan.qkvRowsMax, fuseTouch: [...plan.fuseTouch],
     lightDown: plan.lightDown } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
-    attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, attn_split: plan.attnSplit,
+    attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, tile8_rows: plan.tile8Rows, attn_split: plan.attnSplit,
     head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };
 }

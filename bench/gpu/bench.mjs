@@ -86,9 +86,10 @@ async function main() {
     device.queue.writeBuffer(pb, 0, mm.pack('params', { K, N, row0: 0, out_stride: N, window: 0, q_dim: 0, kv_dim: 0,
       head_dim: 0, rope_dim: 0, seq_len: 0, n_groups: N / 2, eps: 0 }));
     const sb = device.createBuffer({ size: 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-    // the engine's choice: weights decoded once per 1 (B = 1), 4 (B <= 4) or 8 rows (B > 4)
+    // the engine's choice: weights decoded once per 1 (B = 1), 4 (B < plan.tile8Rows) or 8 rows
     const tile1 = engine.plan.tile1;
     const tile8 = engine.plan.tile8;
+    const t8From = engine.plan.tile8Rows;
     const pipe = (tile) => mm.pipeline({ WG_SIZE: matmulWg, WTYPE: wtype, MODE: MODE.store, NORM: 0, LANES: lanes, TILE: tile, KSPLIT: ksplit });
     const pipes = { 1: await pipe(tile1 ? 1 : 4), 4: await pipe(4), 8: await pipe(tile8 ? 8 : 4) };
     const bgs = ws.map((w) => mm.bind('matmul', { params: pb, step: sb, w, x, gamma: null, rope: null, out: o, kv: null }));
@@ -96,7 +97,7 @@ async function main() {
     const res = {};
     for (const B of [1, 2, 4, 5, 8, 9]) {
       device.queue.writeBuffer(sb, 0, new Uint32Array([B, 0, 0, 0, 0, 0, 0, 0]));
-      const pipe = pipes[B === 1 ? 1 : B <= 4 ? 4 : 8];
+      const pipe = pipes[B === 1 ? 1 : B < t8From ? 4 : 8];
       const D = quick ? 8 : 60;
       const run = async () => {
         const e = device.createCommandEncoder();

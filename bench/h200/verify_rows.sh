@@ -83,6 +83,7 @@ declare -A V=(
   [one_q1024]='{"fuseMatmulWg":1024}'
   [one576_q1024]='{"fuseWg":576,"fuseMatmulWg":1024,"lightDown":true}'
   [t8off]='{"tile8":false}'
+  [t8at5]='{"tile8Rows":5}'
 )
 ORDER=${VARIANTS:-"default ffn256 qkvp2 ffn256_qkvp2 ffn1024 qkv128 qkv512 ffn256_qkv128"}
 # (the second call of 2026-12-05: VARIANTS="default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2": the tile policies,

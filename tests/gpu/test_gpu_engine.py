@@ -426,7 +426,8 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                        (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": ["qkv", "ffn"]}),
                                        (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": "all", "rowTilesMax": 3}),
                                        (True, {"fuseQkvPairsRows": 2, "fuseMatmulWgRows": 32, "qkvRowsMin": 3, "qkvRowsMax": 5,
-                                               "rowTiles": ["qkv", "ffn"]})])
+                                               "rowTiles": ["qkv", "ffn"]}),
+                                       (True, {"tile8Rows": 9, "rowTiles": ["qkv", "ffn"], "rowTilesMax": 3})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
@@ -451,7 +452,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     eff = {**more, **json.loads(os.environ.get("EXACTSPEC_ENGINE_OPTS") or "{}")}
     assert bool(k["row_tiles"]) == ("rowTiles" in eff)
     assert k["attn_split"] == eff.get("attnSplit", 1) and k["head_sum"] == eff.get("headSum", False)
-    assert k["head_stage"] == eff.get("headStage", False)
+    assert k["head_stage"] == eff.get("headStage", False) and k["tile8_rows"] == eff.get("tile8Rows", 5)
     if k["fuse"]:
         assert k["fuse"]["fuseQkvPairs"] == eff.get("fuseQkvPairs", 1)
         assert k["fuse"]["fuseQkvAttn"] == eff.get("fuseQkvAttn", False)
@@ -633,6 +634,7 @@ def test_tile_policy_refusals(micro_paths):
     for kw, msg in [({"engine_opts": {"rowTiles": ["qkv"], "subgroups": False}}, "rowTiles needs the subgroup matmul"),
                     ({"emulate_sg": True, "engine_opts": {"rowTiles": ["attention"]}}, "rowTiles .* must be 'all' or"),
                     ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be"),
+                    ({"emulate_sg": True, "engine_opts": {"tile8Rows": 4}}, "tile8Rows 4 must be an integer >= 5"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "lightDown": 1}}, "lightDown 1 must be true or false"),
