@@ -152,14 +152,15 @@ class ClockedChains(OnAClock, RunsAhead):
 
 
 def test_only_while_it_pays_prices_chains_per_token():
-    """'Only while it pays' with chains: a chain is priced by its time per emitted token against plain decoding's,
-    and starts where a copy is at hand. Where the answer repeats nothing, plain decoding (a chain costs 1.1 a round,
-    one token each). Where it copies, a chain's rounds emit several tokens each: chains all along. Either way the
-    answer is the champion's."""
+    """'Only while it pays' with chains: chains from the answer's start (after one plain run that prices plain
+    decoding), each priced by its time per emitted token against plain decoding's. Where the answer repeats nothing
+    and a chain's round costs more than CHAIN_SLACK plain passes (1.2 here, one token each), plain decoding after the
+    first chain. Where it copies, a chain's rounds emit several tokens each: chains all along. Either way the answer
+    is the champion's."""
     from toy import CycleLM, ToyLM
     from exactspec.decode import generate_async
 
-    dev = ClockedChains(ToyLM(1000, seed=3))
+    dev = ClockedChains(ToyLM(1000, seed=3), round_cost=1.2)
     cfg = GenerateConfig(max_new_tokens=120, k=4, drafter="ngram", adaptive=True)
     r = asyncio.run(generate_async(dev, [1, 2, 3], cfg, clock=dev.clock))
     assert r.token_ids == generate(ToyLM(1000, seed=3), [1, 2, 3], GenerateConfig(max_new_tokens=120)).token_ids
@@ -175,16 +176,20 @@ def test_only_while_it_pays_prices_chains_per_token():
 def test_scheduler_chain_choice():
     from exactspec.schedule import SpecScheduler
 
+    from exactspec.schedule import CHAIN_SLACK
+
     s = SpecScheduler(4, adaptive=True, probe_every=4)
     assert s.choose(4, chain=True) == 0                               # calibrate: plain first
     s.observe(0, 1.0)
-    assert s.will_run_plain(4, chain=True) and s.choose(4, chain=True) == 0   # no chain yet: plain (the decode loop
-    s.observe_chain(4.8, 4)                                           # probes one at a copy): 1.2 a token
+    assert not s.will_run_plain(4, chain=True) and s.choose(4, chain=True) == 4   # no chain yet: chains first
+    s.observe_chain(1.05 * 4, 4)                                      # nothing found: 1.05 a token, within the slack
+    assert CHAIN_SLACK > 1.05 and s.choose(4, chain=True) == 4
+    s.observe_chain(1.3 * 4, 4)                                       # 1.175 a token so far: off
     assert s.will_run_plain(4, chain=True)
     got = [s.choose(4, chain=True) for _ in range(8)]
-    assert got == [0] * 8 and s.disabled_rounds == 9                  # off, no probes of its own
-    s.observe_chain(2.0, 16)                                          # a copy probe paid: 6.8 s / 20 tokens so far
-    assert s.t_chain == pytest.approx(0.34) and s.choose(3, chain=True) == 3
+    assert got == [0] * 8 and s.disabled_rounds == 8                  # off, no probes of its own (the decode loop
+    s.observe_chain(1.0, 12)                                          # probes one at a copy): it paid, 10.4 s / 20
+    assert s.t_chain == pytest.approx(0.52) and s.choose(3, chain=True) == 3   # tokens so far
     s.observe_chain(5.0, 4)                                           # a stretch that copies less: still on
     assert s.choose(4, chain=True) == 4
     forced = SpecScheduler(4)

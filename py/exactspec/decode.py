@@ -503,7 +503,8 @@ async def generate_async(
             if chain_hint:               # the device runs the chain the last one hinted already: take it as hinted,
                 k = chain_hint[1]        # whatever the scheduler says now (dropped, its work is lost and the next
                                          # call waits for it: switching chains off and on cost 30 ms an answer)
-            # chains off ("only while it pays": none yet in this answer, or they did not pay): a copy at hand (the
+            # chains off ("only while it pays": plain decoding not priced yet, or chains did not pay; they start
+            # an answer otherwise, exactspec.schedule.CHAIN_SLACK): a copy at hand (the
             # host's lookup would find proposals) probes a chain, now or, while the device runs a hinted run, right
             # after it (hinting nothing more); nowhere else: each switch between chains and plain runs costs the
             # device's overlap (H200: a chain at each answer's start and one every 16 plain rounds cost 10-13% on
@@ -566,8 +567,9 @@ async def generate_async(
             if n_chain:
                 # the next chain may start on the device before this one is confirmed (not after the answer's first
                 # submission: its tokens should reach the user first)
-                # (a chain while none has been priced yet in this answer, a copy probe, hints the next too: were
-                # it to wait for its price, the first two chains would both start without the device's overlap)
+                # (a chain while none has been priced yet in this answer, the first or a copy probe, hints the next
+                # too: were it to wait for its price, the first two chains would both start without the device's
+                # overlap)
                 # (the next chain starts at most n_chain (k + 1) positions on: room for its rounds from there, the
                 # engine's own bound for a continuation)
                 room = (C.seq_len - (t0 - 1) - n_chain * (k + 1)) // (k + 1)
