@@ -168,6 +168,25 @@ def test_decode_loop_with_chains(engine):
         assert c.calls["verify"] == before["verify"] and got.stats["accepted"] > 0
 
 
+def test_only_while_it_pays_with_chains(engine):
+    """'Only while it pays' (adaptive) on the engine: the scheduler switches between chains and plain runs by the
+    measured (here: llvmpipe's) timings, so which rounds are chains is not fixed (tests/test_ngram_chain.py checks the
+    policy on a clock); whatever it chooses, chains run and the answer is the champion alone's."""
+    from exactspec.decode import GenerateConfig, generate
+
+    champ, c = engine
+    V = champ.config.vocab_size
+    prompt = prompt_of(21, V)
+    kw = dict(temperature=0.0, max_new_tokens=24)
+    alone = generate(champ, prompt, GenerateConfig(k=0, drafter="none", adaptive=False, **kw), eos_ids=[])
+    before = dict(c.calls)
+    got = generate(champ, prompt, GenerateConfig(k=min(3, c.chainMaxK), drafter="ngram", adaptive=True, **kw),
+                   eos_ids=[])
+    assert got.token_ids == alone.token_ids
+    chains = c.calls.get("ngramChain", 0) - before.get("ngramChain", 0)
+    assert chains >= 1 and got.stats["chain_rounds"] >= 1
+
+
 def test_chain_refusals(engine):
     from exactspec.backend import Pick
 
