@@ -23,7 +23,8 @@
 //            least tile8Rows rows) besides the 4-row one (default on where lanes > 1; every row runs the same slot code
 //            in all three), tile8Rows?: the fewest rows of a dispatch that takes the 8-row tiles (5; on the fused
 //            engine with real subgroups rowTilesMax + 1: verify blocks and chain rounds in tiles of 4), ksplit?:
-//            subgroups per weight-row pair in matmul_sg.wgsl (1 default; 2 or 4: each takes an interleaved share of the units, the shares summed in a fixed order; more warps for small matrices),
+//            subgroups per weight-row pair in matmul_sg.wgsl (1 default; 2 or 4: each takes an interleaved share of
+//            the units, the shares summed in a fixed order; more warps for small matrices),
 //            emulatedSubgroups?: (tests) shaderSource serves matmul_sg.wgsl with one-lane subgroups emulated,
 //            splits?: command buffers per forward, submitted one by one so the GPU starts while the rest is
 //            still being translated (default 4 on GPUs, 1 on CPU adapters), passSplits?: more command buffers per
