@@ -81,9 +81,12 @@ const kindOf = (label) => label.replace(/^blk\.\d+\./, '');
  * same with and without it (model.js builds them once). */
 export const BLOCK_KINDS = new Set(['attn_o', 'ffn']);
 
-/** The weight tile (chunk rows per weight decode) a dispatch of `rows` rows runs: 1, 4 or 8, as the op has them. */
-// a dispatch's tile: 1 row, up to 4, or from t8From (options.js tile8Rows, >= 5) the 8-row one
-const tileFor = (tiles, rows, t8From) => (rows >= t8From ? tiles.t8 : rows === 1 ? tiles.t1 : tiles.t4);
+/** The weight tile (chunk rows per weight decode) a dispatch of `rows` rows runs: 1, 4 or 8, as the op has them
+ * (tiles {t1, t4, t8}): 1 row, up to 4, or from t8From (options.js tile8Rows, >= 5) the 8-row one. */
+export const tileFor = (tiles, rows, t8From) => (rows >= t8From ? tiles.t8 : rows === 1 ? tiles.t1 : tiles.t4);
+
+/** The plain matmul's tiles under the plan's tile1 / tile8 (4 rows where a 1- or 8-row pipeline is off). */
+export const matmulTiles = ({ tile1, tile8 }) => ({ t4: 4, t8: tile8 ? 8 : 4, t1: tile1 ? 1 : 4 });
 
 export class GraphBuilder {
   /** ctx: {kernels, plan (engine options, see options.js), cfg, buffer(name) -> GPUBuffer, uniform(label, words) ->
@@ -168,9 +171,9 @@ export class GraphBuilder {
   async matmul(label, lins, { x, gamma = null, out, kv = null, mode, window = 0, outStride = null }) {
     if (this.skips(label)) return;
     const K = this.kernels.matmul;
-    const { lanes, matmulWg, ksplit, tile1, tile8 } = this.plan;
+    const { lanes, matmulWg, ksplit } = this.plan;
     outStride ??= { qkv: this.dims.qDim, add: this.cfg.dim, swiglu: this.cfg.hidden_dim, store: this.cfg.vocab_size }[mode];
-    const tiles = { t4: 4, t8: tile8 ? 8 : 4, t1: tile1 ? 1 : 4 };
+    const tiles = matmulTiles(this.plan);
     const perWg = matmulWg / (lanes * ksplit);   // row pairs per workgroup
     for (const lin of lins) {
       for (const part of lin.parts) {

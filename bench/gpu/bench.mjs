@@ -19,6 +19,7 @@
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { createEngine } from '../../app/gpu/engine.js';
+import { matmulTiles, tileFor } from '../../app/gpu/graph.js';
 import { MODE } from '../../app/gpu/kernels.js';
 import { rowBytes } from '../../app/gpu/weights.js';
 import { adapterOptions, dawnGpu, envEngineOptions, fileReader } from '../../tests/gpu/engine_env.mjs';
@@ -86,18 +87,17 @@ async function main() {
     device.queue.writeBuffer(pb, 0, mm.pack('params', { K, N, row0: 0, out_stride: N, window: 0, q_dim: 0, kv_dim: 0,
       head_dim: 0, rope_dim: 0, seq_len: 0, n_groups: N / 2, eps: 0 }));
     const sb = device.createBuffer({ size: 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-    // the engine's choice: weights decoded once per 1 (B = 1), 4 (B < plan.tile8Rows) or 8 rows
-    const tile1 = engine.plan.tile1;
-    const tile8 = engine.plan.tile8;
-    const t8From = engine.plan.tile8Rows;
+    // the engine's choice (graph.js tileFor): weights decoded once per 1, 4 or 8 rows
+    const tiles = matmulTiles(engine.plan);
     const pipe = (tile) => mm.pipeline({ WG_SIZE: matmulWg, WTYPE: wtype, MODE: MODE.store, NORM: 0, LANES: lanes, TILE: tile, KSPLIT: ksplit });
-    const pipes = { 1: await pipe(tile1 ? 1 : 4), 4: await pipe(4), 8: await pipe(tile8 ? 8 : 4) };
+    const pipes = {};
+    for (const t of new Set(Object.values(tiles))) pipes[t] = await pipe(t);
     const bgs = ws.map((w) => mm.bind('matmul', { params: pb, step: sb, w, x, gamma: null, rope: null, out: o, kv: null }));
     const wg = Math.ceil(N / 2 / (matmulWg / (lanes * ksplit)));
     const res = {};
     for (const B of [1, 2, 4, 5, 8, 9]) {
       device.queue.writeBuffer(sb, 0, new Uint32Array([B, 0, 0, 0, 0, 0, 0, 0]));
-      const pipe = pipes[B === 1 ? 1 : B < t8From ? 4 : 8];
+      const pipe = pipes[tileFor(tiles, B, engine.plan.tile8Rows)];
       const D = quick ? 8 : 60;
       const run = async () => {
         const e = device.createCommandEncoder();
