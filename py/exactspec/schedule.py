@@ -18,9 +18,10 @@ from __future__ import annotations
 # before this one (chains only after a copy probe, and only while cheaper than plain runs) in 8 of 8 pooled
 # comparisons (speedup over the champion alone, all 11 strata: 1.10-1.15 against 0.96-1.11; bench/h200/results/
 # 2026-12-06g calls 7-8, 2026-12-06h calls 3-4): per stratum ahead or level in 70 of 88 cells, behind by 0.01-0.04
-# in the rest (long context in 6 of 8: forced 0.85-0.90 at k = 4 against 0.87-0.94, chains ~14% dearer than plain
-# runs there, which this slack turns off). This policy itself: pooled 1.05 against 1.01 on one noisy lease
-# (2026-12-06e call 10, variant chainfirst).
+# in the rest (long context in 6 of 8: forced 0.85-0.90 at k = 4 against 0.87-0.94, chains ~10-14% dearer than
+# plain runs there). This policy itself, against the one before it (2026-12-07b, two calls x 8 sides): level with
+# forced chains, geometric mean over the strata 1.20-1.22 against 1.12-1.14; behind only on long context at k = 4
+# (0.91-0.92 against 0.93-0.94: answers of 18-20 tokens, chains there just under this slack, so they stay on).
 CHAIN_SLACK = 1.1
 
 
