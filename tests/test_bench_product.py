@@ -47,6 +47,27 @@ def test_chains_are_priced_as_passes_plus_their_rows():
     assert predicted_chain_speedup(T, 30, 0, 30, 0.0, 0.2)[0] == pytest.approx(1.0)
 
 
+def test_chains_are_priced_from_the_chained_pass_and_the_timed_chain_round():
+    """Where the timings hold them: plain decoding costs a pass as the champion alone runs (ahead_chain: runs ahead
+    chained by continuations), and a chain round at k costs the timed chain round (chain_ms[k], at the proposals the
+    prompt offered there) with the answer's proposals' rows in place of those; without chain_ms[k] (another k, or
+    not measured) a pass plus the rows."""
+    t = {**T, "ahead_chain": {"ms_per_token": {"median": 0.9}},
+         "chain_ms": {"4": {"rounds": 32, "proposals_per_round": 0.5, "ms_per_round": {"median": 1.2}}}}
+    rows_05 = (1.6 - 1.5) * 0.5                     # T_verify interpolated at 0.5 proposals, minus T_verify(0)
+    rows_25 = 1.7 + (1.8 - 1.7) * 0.5 - 1.5          # at 2.5
+    pred, parts = predicted_chain_speedup(t, 30, 10, 8, 2.5, 0.2, k=4)
+    t_round = 1.2 - rows_05 + rows_25
+    assert parts["t_chain_round_ms"] == pytest.approx(t_round) and parts["chain_round_measured"]
+    assert parts["t_single_ms"] == 0.9
+    assert pred == pytest.approx(1.1 / (0.2 + (10 * 0.9 + 8 * t_round) / 30))
+    pred3, parts3 = predicted_chain_speedup(t, 30, 10, 8, 2.5, 0.2, k=3)         # no chain_ms["3"]
+    assert parts3["t_chain_round_ms"] == pytest.approx(0.9 + rows_25) and not parts3["chain_round_measured"]
+    assert pred3 == pytest.approx(1.1 / (0.2 + (10 * 0.9 + 8 * (0.9 + rows_25)) / 30))
+    # a chain round dearer than a pass (the device's lookup and step): rounds that find nothing lose
+    assert predicted_chain_speedup(t, 30, 0, 30, 0.0, 0.2, k=4)[0] < 1.0
+
+
 class SessionHost:
     """The worker's Python side, without a page around it: bench product's host over a CPython Session."""
 
@@ -189,3 +210,42 @@ def test_engine_ab_pairs_every_alone_answer(tmp_path):
     assert "engine A/B, the champion alone" in table and "{'contSplits': 0}" in table
     assert sum(line.startswith(("repetitive", "casual_chat")) and line.rstrip().endswith("yes")
                for line in table.split("engine A/B")[1].splitlines()) == 2
+
+
+def test_chain_timings_price_the_ngram_chains_as_the_decode_loop_runs_them(tmp_path):
+    """exactspec.timing's chain_ms: where the champion's backend makes the n-gram's rounds itself (ngram_chain), CHAIN
+    chains of its chain_rounds rounds from the prompt's end, each the continuation of the one before (then = the next
+    chain's rounds, none after the last), greedy only; the rounds find what the prompt offers (a repeated phrase: some
+    proposals), and the cache is back at the prompt afterwards (the next answer is the same)."""
+    from exactspec import timing
+    from exactspec.backend import RunsAhead
+    from exactspec.micro import micro_config, write_micro_gguf
+    from exactspec.reference import ReferenceModel
+    from exactspec.session import Session
+
+    champ = tmp_path / "micro.gguf"
+    write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
+    dev = RunsAhead(ReferenceModel.from_file(str(champ)), ahead_max=4, chain_rounds=3)
+    s = Session()
+    s.load("champ", str(champ), backend=dev, backend_name="webgpu")
+    prompt = "the cat sat on the mat and the cat sat on the"
+    req = {"prompt": prompt, "max_new_tokens": 12, "temperature": 0, "drafter": "ngram", "k": 2, "adaptive": False}
+    before = asyncio.run(s.generate(dict(req)))["token_ids"]
+    dev.chain_calls.clear()
+    t = asyncio.run(timing.measure(s, {"prompt": prompt, "ks": [1, 2], "reps": 2, "drafters": ["ngram"]}))
+    assert sorted(t["chain_ms"]) == ["1", "2"]
+    for k in (1, 2):
+        c = t["chain_ms"][str(k)]
+        assert c["rounds"] == timing.CHAIN * 3 and c["ms_per_round"]["median"] > 0 and c["ms_per_round"]["n"] == 2
+        assert 0 < c["proposals_per_round"] <= k                   # the repeated phrase offers copies
+    p = t["position"]
+    calls = [c for c in dev.chain_calls if c[2] == 2]             # (start_pos, rounds, k, then) of k = 2's chains
+    assert len(calls) == 3 * timing.CHAIN                         # the warm-up and 2 repetitions
+    first = calls[:timing.CHAIN]
+    assert first[0][0] == p and [c[3] for c in first] == [3] * (timing.CHAIN - 1) + [0]
+    assert all(b[0] > a[0] for a, b in zip(first, first[1:]))     # each chain from where the one before ended
+    assert asyncio.run(s.generate(dict(req)))["token_ids"] == before
+    # sampled: no chains (the decode loop makes them for greedy answers only)
+    t = asyncio.run(timing.measure(s, {"prompt": prompt, "ks": [2], "reps": 1, "drafters": ["ngram"],
+                                       "temperature": 0.7}))
+    assert t["chain_ms"] == {}

@@ -29,8 +29,9 @@ T_verify(k), and the on-device round where offered. Predicted speedup (forced sp
 
 with O the decode loop's own time per round (measured: the alone answers' time per token minus T_single), i.e.
 exactspec.schedule's formula with T_overhead = O, both sides paying it once per round (since 2026-12-04d: once per
-answer, predicted_speedup). Answers made by the device's n-gram chains: a chain round costs T_single plus its
-proposals' rows (predicted_chain_speedup).
+answer, predicted_speedup). Answers made by the device's n-gram chains (predicted_chain_speedup): a chain round
+costs the chain round as timed (exactspec.timing's chain_ms) with the answer's proposals' rows, plain decoding a pass
+as the champion alone runs (runs ahead chained by continuations); before 2026-12-07b, T_single plus the rows.
 Prints, per stratum, drafter, k, mode and adaptive setting: median [min-max] over runs of tok/s alone and with
 speculation (stratum totals: tokens / seconds), the measured speedup next to the predicted one, tau, submissions
 per round, readback bytes per token and "identical". Exit status 1 if any answer differed. Progress on stderr.
@@ -469,22 +470,40 @@ def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms:
     return (single + o_ms) / per_token, parts
 
 
-def predicted_chain_speedup(t: dict, tokens: float, ahead: float, rounds: float, g: float, o_ms: float):
+def chain_pass_ms(t: dict) -> float:
+    """A pass of plain decoding as the decode loop runs the champion alone on a device (runs ahead chained by
+    continuations: timings' ahead_chain), else T_single: what chain predictions price plain decoding at."""
+    return (t.get("ahead_chain") or {}).get("ms_per_token", t["single_ms"])["median"]
+
+
+def predicted_chain_speedup(t: dict, tokens: float, ahead: float, rounds: float, g: float, o_ms: float,
+                            k: int | None = None):
     """The same prediction for answers made by chains (the n-gram drafter's rounds made by the device, several a
     submission: py/exactspec/decode.py), which the device runs back to back with the host's turnaround hidden by
-    continuations: a round costs a pass running ahead (T_single) plus the rows of its g proposals (g the mean per
-    chain round), T_verify(g) - T_verify(0) (both timed with their readback, so the difference is the rows'; T_verify
-    interpolated as in predicted_speedup); tokens of runs ahead T_single each; O per token of the answer. tokens:
-    the answer's tokens; ahead: those from runs ahead; rounds: chain rounds. Returns (speedup, its parts)."""
-    single = t["single_ms"]["median"]
+    continuations. Plain decoding costs a pass as the champion alone runs (chain_pass_ms: chained runs ahead; it was
+    T_single, one run ahead with its own turnaround, before 2026-12-07b: 1.08-1.13x the chained pass, median 1.10, in
+    that lease's 528 timings on an H100, bench/h200/results/2026-12-07b/README.md). A chain round at k costs the measured chain round
+    (timings' chain_ms[k]: the device's lookup and step work with the pass, at the proposals the prompt offered there)
+    with the rows of the answer's g proposals in place of those (g the mean per chain round; rows(g) = T_verify(g) -
+    T_verify(0), both timed with their readback, so the difference is the rows'; T_verify interpolated as in
+    predicted_speedup); where chain_ms was not measured, a pass plus rows(g). Tokens of runs ahead a pass each; O per
+    token of the answer. tokens: the answer's tokens; ahead: those from runs ahead; rounds: chain rounds. Returns
+    (speedup, its parts)."""
+    single = chain_pass_ms(t)
     ve = {0: t["forward_ms"]["median"], **{int(j): v["median"] for j, v in (t.get("verify_ms") or {}).items()}}
-    lo, hi = int(g), min(int(g) + 1, max(ve))
-    if lo not in ve or hi not in ve or tokens <= 0:
+
+    def rows(x: float):
+        lo, hi = int(x), min(int(x) + 1, max(ve))
+        return ve[lo] + (ve[hi] - ve[lo]) * (x - lo) - ve[0] if lo in ve and hi in ve else None
+    c = (t.get("chain_ms") or {}).get(str(k)) if k is not None else None
+    r_g = rows(g)
+    r_c = rows(c["proposals_per_round"]) if c else 0.0
+    if r_g is None or r_c is None or tokens <= 0:
         return None, {}
-    rows = ve[lo] + (ve[hi] - ve[lo]) * (g - lo) - ve[0]
-    per_token = o_ms + (ahead * single + rounds * (single + rows)) / tokens
-    parts = {"t_single_ms": single, "t_chain_round_ms": single + rows, "t_overhead_ms": o_ms,
-             "proposals_per_round": g, "ahead_share": ahead / tokens, "chain_rounds": rounds}
+    t_round = c["ms_per_round"]["median"] - r_c + r_g if c else single + r_g
+    per_token = o_ms + (ahead * single + rounds * t_round) / tokens
+    parts = {"t_single_ms": single, "t_chain_round_ms": t_round, "chain_round_measured": c is not None,
+             "t_overhead_ms": o_ms, "proposals_per_round": g, "ahead_share": ahead / tokens, "chain_rounds": rounds}
     return (single + o_ms) / per_token, parts
 
 
@@ -525,7 +544,8 @@ def summarise(res: dict, a) -> list[dict]:
                         o_ms = max(0.0, 1000.0 / ra - t["single_ms"]["median"])
                         if cr and cr >= vr:             # every verify round a chain's
                             pred, parts = predicted_chain_speedup(
-                                t, emitted, ahead, cr, sum(r.get("chain_proposed") or 0 for r in spec) / cr, o_ms)
+                                t, emitted, ahead, cr, sum(r.get("chain_proposed") or 0 for r in spec) / cr,
+                                max(0.0, 1000.0 / ra - chain_pass_ms(t)), c["k"])
                         elif vr <= 0:
                             pred, parts = 1.0, {"ahead_share": 1.0}     # nothing verified: plain decoding all along
                         elif emitted > ahead:

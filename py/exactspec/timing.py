@@ -21,6 +21,10 @@ the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever re
      "draft_ms": {"model": {...}, "head": {...}, "ngram": {...}},   # T_draft per proposal (a draft / head forward,
                                             # an n-gram lookup / k)
      "round_ms": {"model": {k: {...}}, "head": {...}},   # the whole on-device round (spec_round) where offered
+     "chain_ms": {k: {"rounds", "proposals_per_round", "ms_per_round": {...}}},   # the n-gram drafter's rounds
+                                            # made by the device (ngram_chain, greedy): CHAIN chains of its
+                                            # chain_rounds rounds from the prompt, chained by continuations as the
+                                            # decode loop runs them; where offered and there is room, else {}
      "spec_round": bool, "rows": bool}
 """
 from __future__ import annotations
@@ -29,7 +33,7 @@ import json
 import time
 
 
-CHAIN = 4      # decode_ahead runs chained by continuations per timed repetition (ahead_chain)
+CHAIN = 4      # decode_ahead runs (ahead_chain), n-gram chains (chain_ms) chained by continuations per timed repetition
 
 
 def _stat(xs: list) -> dict:
@@ -132,8 +136,34 @@ async def measure(session, req: dict, clock=None) -> dict:
         out["verify_ms"][str(k)] = _stat(await timed(verify))
     out["draft_ms"] = {}
     out["round_ms"] = {}
+    out["chain_ms"] = {}
+    ng = NgramDrafter()
+    if "ngram" in drafters and not rows and champ.offers("ngram_chain"):
+        # the n-gram's chains as the decode loop runs them (greedy only): each round looks up its proposals on the
+        # device and verifies them in one pass; a chain's R rounds are one submission and the next chain is the
+        # continuation (`then`) of the one before, so the price per round holds the device's lookup and step work,
+        # which a verify pass alone (verify_ms) does not. The rounds find what the prompt offers (proposals_per_round,
+        # the same in every repetition: greedy), from the prompt's end on.
+        R = int(champ.chain_rounds)
+        for k in ks:
+            runs = min(CHAIN, (m.config.seq_len - p) // (R * (k + 1))) if R > 0 and k <= champ.chain_k_max else 0
+            if runs < 1:
+                continue
+
+            async def chained(k=k, runs=runs) -> int:
+                seq, found = list(ids), 0
+                for i in range(runs):
+                    r = await champ.ngram_chain(seq, len(seq) - 1, R, k, pick, ng.min_ngram, ng.max_ngram,
+                                                then=R if i < runs - 1 else 0)
+                    found += sum(len(x) for x in r.proposals)
+                    seq += r.appended()
+                champ.truncate(p)
+                return found
+            found = await chained()
+            t = await timed(chained)
+            out["chain_ms"][str(k)] = {"rounds": runs * R, "proposals_per_round": found / (runs * R),
+                                       "ms_per_round": _stat([x / (runs * R) for x in t])}
     if "ngram" in drafters:
-        ng = NgramDrafter()
         seq = list(ids)
         k = max(ks)
 

@@ -97,8 +97,29 @@ def test_node_host_answers_equal_cli_with_and_without_speculation(models, backen
         t = host.timings({"prompt": PROMPTS[0], "ks": [1, 3], "reps": 2, "drafters": ["ngram", "model"]})
         assert set(t["verify_ms"]) == {"1", "2", "3"} and t["forward_ms"]["median"] > 0
         assert set(t["draft_ms"]) == {"ngram", "model"} and t["position"] > 0
+        assert t["chain_ms"] == {}          # (llvmpipe and the CPU fallback: no chains; on GPUs the test below)
         # after timing, answers still equal the oracle (the caches were rolled back to the prompt)
         check_host(host, champ)
+    finally:
+        host.close()
+
+
+@needs_dawn
+def test_node_host_times_the_ngram_chains_and_answers_the_same(models):
+    """With the n-gram's chains offered as on GPUs (chainRounds 4; a CPU adapter's default is none): bench product's
+    timings price a chain round at each k as the decode loop runs them (timing's chain_ms), and afterwards the
+    engine's caches and chain state are back at the prompt: greedy answers made with chains equal the CLI's."""
+    champ, draft = models
+    host = NodeHost(BACKEND, champ, draft, env={**ENV, "EXACTSPEC_ENGINE_OPTS": '{"chainRounds": 4}'})
+    try:
+        t = host.timings({"prompt": PROMPTS[0], "ks": [1, 3], "reps": 2, "drafters": ["ngram"]})
+        assert sorted(t["chain_ms"]) == ["1", "3"], t
+        assert all(c["ms_per_round"]["median"] > 0 and c["rounds"] >= 4 and 0 <= c["proposals_per_round"] <= int(k)
+                   for k, c in t["chain_ms"].items())
+        want = cli(champ, PROMPTS[0], temperature=0)
+        got = host.generate({"prompt": PROMPTS[0], "chat": True, "max_new_tokens": N, "temperature": 0,
+                             "drafter": "ngram", "k": 3, "adaptive": False})
+        assert same_answer(got, want) and got["stats"]["chain_rounds"] > 0, got["stats"]
     finally:
         host.close()
 
