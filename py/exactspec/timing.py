@@ -22,9 +22,10 @@ the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever re
                                             # an n-gram lookup / k)
      "round_ms": {"model": {k: {...}}, "head": {...}},   # the whole on-device round (spec_round) where offered
      "chain_ms": {k: {"rounds", "proposals_per_round", "ms_per_round": {...}}},   # the n-gram drafter's rounds
-                                            # made by the device (ngram_chain, greedy): CHAIN chains of its
+                                            # made by the device (ngram_chain, greedy): CHAIN - 1 chains of its
                                             # chain_rounds rounds from the prompt, chained by continuations as the
-                                            # decode loop runs them; where offered and there is room, else {}
+                                            # decode loop runs them, the first not timed; where offered and there is
+                                            # room, else {}
      "spec_round": bool, "rows": bool}
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ import json
 import time
 
 
-CHAIN = 4      # decode_ahead runs (ahead_chain), n-gram chains (chain_ms) chained by continuations per timed repetition
+CHAIN = 4      # decode_ahead runs (ahead_chain), n-gram chains (chain_ms: CHAIN - 1) chained by continuations a repetition
 
 
 def _stat(xs: list) -> dict:
@@ -143,26 +144,33 @@ async def measure(session, req: dict, clock=None) -> dict:
         # device and verifies them in one pass; a chain's R rounds are one submission and the next chain is the
         # continuation (`then`) of the one before, so the price per round holds the device's lookup and step work,
         # which a verify pass alone (verify_ms) does not. The rounds find what the prompt offers (proposals_per_round,
-        # the same in every repetition: greedy), from the prompt's end on.
+        # the same in every repetition: greedy), from the prompt's end on. Timed from the first chain's return to the
+        # last's: the chains after the first, each submitted before the one before it is read back, as nearly all of
+        # an answer's are; min(reps, 3) repetitions (a chain round costs about a pass: the timings stay short).
         R = int(champ.chain_rounds)
         for k in ks:
-            runs = min(CHAIN, (m.config.seq_len - p) // (R * (k + 1))) if R > 0 and k <= champ.chain_k_max else 0
-            if runs < 1:
+            runs = min(CHAIN - 1, (m.config.seq_len - p) // (R * (k + 1))) if R > 0 and k <= champ.chain_k_max else 0
+            if runs < 2:
                 continue
 
-            async def chained(k=k, runs=runs) -> int:
-                seq, found = list(ids), 0
+            async def chained(k=k, runs=runs) -> tuple:
+                seq, found, t0 = list(ids), 0, None
                 for i in range(runs):
                     r = await champ.ngram_chain(seq, len(seq) - 1, R, k, pick, ng.min_ngram, ng.max_ngram,
                                                 then=R if i < runs - 1 else 0)
-                    found += sum(len(x) for x in r.proposals)
+                    if i == 0:
+                        t0 = clock()
+                    else:
+                        found += sum(len(x) for x in r.proposals)
                     seq += r.appended()
+                t = clock() - t0
                 champ.truncate(p)
-                return found
-            found = await chained()
-            t = await timed(chained)
-            out["chain_ms"][str(k)] = {"rounds": runs * R, "proposals_per_round": found / (runs * R),
-                                       "ms_per_round": _stat([x / (runs * R) for x in t])}
+                return found, t
+            await chained()
+            got = [await chained() for _ in range(min(reps, 3))]
+            n = (runs - 1) * R
+            out["chain_ms"][str(k)] = {"rounds": n, "proposals_per_round": got[0][0] / n,
+                                       "ms_per_round": _stat([t / n for _, t in got])}
     if "ngram" in drafters:
         seq = list(ids)
         k = max(ks)
