@@ -34,7 +34,7 @@ import json
 import time
 
 
-CHAIN = 4      # decode_ahead runs (ahead_chain), n-gram chains (chain_ms: CHAIN - 1) chained by continuations a repetition
+CHAIN = 4      # runs chained by continuations a repetition: decode_ahead's (ahead_chain), n-gram chains (chain_ms: - 1)
 
 
 def _stat(xs: list) -> dict:
