@@ -484,9 +484,9 @@ def predicted_chain_speedup(t: dict, tokens: float, ahead: float, rounds: float,
     T_single, one run ahead with its own turnaround, before 2026-12-07b: 1.08-1.13x the chained pass, median 1.10, in
     that lease's 528 timings on an H100, bench/h200/results/2026-12-07b/README.md). A chain round at k costs the
     measured chain round (timings' chain_ms[k]: the device's lookup and step work with the pass, at the proposals the
-    prompt offered there) with the rows of the answer's g proposals in place of those (g the mean per chain round; rows(g) = T_verify(g) -
-    T_verify(0), both timed with their readback, so the difference is the rows'; T_verify interpolated as in
-    predicted_speedup); where chain_ms was not measured, a pass plus rows(g). Tokens of runs ahead a pass each; O per
+    prompt offered there) with the rows of the answer's g proposals in place of those (g the mean per chain round;
+    rows(g) = T_verify(g) - T_verify(0), both timed with their readback, so the difference is the rows'; T_verify
+    interpolated as in predicted_speedup); where chain_ms was not measured, a pass plus rows(g). Tokens of runs ahead a pass each; O per
     token of the answer. tokens: the answer's tokens; ahead: those from runs ahead; rounds: chain rounds. Returns
     (speedup, its parts)."""
     single = chain_pass_ms(t)
