@@ -487,8 +487,8 @@ def predicted_chain_speedup(t: dict, tokens: float, ahead: float, rounds: float,
     prompt offered there) with the rows of the answer's g proposals in place of those (g the mean per chain round;
     rows(g) = T_verify(g) - T_verify(0), both timed with their readback, so the difference is the rows'; T_verify
     interpolated as in predicted_speedup); where chain_ms was not measured, a pass plus rows(g). Tokens of runs ahead
-    a pass each; O per token of the answer. tokens: the answer's tokens; ahead: those from runs ahead; rounds: chain rounds. Returns
-    (speedup, its parts)."""
+    a pass each; O per token of the answer. tokens: the answer's tokens; ahead: those from runs ahead; rounds: chain
+    rounds. Returns (speedup, its parts)."""
     single = chain_pass_ms(t)
     ve = {0: t["forward_ms"]["median"], **{int(j): v["median"] for j, v in (t.get("verify_ms") or {}).items()}}
 
