@@ -441,6 +441,14 @@ def _rate(rs: list) -> float | None:
     return sum(r["n_tokens"] for r in rs) / (ms / 1000.0) if ms > 0 else None
 
 
+def verify_ms_at(t: dict, g: float):
+    """T_verify(g) from the timings, interpolated between the measured whole g (T_verify(0) = one forward); None
+    past what was measured."""
+    ve = {0: t["forward_ms"]["median"], **{int(j): v["median"] for j, v in (t.get("verify_ms") or {}).items()}}
+    lo, hi = int(g), min(int(g) + 1, max(ve))
+    return ve[lo] + (ve[hi] - ve[lo]) * (g - lo) if lo in ve and hi in ve else None
+
+
 def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms: float, ahead_share: float = 0.0):
     """(T_single + O) / (O + T_round / tau): the break-even formula, T_round = g * T_draft + T_verify(g) a verify
     round (g the mean proposals per verify round: k for a draft model, an n-gram lookup may find fewer; T_verify
@@ -458,11 +466,10 @@ def predicted_speedup(t: dict, drafter: str, k: int, g: float, tau: float, o_ms:
         t_round = rnd["median"]
     else:
         dr = (t.get("draft_ms") or {}).get(drafter)
-        ve = {0: t["forward_ms"]["median"], **{int(j): v["median"] for j, v in (t.get("verify_ms") or {}).items()}}
-        lo, hi = int(g), min(int(g) + 1, max(ve))
-        if dr is None or lo not in ve or hi not in ve:
+        ve_g = verify_ms_at(t, g)
+        if dr is None or ve_g is None:
             return None, {}
-        t_round = g * dr["median"] + ve[lo] + (ve[hi] - ve[lo]) * (g - lo)
+        t_round = g * dr["median"] + ve_g
     parts = {"t_single_ms": single, "t_round_ms": t_round, "t_overhead_ms": o_ms, "tau": tau,
              "proposals_per_round": g, "ahead_share": ahead_share}
     # time per token: a share of plain decoding, the rest in verify rounds of tau tokens each
@@ -490,17 +497,13 @@ def predicted_chain_speedup(t: dict, tokens: float, ahead: float, rounds: float,
     a pass each; O per token of the answer. tokens: the answer's tokens; ahead: those from runs ahead; rounds: chain
     rounds. Returns (speedup, its parts)."""
     single = chain_pass_ms(t)
-    ve = {0: t["forward_ms"]["median"], **{int(j): v["median"] for j, v in (t.get("verify_ms") or {}).items()}}
-
-    def rows(x: float):
-        lo, hi = int(x), min(int(x) + 1, max(ve))
-        return ve[lo] + (ve[hi] - ve[lo]) * (x - lo) - ve[0] if lo in ve and hi in ve else None
     c = (t.get("chain_ms") or {}).get(str(k)) if k is not None else None
-    r_g = rows(g)
-    r_c = rows(c["proposals_per_round"]) if c else 0.0
-    if r_g is None or r_c is None or tokens <= 0:
+    ve_g = verify_ms_at(t, g)
+    ve_c = verify_ms_at(t, c["proposals_per_round"]) if c else t["forward_ms"]["median"]
+    if ve_g is None or ve_c is None or tokens <= 0:
         return None, {}
-    t_round = c["ms_per_round"]["median"] - r_c + r_g if c else single + r_g
+    # the rows' own cost, T_verify(g) - T_verify(0), added to a pass; or swapped for the timed round's
+    t_round = c["ms_per_round"]["median"] - ve_c + ve_g if c else single + ve_g - t["forward_ms"]["median"]
     per_token = o_ms + (ahead * single + rounds * t_round) / tokens
     parts = {"t_single_ms": single, "t_chain_round_ms": t_round, "chain_round_measured": c is not None,
              "t_overhead_ms": o_ms, "proposals_per_round": g, "ahead_share": ahead / tokens, "chain_rounds": rounds}
