@@ -213,11 +213,11 @@ def test_engine_ab_pairs_every_alone_answer(tmp_path):
 
 
 def test_chain_timings_price_the_ngram_chains_as_the_decode_loop_runs_them(tmp_path):
-    """exactspec.timing's chain_ms: where the champion's backend makes the n-gram's rounds itself (ngram_chain), CHAIN -
-    1 chains of its chain_rounds rounds from the prompt's end, each the continuation of the one before (then = the
-    next chain's rounds, none after the last), timed after the first; greedy only; the rounds find what the prompt
-    offers (a repeated phrase: some proposals), and the cache is back at the prompt afterwards (the next answer is the
-    same)."""
+    """exactspec.timing's chain_ms: where the champion's backend makes the n-gram's rounds itself (ngram_chain), CHAIN
+    chains of its chain_rounds rounds from the prompt's end, each the continuation of the one before (then = the next
+    chain's rounds, none after the last), timed whole as ahead_chain's CHAIN runs are; greedy only; the rounds find
+    what the prompt offers (a repeated phrase: some proposals), and the cache is back at the prompt afterwards (the
+    next answer is the same)."""
     from exactspec import timing
     from exactspec.backend import RunsAhead
     from exactspec.micro import micro_config, write_micro_gguf
@@ -237,12 +237,12 @@ def test_chain_timings_price_the_ngram_chains_as_the_decode_loop_runs_them(tmp_p
     assert sorted(t["chain_ms"]) == ["1", "2"]
     for k in (1, 2):
         c = t["chain_ms"][str(k)]
-        assert c["rounds"] == (timing.CHAIN - 2) * 3 and c["ms_per_round"]["median"] > 0
+        assert c["rounds"] == timing.CHAIN * 3 and c["ms_per_round"]["median"] > 0
         assert c["ms_per_round"]["n"] == 2
         assert 0 < c["proposals_per_round"] <= k                   # the repeated phrase offers copies
     p = t["position"]
     calls = [c for c in dev.chain_calls if c[2] == 2]             # (start_pos, rounds, k, then) of k = 2's chains
-    n = timing.CHAIN - 1
+    n = timing.CHAIN
     assert len(calls) == 3 * n                                    # the warm-up and 2 repetitions
     first = calls[:n]
     assert first[0][0] == p and [c[3] for c in first] == [3] * (n - 1) + [0]
@@ -252,3 +252,47 @@ def test_chain_timings_price_the_ngram_chains_as_the_decode_loop_runs_them(tmp_p
     t = asyncio.run(timing.measure(s, {"prompt": prompt, "ks": [2], "reps": 1, "drafters": ["ngram"],
                                        "temperature": 0.7}))
     assert t["chain_ms"] == {}
+
+
+def test_chain_rounds_and_chained_passes_are_timed_alike(tmp_path):
+    """chain_ms and ahead_chain time their chains the same way (whole, as many chains as runs), so a chain round that
+    costs what a pass costs gets ahead_chain's price. The device here: every call costs its passes plus a turnaround,
+    except a call taken as the continuation of the one before (submitted before that one was read back), which costs
+    its passes only. Timed from the first chain's return (before 2026-12-07c), the chain rounds missed the turnaround
+    the chained passes carry and came out cheaper than the passes they equal."""
+    from exactspec import timing
+    from exactspec.backend import RunsAhead
+    from exactspec.micro import micro_config, write_micro_gguf
+    from exactspec.reference import ReferenceModel
+    from exactspec.session import Session
+
+    PASS, TURN = 0.001, 0.005           # seconds of the virtual device
+    now = [0.0]
+
+    class Device(RunsAhead):
+        hinted = False
+
+        def cost(self, passes, then):
+            now[0] += passes * PASS + (0.0 if self.hinted else TURN)
+            self.hinted = then > 0
+
+        async def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
+            r = await super().decode_ahead(token, start_pos, n, pick, rows, then, stop)
+            self.cost(n, then)
+            return r
+
+        async def ngram_chain(self, seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then=0, stop=()):
+            r = await super().ngram_chain(seq, start_pos, rounds, k, pick, min_ngram, max_ngram, then, stop)
+            self.cost(rounds, then)
+            return r
+
+    champ = tmp_path / "micro.gguf"
+    write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
+    dev = Device(ReferenceModel.from_file(str(champ)), ahead_max=4, chain_rounds=4)
+    s = Session()
+    s.load("champ", str(champ), backend=dev, backend_name="webgpu")
+    t = asyncio.run(timing.measure(s, {"prompt": "the cat sat on the mat and the dog", "ks": [2], "reps": 2,
+                                       "drafters": ["ngram"]}, clock=lambda: now[0]))
+    per_pass = t["ahead_chain"]["ms_per_token"]["median"]
+    assert per_pass == pytest.approx(1000 * (PASS + TURN / (timing.CHAIN * 4)))
+    assert t["chain_ms"]["2"]["ms_per_round"]["median"] == pytest.approx(per_pass)

@@ -22,10 +22,10 @@ the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever re
                                             # an n-gram lookup / k)
      "round_ms": {"model": {k: {...}}, "head": {...}},   # the whole on-device round (spec_round) where offered
      "chain_ms": {k: {"rounds", "proposals_per_round", "ms_per_round": {...}}},   # the n-gram drafter's rounds
-                                            # made by the device (ngram_chain, greedy): CHAIN - 1 chains of its
+                                            # made by the device (ngram_chain, greedy): CHAIN chains of its
                                             # chain_rounds rounds from the prompt, chained by continuations as the
-                                            # decode loop runs them, the first not timed; where offered and there is
-                                            # room, else {}
+                                            # decode loop runs them, timed whole as ahead_chain is; where offered and
+                                            # there is room, else {}
      "spec_round": bool, "rows": bool}
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import json
 import time
 
 
-CHAIN = 4      # runs chained by continuations a repetition: decode_ahead's (ahead_chain), n-gram chains (chain_ms: - 1)
+CHAIN = 4      # runs chained by continuations a repetition: decode_ahead's (ahead_chain), n-gram chains (chain_ms)
 
 
 def _stat(xs: list) -> dict:
@@ -144,31 +144,31 @@ async def measure(session, req: dict, clock=None) -> dict:
         # device and verifies them in one pass; a chain's R rounds are one submission and the next chain is the
         # continuation (`then`) of the one before, so the price per round holds the device's lookup and step work,
         # which a verify pass alone (verify_ms) does not. The rounds find what the prompt offers (proposals_per_round,
-        # the same in every repetition: greedy), from the prompt's end on. Timed from the first chain's return to the
-        # last's: the chains after the first, each submitted before the one before it is read back, as nearly all of
-        # an answer's are; min(reps, 3) repetitions (a chain round costs about a pass: the timings stay short).
+        # the same in every repetition: greedy), from the prompt's end on. Timed whole, from the first chain's call to
+        # the last's return, exactly as ahead_chain times its runs (and as many chains as it has runs), so that both
+        # carry the same first submission and last readback and the prediction compares like with like. (Timed from
+        # the first chain's return instead, 2026-12-07c on an H100, the rounds came out at 0.89 ms against 0.99 ms
+        # for ahead_chain's pass and 0.98 ms of GPU time in bench/gpu/bench.mjs: a window of two 4-round chains
+        # after a readback that returned late.) min(reps, 3) repetitions (a chain round costs about a pass).
         R = int(champ.chain_rounds)
         for k in ks:
-            runs = min(CHAIN - 1, (m.config.seq_len - p) // (R * (k + 1))) if R > 0 and k <= champ.chain_k_max else 0
+            runs = min(CHAIN, (m.config.seq_len - p) // (R * (k + 1))) if R > 0 and k <= champ.chain_k_max else 0
             if runs < 2:
                 continue
 
             async def chained(k=k, runs=runs) -> tuple:
-                seq, found, t0 = list(ids), 0, None
+                seq, found, t0 = list(ids), 0, clock()
                 for i in range(runs):
                     r = await champ.ngram_chain(seq, len(seq) - 1, R, k, pick, ng.min_ngram, ng.max_ngram,
                                                 then=R if i < runs - 1 else 0)
-                    if i == 0:
-                        t0 = clock()
-                    else:
-                        found += sum(len(x) for x in r.proposals)
+                    found += sum(len(x) for x in r.proposals)
                     seq += r.appended()
                 t = clock() - t0
                 champ.truncate(p)
                 return found, t
             await chained()
             got = [await chained() for _ in range(min(reps, 3))]
-            n = (runs - 1) * R
+            n = runs * R
             out["chain_ms"][str(k)] = {"rounds": n, "proposals_per_round": got[0][0] / n,
                                        "ms_per_round": _stat([t / n for _, t in got])}
     if "ngram" in drafters:
