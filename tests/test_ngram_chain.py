@@ -93,6 +93,31 @@ def test_decode_loop_chains_give_the_champions_answer(micro, k):
     assert proposed > 0 and followed > 0
 
 
+def test_chains_propose_at_most_chain_long_k_at_long_positions():
+    """From CHAIN_LONG_POS positions on, a chain makes at most CHAIN_LONG_K proposals a round (a continuation keeps its
+    chain's k, so none is hinted at the larger k once the next chain may start there: it starts afresh); before it,
+    the setting's k; the answer is the champion's either way."""
+    from exactspec.decode import CHAIN_LONG_K, CHAIN_LONG_POS
+    cfg = tiny_config(seq_len=CHAIN_LONG_POS + 64)
+    champ = micro_model(cfg, 1)
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, cfg.vocab_size, size=5).tolist()
+    prompt = (base * (CHAIN_LONG_POS // 5))[:CHAIN_LONG_POS - 12]
+    want = gen(champ, prompt, max_new_tokens=40, k=0, drafter="none").token_ids
+    dev = RunsAhead(champ, ahead_max=4, chain_rounds=4)
+    got = gen(dev, prompt, max_new_tokens=40, k=4, drafter="ngram")
+    assert got.token_ids == want
+    ks = {}
+    prev_then = 0
+    for pos, r, kk, then in dev.chain_calls:
+        ks.setdefault((pos >= CHAIN_LONG_POS, prev_then > 0), set()).add(kk)
+        prev_then = then
+    assert ks[(False, False)] == {4}
+    assert max(ks[(True, False)]) == CHAIN_LONG_K < 4              # the first chain past it, started afresh
+    late = [kk for pos, r, kk, then in dev.chain_calls if pos >= CHAIN_LONG_POS + 4 * 5]
+    assert late and max(late) <= CHAIN_LONG_K                     # none at k = 4 past a hinted chain's reach
+
+
 def test_eos_and_max_tokens_inside_a_chain(micro):
     cfg, champ = micro
     prompt = repetitive(cfg, 1)

@@ -42,6 +42,15 @@ AHEAD_WITH_DRAFTER = 4
 # (no gap) switched chains on and off where 2-token repeats are common but seldom continue (ambiguity 0.84-0.88x,
 # strict JSON 0.82-0.91x against 0.90-1.05x forced; bench/h200/results/2026-12-04f, call 21).
 CHAIN_PROBE_GAP = 4
+# Chains (the n-gram drafter's rounds made by the device) from CHAIN_LONG_POS positions on make at most CHAIN_LONG_K
+# proposals a round, whatever k the setting allows (a speed choice only: every token is still the verifier's). A chain
+# round that finds nothing costs more at k = 4 than at k = 3 the longer the context (bench/gpu/bench.mjs CHAIN=1 on an
+# H100, GPU ms a round against a chained pass: +1% at position 64, +5% at 512, +7% at 1,024, +8% at 1,870), and on the
+# long-context stratum (prompts of ~1,870 tokens) k = 4's chains ran 1.09x the time of k = 3's through the product's
+# loop, forced and "only while it pays" alike (3 sides each, the champion alone 1.01; bench/h200/results/2026-12-07c
+# call 9). No other stratum reaches 1,024 positions; below it k = 4 stays ahead where long copies come.
+CHAIN_LONG_POS = 1024
+CHAIN_LONG_K = 3
 
 
 class BackendError(RuntimeError):
@@ -421,8 +430,10 @@ async def generate_async(
         return {"copy": drafter.copy_of(seq, k)} if head_copy else {}
 
     def k_cap_at(remaining: int, t0: int) -> int:
-        """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer."""
-        return min(k_hi, remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0))
+        """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer (with
+        chains, at most CHAIN_LONG_K from CHAIN_LONG_POS on)."""
+        cap = min(k_hi, remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0))
+        return min(cap, CHAIN_LONG_K) if chain_max and t0 >= CHAIN_LONG_POS else cap
 
     def chain_rounds_at(k: int, remaining: int, t0: int) -> int:
         """Rounds of k one spec_chain from absolute position t0 may make (0: fewer than 2): each leaves k + 1 tokens to
@@ -571,11 +582,13 @@ async def generate_async(
                 # too: were it to wait for its price, the first two chains would both start without the device's
                 # overlap)
                 # (the next chain starts at most n_chain (k + 1) positions on: room for its rounds from there, the
-                # engine's own bound for a continuation)
+                # engine's own bound for a continuation; none where it would start past CHAIN_LONG_POS at a k above
+                # CHAIN_LONG_K: a continuation keeps its chain's k, the next chain starts afresh with the smaller one)
                 room = (C.seq_len - (t0 - 1) - n_chain * (k + 1)) // (k + 1)
                 then = max(0, min(chain_max, remaining - n_chain, room)) \
                     if n.rounds and remaining > n_chain and (sched.t_chain is None
-                         or not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True)) else 0
+                         or not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True)) \
+                    and not (k > CHAIN_LONG_K and t0 + n_chain >= CHAIN_LONG_POS) else 0
                 hit("verify")
                 try:
                     res = await waited(champion.ngram_chain(seq, t0 - 1, n_chain, k, pick, drafter.min_ngram,
