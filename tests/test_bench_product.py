@@ -254,6 +254,29 @@ def test_chain_timings_price_the_ngram_chains_as_the_decode_loop_runs_them(tmp_p
     assert t["chain_ms"] == {}
 
 
+def test_chain_timings_at_long_positions_make_the_loops_k(tmp_path):
+    """From decode.CHAIN_LONG_POS positions on the decode loop's chains make at most CHAIN_LONG_K proposals a round,
+    and chain_ms times what it makes: the setting's k = 4 timed at k_run = 3, k = 2 as it is."""
+    from exactspec import timing
+    from exactspec.backend import RunsAhead
+    from exactspec.decode import CHAIN_LONG_K, CHAIN_LONG_POS
+    from exactspec.micro import micro_config, write_micro_gguf
+    from exactspec.reference import ReferenceModel
+    from exactspec.session import Session
+
+    champ = tmp_path / "micro.gguf"
+    write_micro_gguf(champ, micro_config(seq_len=3 * CHAIN_LONG_POS), seed=1, tensor_type="Q4_1")
+    dev = RunsAhead(ReferenceModel.from_file(str(champ)), ahead_max=4, chain_rounds=3)
+    s = Session()
+    s.load("champ", str(champ), backend=dev, backend_name="webgpu")
+    words = "the cat sat on a mat ; a dog ran to the red door , then".split()
+    prompt = " ".join(words[(i * 7) % len(words)] for i in range(CHAIN_LONG_POS))
+    t = asyncio.run(timing.measure(s, {"prompt": prompt, "ks": [2, 4], "reps": 1, "drafters": ["ngram"]}))
+    assert t["position"] >= CHAIN_LONG_POS
+    assert t["chain_ms"]["4"]["k_run"] == CHAIN_LONG_K < 4 and t["chain_ms"]["2"]["k_run"] == 2
+    assert {c[2] for c in dev.chain_calls} == {2, CHAIN_LONG_K}
+
+
 def test_chain_rounds_and_chained_passes_are_timed_alike(tmp_path):
     """chain_ms and ahead_chain time their chains the same way (whole, as many chains as runs), so a chain round that
     costs what a pass costs gets ahead_chain's price. The device here: every call costs its passes plus a turnaround,

@@ -21,11 +21,12 @@ the next answer reuses (kv.TrackedCache keeps track, so nothing stale is ever re
      "draft_ms": {"model": {...}, "head": {...}, "ngram": {...}},   # T_draft per proposal (a draft / head forward,
                                             # an n-gram lookup / k)
      "round_ms": {"model": {k: {...}}, "head": {...}},   # the whole on-device round (spec_round) where offered
-     "chain_ms": {k: {"rounds", "proposals_per_round", "ms_per_round": {...}}},   # the n-gram drafter's rounds
-                                            # made by the device (ngram_chain, greedy): CHAIN chains of its
-                                            # chain_rounds rounds from the prompt, chained by continuations as the
-                                            # decode loop runs them, timed whole as ahead_chain is; where offered and
-                                            # there is room, else {}
+     "chain_ms": {k: {"rounds", "k_run", "proposals_per_round", "ms_per_round": {...}}},   # the n-gram drafter's
+                                            # rounds made by the device (ngram_chain, greedy) for the setting k: CHAIN
+                                            # chains of its chain_rounds rounds from the prompt, chained by
+                                            # continuations as the decode loop runs them (at k_run proposals: k, at
+                                            # most decode.CHAIN_LONG_K from decode.CHAIN_LONG_POS on), timed whole as
+                                            # ahead_chain is; where offered and there is room, else {}
      "spec_round": bool, "rows": bool}
 """
 from __future__ import annotations
@@ -57,6 +58,7 @@ async def _prefill(cache, ids: list) -> int:
 async def measure(session, req: dict, clock=None) -> dict:
     from .backend import Pick
     from .drafters.ngram import NgramDrafter
+    from .decode import CHAIN_LONG_K, CHAIN_LONG_POS
     clock = clock or time.perf_counter
     ks = [int(k) for k in req.get("ks", [1, 2, 3, 4])]
     reps = max(1, int(req.get("reps", 5)))
@@ -150,8 +152,11 @@ async def measure(session, req: dict, clock=None) -> dict:
         # the first chain's return instead, 2026-12-07c on an H100, the rounds came out at 0.89 ms against 0.99 ms
         # for ahead_chain's pass and 0.98 ms of GPU time in bench/gpu/bench.mjs: a window of two 4-round chains
         # after a readback that returned late.) min(reps, 3) repetitions (a chain round costs about a pass).
+        # (k_run: the k the decode loop's chains make there for the setting's k: at most CHAIN_LONG_K from
+        # CHAIN_LONG_POS positions on)
         R = int(champ.chain_rounds)
-        for k in ks:
+        for k_set in ks:
+            k = min(k_set, CHAIN_LONG_K) if p >= CHAIN_LONG_POS else k_set
             runs = min(CHAIN, (m.config.seq_len - p) // (R * (k + 1))) if R > 0 and k <= champ.chain_k_max else 0
             if runs < 2:
                 continue
@@ -169,7 +174,7 @@ async def measure(session, req: dict, clock=None) -> dict:
             await chained()
             got = [await chained() for _ in range(min(reps, 3))]
             n = runs * R
-            out["chain_ms"][str(k)] = {"rounds": n, "proposals_per_round": got[0][0] / n,
+            out["chain_ms"][str(k_set)] = {"rounds": n, "k_run": k, "proposals_per_round": got[0][0] / n,
                                        "ms_per_round": _stat([t / n for _, t in got])}
     if "ngram" in drafters:
         seq = list(ids)
