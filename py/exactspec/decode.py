@@ -53,6 +53,12 @@ CHAIN_LONG_POS = 1024
 CHAIN_LONG_K = 3
 
 
+def chain_k_at(k: int, t0: int) -> int:
+    """The proposals a round of a chain from absolute position t0 makes at most where the setting allows k: k, at most
+    CHAIN_LONG_K from CHAIN_LONG_POS on (the decode loop's chains; exactspec.timing times them so)."""
+    return min(k, CHAIN_LONG_K) if t0 >= CHAIN_LONG_POS else k
+
+
 class BackendError(RuntimeError):
     """A backend (champion or draft) failed during a forward pass (e.g. WebGPU device lost). source: 'champion',
     'draft', or 'round' (a batched step running both on the device)."""
@@ -433,7 +439,7 @@ async def generate_async(
         """The most proposals a round from absolute position t0 may make, `remaining` tokens left to the answer (with
         chains, at most CHAIN_LONG_K from CHAIN_LONG_POS on)."""
         cap = min(k_hi, remaining - 1, C.seq_len - t0 - 1, drafter.max_proposals(t0))
-        return min(cap, CHAIN_LONG_K) if chain_max and t0 >= CHAIN_LONG_POS else cap
+        return chain_k_at(cap, t0) if chain_max else cap
 
     def chain_rounds_at(k: int, remaining: int, t0: int) -> int:
         """Rounds of k one spec_chain from absolute position t0 may make (0: fewer than 2): each leaves k + 1 tokens to
@@ -582,13 +588,13 @@ async def generate_async(
                 # too: were it to wait for its price, the first two chains would both start without the device's
                 # overlap)
                 # (the next chain starts at most n_chain (k + 1) positions on: room for its rounds from there, the
-                # engine's own bound for a continuation; none where it would start past CHAIN_LONG_POS at a k above
-                # CHAIN_LONG_K: a continuation keeps its chain's k, the next chain starts afresh with the smaller one)
+                # engine's own bound for a continuation; none where it may start where chain_k_at allows less than
+                # k: a continuation keeps its chain's k, the next chain starts afresh with the smaller one)
                 room = (C.seq_len - (t0 - 1) - n_chain * (k + 1)) // (k + 1)
                 then = max(0, min(chain_max, remaining - n_chain, room)) \
                     if n.rounds and remaining > n_chain and (sched.t_chain is None
                          or not sched.will_run_plain(k_cap_at(remaining - n_chain, t0 + n_chain), chain=True)) \
-                    and not (k > CHAIN_LONG_K and t0 + n_chain >= CHAIN_LONG_POS) else 0
+                    and chain_k_at(k, t0 + n_chain) == k else 0
                 hit("verify")
                 try:
                     res = await waited(champion.ngram_chain(seq, t0 - 1, n_chain, k, pick, drafter.min_ngram,

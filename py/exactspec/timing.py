@@ -58,7 +58,7 @@ async def _prefill(cache, ids: list) -> int:
 async def measure(session, req: dict, clock=None) -> dict:
     from .backend import Pick
     from .drafters.ngram import NgramDrafter
-    from .decode import CHAIN_LONG_K, CHAIN_LONG_POS
+    from .decode import chain_k_at
     clock = clock or time.perf_counter
     ks = [int(k) for k in req.get("ks", [1, 2, 3, 4])]
     reps = max(1, int(req.get("reps", 5)))
@@ -152,11 +152,10 @@ async def measure(session, req: dict, clock=None) -> dict:
         # the first chain's return instead, 2026-12-07c on an H100, the rounds came out at 0.89 ms against 0.99 ms
         # for ahead_chain's pass and 0.98 ms of GPU time in bench/gpu/bench.mjs: a window of two 4-round chains
         # after a readback that returned late.) min(reps, 3) repetitions (a chain round costs about a pass).
-        # (k_run: the k the decode loop's chains make there for the setting's k: at most CHAIN_LONG_K from
-        # CHAIN_LONG_POS positions on)
+        # (k_run: the k the decode loop's chains make there for the setting's k, decode.chain_k_at)
         R = int(champ.chain_rounds)
         for k_set in ks:
-            k = min(k_set, CHAIN_LONG_K) if p >= CHAIN_LONG_POS else k_set
+            k = chain_k_at(k_set, p)
             runs = min(CHAIN, (m.config.seq_len - p) // (R * (k + 1))) if R > 0 and k <= champ.chain_k_max else 0
             if runs < 2:
                 continue
