@@ -212,6 +212,22 @@ def test_engine_ab_pairs_every_alone_answer(tmp_path):
                for line in table.split("engine A/B")[1].splitlines()) == 2
 
 
+def chain_session(tmp_path, device=None, chain_rounds: int = 3, **config):
+    """(session, device): a CPython Session whose champion, a Q4_1 micro-model of micro_config(**config), runs on
+    `device` (exactspec.backend.RunsAhead or a subclass: 4 passes ahead, chain_rounds rounds a chain), as on a GPU."""
+    from exactspec.backend import RunsAhead
+    from exactspec.micro import micro_config, write_micro_gguf
+    from exactspec.reference import ReferenceModel
+    from exactspec.session import Session
+
+    champ = tmp_path / "micro.gguf"
+    write_micro_gguf(champ, micro_config(**config), seed=1, tensor_type="Q4_1")
+    dev = (device or RunsAhead)(ReferenceModel.from_file(str(champ)), ahead_max=4, chain_rounds=chain_rounds)
+    s = Session()
+    s.load("champ", str(champ), backend=dev, backend_name="webgpu")
+    return s, dev
+
+
 def test_chain_timings_price_the_ngram_chains_as_the_decode_loop_runs_them(tmp_path):
     """exactspec.timing's chain_ms: where the champion's backend makes the n-gram's rounds itself (ngram_chain), CHAIN
     chains of its chain_rounds rounds from the prompt's end, each the continuation of the one before (then = the next
@@ -219,16 +235,8 @@ def test_chain_timings_price_the_ngram_chains_as_the_decode_loop_runs_them(tmp_p
     what the prompt offers (a repeated phrase: some proposals), and the cache is back at the prompt afterwards (the
     next answer is the same)."""
     from exactspec import timing
-    from exactspec.backend import RunsAhead
-    from exactspec.micro import micro_config, write_micro_gguf
-    from exactspec.reference import ReferenceModel
-    from exactspec.session import Session
 
-    champ = tmp_path / "micro.gguf"
-    write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
-    dev = RunsAhead(ReferenceModel.from_file(str(champ)), ahead_max=4, chain_rounds=3)
-    s = Session()
-    s.load("champ", str(champ), backend=dev, backend_name="webgpu")
+    s, dev = chain_session(tmp_path)
     prompt = "the cat sat on the mat and the cat sat on the"
     req = {"prompt": prompt, "max_new_tokens": 12, "temperature": 0, "drafter": "ngram", "k": 2, "adaptive": False}
     before = asyncio.run(s.generate(dict(req)))["token_ids"]
@@ -258,17 +266,9 @@ def test_chain_timings_at_long_positions_make_the_loops_k(tmp_path):
     """From decode.CHAIN_LONG_POS positions on the decode loop's chains make at most CHAIN_LONG_K proposals a round,
     and chain_ms times what it makes: the setting's k = 4 timed at k_run = 3, k = 2 as it is."""
     from exactspec import timing
-    from exactspec.backend import RunsAhead
     from exactspec.decode import CHAIN_LONG_K, CHAIN_LONG_POS
-    from exactspec.micro import micro_config, write_micro_gguf
-    from exactspec.reference import ReferenceModel
-    from exactspec.session import Session
 
-    champ = tmp_path / "micro.gguf"
-    write_micro_gguf(champ, micro_config(seq_len=3 * CHAIN_LONG_POS), seed=1, tensor_type="Q4_1")
-    dev = RunsAhead(ReferenceModel.from_file(str(champ)), ahead_max=4, chain_rounds=3)
-    s = Session()
-    s.load("champ", str(champ), backend=dev, backend_name="webgpu")
+    s, dev = chain_session(tmp_path, seq_len=3 * CHAIN_LONG_POS)
     words = "the cat sat on a mat ; a dog ran to the red door , then".split()
     prompt = " ".join(words[(i * 7) % len(words)] for i in range(CHAIN_LONG_POS))
     t = asyncio.run(timing.measure(s, {"prompt": prompt, "ks": [2, 4], "reps": 1, "drafters": ["ngram"]}))
@@ -285,9 +285,6 @@ def test_chain_rounds_and_chained_passes_are_timed_alike(tmp_path):
     the chained passes carry and came out cheaper than the passes they equal."""
     from exactspec import timing
     from exactspec.backend import RunsAhead
-    from exactspec.micro import micro_config, write_micro_gguf
-    from exactspec.reference import ReferenceModel
-    from exactspec.session import Session
 
     PASS, TURN = 0.001, 0.005           # seconds of the virtual device
     now = [0.0]
@@ -309,11 +306,7 @@ def test_chain_rounds_and_chained_passes_are_timed_alike(tmp_path):
             self.cost(rounds, then)
             return r
 
-    champ = tmp_path / "micro.gguf"
-    write_micro_gguf(champ, micro_config(), seed=1, tensor_type="Q4_1")
-    dev = Device(ReferenceModel.from_file(str(champ)), ahead_max=4, chain_rounds=4)
-    s = Session()
-    s.load("champ", str(champ), backend=dev, backend_name="webgpu")
+    s, _ = chain_session(tmp_path, Device, chain_rounds=4)
     t = asyncio.run(timing.measure(s, {"prompt": "the cat sat on the mat and the dog", "ks": [2], "reps": 2,
                                        "drafters": ["ngram"]}, clock=lambda: now[0]))
     per_pass = t["ahead_chain"]["ms_per_token"]["median"]
