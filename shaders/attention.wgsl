@@ -40,6 +40,11 @@
 // and adds the blocks in ascending order. BATCH INVARIANCE: the blocks, their order and every reduction depend on
 // pos alone.
 //
+// ROWS_Z with O_PROJ (override; engine option attnRowsZ): the grid is (heads, Z, rows) instead of (heads, rows, Z), so
+// workgroup (h, z, t) does what (h, t, z) did. Why: a chain round's pass (shaders/chain.wgsl) computes 1 + c rows of a
+// grid sized for k + 1, and with rows in y the live row's workgroups sit among the returning ones at a stride of
+// heads x (k + 1) in dispatch order; with rows in z they come first, together. Indexing only: the same operations.
+//
 // TOUCH with O_PROJ (override; engine option fuseTouch): before step 0 / 1 each invocation of step 4 loads the words of
 // its first output row's W_o units (lib/touch), so step 4 finds them in the cache; loads only, no operation changes.
 //
@@ -112,14 +117,15 @@ override WTYPE: u32 = 0;
 // #endif
 override OU: u32 = 8u;   // most 8-value units of W_o any head's slice takes (engine: max over heads of u1 - u0)
 override TOUCH: bool = false;   // warm W_o's words before step 1 (lib/touch; engine option fuseTouch)
+override ROWS_Z: bool = false;  // grid (heads, Z, rows) instead of (heads, rows, Z) (engine option attnRowsZ)
 // #if BLOCKS
 override KB: u32 = 64u;         // keys per block (engine option attnBlock)
 override NB: u32 = 1u;          // blocks of the longest row: ceil(seq_len / KB); grid z = NB * Z
 // #let ZI = zi
 // #let ZN = zn
 // #else
-// #let ZI = wid.z
-// #let ZN = nwg.z
+// #let ZI = wz
+// #let ZN = nz
 // #endif
 // #let RAW = 1
 // #endif
@@ -228,7 +234,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #endif
 // #endif
   let h = wid.x;
+// #if O_PROJ
+  let t = select(wid.y, wid.z, ROWS_Z);     // the chunk row
+  let wz = select(wid.z, wid.y, ROWS_Z);    // the head's workgroup z: O-projection split (BLOCKS: x key block)
+  let nz = select(nwg.z, nwg.y, ROWS_Z);    // the head's workgroups
+// #else
   let t = wid.y;
+// #endif
   if (t >= step.n) { return; }              // uniform per workgroup
   let pos = step.start_pos + t;
 // #if WINDOW
@@ -237,9 +249,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let nkeys = pos + 1u - lo;
 // #else
 // #if BLOCKS
-  let zn = nwg.z / NB;                      // O-projection splits a block (Z)
-  let blk = wid.z / zn;                     // key block: keys j0 .. j0 + nkeys - 1
-  let zi = wid.z % zn;
+  let zn = nz / NB;                      // O-projection splits a block (Z)
+  let blk = wz / zn;                     // key block: keys j0 .. j0 + nkeys - 1
+  let zi = wz % zn;
   if (blk * KB > pos) { return; }           // uniform per workgroup
   let nb = pos / KB + 1u;                   // the row's blocks
   let j0 = blk * KB;
@@ -259,12 +271,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #if BLOCKS
   let koff = j0 * kv4 + kvh * hd4;                        // key j0 + j of this kv head at j * kv4 + koff
   let voff = (params.seq_len + j0) * kv4 + kvh * hd4;     // its value, in the V section
-  let sbase = ((t * params.n_heads + h) * nwg.z + wid.z) * KB;   // scores row (key j0 + j at j)
+  let sbase = ((t * params.n_heads + h) * nz + wz) * KB;   // scores row (key j0 + j at j)
 // #else
   let koff = kvh * hd4;                                   // vec4 offset of this kv head within a key row
   let voff = params.seq_len * kv4 + kvh * hd4;            // V section
 // #if O_PROJ
-  let sbase = ((t * params.n_heads + h) * nwg.z + wid.z) * params.seq_len;  // scores row (one per split z)
+  let sbase = ((t * params.n_heads + h) * nz + wz) * params.seq_len;  // scores row (one per split z)
 // #else
   let sbase = (t * params.n_heads + h) * params.seq_len;  // scores row
 // #endif
@@ -298,7 +310,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let G = WG_SIZE / LANES;
   let lane = sid;
   let g = (lid - sid) / LANES;
-  stage(0u, 1u, lid, params.write_r == 1u && h == 0u && wid.z == 0u);
+  stage(0u, 1u, lid, params.write_r == 1u && h == 0u && wz == 0u);
   workgroupBarrier();
   let hp = 2u * hd4;                        // row pairs per head (a constant with HD4: the pair loop unrolls)
   for (var k = 0u; k < (3u * hp + G - 1u) / G; k = k + 1u) {
@@ -328,7 +340,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     kq[i] = vec4<f32>(qkvf[kb4], qkvf[kb4 + 1u], qkvf[kb4 + 2u], qkvf[kb4 + 3u]);
     let vb4 = 2u * params.head_dim + 4u * i;
     vq[i] = vec4<f32>(qkvf[vb4], qkvf[vb4 + 1u], qkvf[vb4 + 2u], qkvf[vb4 + 3u]);
-    if (h % (params.n_heads / params.n_kv_heads) == 0u && wid.z == 0u) {   // one workgroup per kv head leaves k, v
+    if (h % (params.n_heads / params.n_kv_heads) == 0u && wz == 0u) {   // one workgroup per kv head leaves k, v
       for (var c = 0u; c < 4u; c = c + 1u) {   // at pos in the scores buffer's tail; ffn_sg.wgsl KVCOPY copies them
         scores[params.kvnew + kvh * params.head_dim + 4u * i + c] = kq[i][c];
         scores[params.kvnew + params.kv_dim + kvh * params.head_dim + 4u * i + c] = vq[i][c];

@@ -84,7 +84,8 @@
 //            matmul only): rowTiles?: op kinds ('qkv', 'attn_output', 'ffn_gate_up', 'ffn_down', 'ffn', 'logits') or
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in
 //            its own workgroup with the 1-row tile instead of the 4/8-row tiles, attnSplit?: workgroups
-//            per head sharing attention.wgsl's O projection, headSum?: the fused head's input (r + the FFN
+//            per head sharing attention.wgsl's O projection, attnRowsZ?: that kernel's grid (heads, split x blocks,
+//            rows) instead of (heads, rows, split x blocks) (ROWS_Z; the same operations; default false), headSum?: the fused head's input (r + the FFN
 //            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 3 and
 //            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere),
 //            headStage?: with headSum, the head stages that sum in workgroup memory (matmul_sg PRO without partials,

@@ -264,10 +264,13 @@ export class GraphBuilder {
     const blocks = plan.attnBlock ? { ml: this.buf('attn_ml') } : {};
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, q: this.buf('q'),
       kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn'), ...blocks });
-    const pipeline = await K.pipeline({ WG_SIZE: plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype),
-      ...(plan.attnBlock ? { KB: plan.attnBlock, NB: nb } : {}) }, { HD4: cfg.head_dim / 4, ...this.touch('attn') });
     const z = plan.attnSplit * nb;   // workgroups of a head: its O projection's split (each its own scores row) x blocks
-    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [cfg.n_heads, rows, z] }) });
+    // attnRowsZ: rows in the grid's z (ROWS_Z; a kernel file without it, e.g. a pinned revision's, keeps rows in y)
+    const rowsZ = plan.attnRowsZ && K.sig.overrides.has('ROWS_Z');
+    const pipeline = await K.pipeline({ WG_SIZE: plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype),
+      ...(plan.attnBlock ? { KB: plan.attnBlock, NB: nb } : {}), ...(rowsZ ? { ROWS_Z: 1 } : {}) },
+    { HD4: cfg.head_dim / 4, ...this.touch('attn') });
+    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: rowsZ ? [cfg.n_heads, z, rows] : [cfg.n_heads, rows, z] }) });
   }
 
   /** For a chunk of ONE row (select gives null for more): x = r_in + sum_s P_ffn[s] (-> r_out unless null; parts null:

@@ -165,6 +165,10 @@ function rowPlan(opts, m, f) {
   if (headStage && (f.fuse !== true || !headSum)) throw new Error('headStage needs fuse true and headSum');
   const attnSplit = opts.attnSplit ?? (tuned ? 3 : 1);
   if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
+  // the fused attention's grid (heads, Z, rows) instead of (heads, rows, Z) (attention.wgsl ROWS_Z): a chain round's
+  // live row then runs its workgroups together instead of among its grid's returning rows (the same operations)
+  const attnRowsZ = opts.attnRowsZ ?? false;
+  if (typeof attnRowsZ !== 'boolean') throw new Error(`attnRowsZ ${JSON.stringify(attnRowsZ)} must be true or false`);
   // the attention's keys in blocks of attnBlock fixed by position, each block its own workgroups, combined by the FFN's
   // prologue (attention.wgsl / lib/stage BLOCKS); rows before position attnBlock get the same bits as without, and only
   // chunks that may reach it run the blocks' kernels (model.js opsFar). 512 where the H200 defaults apply: on an H100
@@ -179,7 +183,7 @@ function rowPlan(opts, m, f) {
     throw new Error(`attnBlock ${JSON.stringify(attnBlock)} must be 'auto', 0 (off) or a power of two >= 16`);
   }
   if (attnBlock && (f.fuse !== true || f.fuseQkvAttn)) throw new Error('attnBlock needs fuse true without fuseQkvAttn');
-  return { rowTiles: new Set(kinds), rowTilesMax, tile8Rows, attnSplit, headSum, headStage, attnBlock, attnBlockAuto };
+  return { rowTiles: new Set(kinds), rowTilesMax, tile8Rows, attnSplit, attnRowsZ, headSum, headStage, attnBlock, attnBlockAuto };
 }
 
 /** The engine's plan from createEngine's options (see engine.js for each option). */
@@ -291,5 +295,5 @@ export function kernelsInfo(plan) {
     lightDown: plan.lightDown } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, tile8_rows: plan.tile8Rows, attn_split: plan.attnSplit,
-    head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };
+    attn_rows_z: plan.attnRowsZ,     head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };
 }

@@ -427,14 +427,17 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                        (True, {"lightDown": True, "fuseWgRows": 32, "rowTiles": "all", "rowTilesMax": 3}),
                                        (True, {"fuseQkvPairsRows": 2, "fuseMatmulWgRows": 32, "qkvRowsMin": 3, "qkvRowsMax": 5,
                                                "rowTiles": ["qkv", "ffn"]}),
-                                       (True, {"tile8Rows": 9, "rowTiles": ["qkv", "ffn"], "rowTilesMax": 3})])
+                                       (True, {"tile8Rows": 9, "rowTiles": ["qkv", "ffn"], "rowTilesMax": 3}),
+                                       (True, {"attnRowsZ": True, "attnSplit": 3}),
+                                       ("attn", {"attnRowsZ": True, "attnSplit": 2, "rowTiles": "all", "fuseTouch": True})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
     residual.wgsl (headSum: then the head is a plain matmul_sg, or with headStage matmul_sg PRO without partials), and the qkv prologue matmul's row pairs per subgroup
     and workgroup size (fuseQkvPairs, fuseMatmulWg: how many weight rows share one staging of x), and the FFN's and
     the qkv matmul's own workgroup size / row pairs for dispatches of more than one row (fuseWgRows,
-    fuseMatmulWgRows, fuseQkvPairsRows; the qkv's only for dispatches of qkvRowsMin .. qkvRowsMax rows), and the fused kernels' early loads of their weights (fuseTouch: loads only)
+    fuseMatmulWgRows, fuseQkvPairsRows; the qkv's only for dispatches of qkvRowsMin .. qkvRowsMax rows), and the fused kernels' early loads of their weights (fuseTouch: loads only),
+    and the attention's grid with rows in z (attnRowsZ: indexing only)
     compute each row with the same code in the same order: every forward's logits equal the default policy's bit for bit (and so stay
     batch invariant)."""
     from exactspec.formats import describe
@@ -453,6 +456,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     assert bool(k["row_tiles"]) == ("rowTiles" in eff)
     assert k["attn_split"] == eff.get("attnSplit", 1) and k["head_sum"] == eff.get("headSum", False)
     assert k["head_stage"] == eff.get("headStage", False) and k["tile8_rows"] == eff.get("tile8Rows", 5)
+    assert k["attn_rows_z"] == eff.get("attnRowsZ", False)
     if k["fuse"]:
         assert k["fuse"]["fuseQkvPairs"] == eff.get("fuseQkvPairs", 1)
         assert k["fuse"]["fuseQkvAttn"] == eff.get("fuseQkvAttn", False)
@@ -468,8 +472,8 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
 # ---- the attention's keys in blocks (engine option attnBlock): other arithmetic past the first block, still invariant
 
 @pytest.mark.parametrize("more", [{}, {"attnSplit": 3, "rowTiles": "all", "headSum": True},
-                                  {"fuseTouch": True, "fuseWgRows": 32, "attnWg": 32}, {"maxRows": 5, "attnSplit": 2}],
-                         ids=["default", "split3_rows_headsum", "touch_wg32", "chunks5_split2"])
+                                  {"fuseTouch": True, "fuseWgRows": 32, "attnWg": 32}, {"maxRows": 5, "attnSplit": 2, "attnRowsZ": True}],
+                         ids=["default", "split3_rows_headsum", "touch_wg32", "chunks5_split2_rowsz"])
 def test_attention_key_blocks(micro_paths, more):
     """attnBlock 16 on the micro model (head_dim 16, seq_len 256: 16 blocks, grid z = blocks x attnSplit), 40
     positions (3 blocks), on four engine variants (the last cuts every pass into chunks of at most 5 rows):
