@@ -23,9 +23,10 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra 
 
 /**
  * Encode a submission. items: in order,
- *   {ops, rows, offset, rowwise?}  dispatch each op for `rows` chunk rows with the step slot at dynamic `offset` (an
- *                                  op whose select(rows) is null has no dispatch for that row count; rowwise: its
- *                                  rowSelect(rows) where it has one)
+ *   {ops, rows, offset, rowwise?, sparse?}  dispatch each op for `rows` chunk rows with the step slot at dynamic
+ *                                  `offset` (an op whose select(rows, sparse) is null has no dispatch for that row
+ *                                  count; rowwise: its rowSelect(rows) where it has one; sparse: the GPU decides how
+ *                                  many of the rows are live, a chain round's pass)
  *   {copy: [src, srcOffset, dst, dstOffset, size]}   a buffer copy (between compute passes)
  * reads: [[src, srcOffset, size], ...] copied back to back into `staging` after the last dispatch.
  * opts {splits: command buffers (cut by dispatch count), ts: timestamps {set, buf, read} | null}.
@@ -33,7 +34,8 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra 
  */
 export function encodeSubmission(device, items, reads, staging, { splits, ts }) {
   // an item marked rowwise dispatches its ops row-parallel where they offer it (op.rowSelect: graph.js tiled)
-  const select = (op, it) => (it.rowwise && op.rowSelect ? op.rowSelect(it.rows) : op.select(it.rows));
+  // (sparse: a pass whose rows the GPU decides, fewer than `rows` live: graph.js attnO's grid)
+  const select = (op, it) => (it.rowwise && op.rowSelect ? op.rowSelect(it.rows) : op.select(it.rows, !!it.sparse));
   let total = 0;
   for (const it of items) if (it.ops) for (const op of it.ops) if (select(op, it)) total++;   // the dispatches
   const cuts = cutPoints(total, splits);

@@ -85,7 +85,8 @@
 //            'all' (all but 'logits') whose dispatches of <= rowTilesMax? (default 16) rows run every chunk row in
 //            its own workgroup with the 1-row tile instead of the 4/8-row tiles, attnSplit?: workgroups
 //            per head sharing attention.wgsl's O projection, attnRowsZ?: that kernel's grid (heads, split x blocks,
-//            rows) instead of (heads, rows, split x blocks) (ROWS_Z; the same operations; default false), headSum?: the fused head's input (r + the FFN
+//            rows) instead of (heads, rows, split x blocks) (ROWS_Z; the same operations) for the passes whose rows
+//            the GPU decides (true: chain rounds; 'all': every pass; default true where the H200 defaults apply), headSum?: the fused head's input (r + the FFN
 //            partials) summed once by residual.wgsl, then a plain matmul_sg head (defaults: ['qkv', 'ffn'], 3 and
 //            true on the fused engine with real subgroups, as measured on an H200; none, 1, false elsewhere),
 //            headStage?: with headSum, the head stages that sum in workgroup memory (matmul_sg PRO without partials,

@@ -147,7 +147,7 @@ export class GraphBuilder {
     if (!on) return;
     for (const op of list.slice(from)) {
       const all = op.select;
-      op.select = (rows) => (rows === 1 ? null : all(rows));
+      op.select = (rows, sparse) => (rows === 1 ? null : all(rows, sparse));
       const rs = op.rowSelect;
       if (rs) op.rowSelect = (rows) => (rows === 1 ? null : rs(rows));
     }
@@ -265,12 +265,15 @@ export class GraphBuilder {
     const bg = K.bind(label, { params: this.uniform(label, K.pack('params', params)), step: this.step, q: this.buf('q'),
       kv: this.buf(kv), scores: this.buf('scores'), w: o.parts[0].buffer, pattn: this.buf('p_attn'), ...blocks });
     const z = plan.attnSplit * nb;   // workgroups of a head: its O projection's split (each its own scores row) x blocks
-    // attnRowsZ: rows in the grid's z (ROWS_Z; a kernel file without it, e.g. a pinned revision's, keeps rows in y)
-    const rowsZ = plan.attnRowsZ && K.sig.overrides.has('ROWS_Z');
-    const pipeline = await K.pipeline({ WG_SIZE: plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype),
-      ...(plan.attnBlock ? { KB: plan.attnBlock, NB: nb } : {}), ...(rowsZ ? { ROWS_Z: 1 } : {}) },
-    { HD4: cfg.head_dim / 4, ...this.touch('attn') });
-    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: rowsZ ? [cfg.n_heads, z, rows] : [cfg.n_heads, rows, z] }) });
+    const consts = { WG_SIZE: plan.attnWg, WTYPE: o.wtype, OU: headUnits(cfg, o.wtype), ...(plan.attnBlock ? { KB: plan.attnBlock, NB: nb } : {}) };
+    const hints = { HD4: cfg.head_dim / 4, ...this.touch('attn') };
+    const pipeline = await K.pipeline(consts, hints);
+    // plan.attnRowsZ: rows in the grid's z (ROWS_Z) for a pass whose rows the GPU decides (select's `sparse`: a chain
+    // round's) or, 'all', every pass (a kernel file without ROWS_Z, e.g. a pinned revision's, keeps rows in y)
+    const rowsZ = K.sig.overrides.has('ROWS_Z') ? plan.attnRowsZ : false;
+    const pipeZ = rowsZ ? await K.pipeline({ ...consts, ROWS_Z: 1 }, hints) : null;
+    this.push({ label, bindGroup: bg, select: (rows, sparse = false) => (rowsZ === 'all' || (rowsZ && sparse)
+      ? { pipeline: pipeZ, grid: [cfg.n_heads, z, rows] } : { pipeline, grid: [cfg.n_heads, rows, z] }) });
   }
 
   /** For a chunk of ONE row (select gives null for more): x = r_in + sum_s P_ffn[s] (-> r_out unless null; parts null:

@@ -670,7 +670,7 @@ export class EngineModel {
       sub.run(this.chainOps, 1, 0, 'chain');
       const slot = sub.steps.get(this)?.length ?? 0;
       sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
-      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, posEnd: end }, 'ids', this.plan.chainRowwise);
+      sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, posEnd: end }, 'ids', this.plan.chainRowwise, true);
     }
     sub.run(this.chainOps, 1, 0, 'chain');
     sub.read(this.bufs.chain_rec, 0, 4 * rounds * (k + 2));                    // rec (rounds, k + 2)
@@ -763,7 +763,7 @@ export class EngineModel {
       sub.copy(this.bufs.chain_slots, 0, draft.stepBuf, ds * this.slotBytes, (k - 1) * this.slotBytes + stepBytes);
       sub.copy(this.bufs.chain_slots, k * this.slotBytes, this.stepBuf, vs * this.slotBytes, stepBytes);
       sub.copy(this.bufs.chain_feed, 0, draft.bufs.tokens, 4 * bd, 4 * W);
-      sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra, posEnd: end }, 'tokens', rowwise);
+      sub.pass(draft, { n: W, startPos: 0, nOut: 1, tokBase: bd, outBase: 0, extra, posEnd: end }, 'tokens', rowwise, true);
       for (let i = 1; i < k; i++) sub.pass(draft, { n: 1, startPos: 0, nOut: 1, tokBase: bd + k + i, outBase: 0, extra, posEnd: end }, 'tokens');
       sub.copy(draft.bufs.tokens, 4 * (bd + k + 1), this.bufs.tokens, 4 * (r * W + 1), 4 * k);
       if (copy) sub.run(this.copyOps, 1, 0, 'chain_copy');     // a head's copies replace its first proposals
@@ -1032,8 +1032,9 @@ export class Submission {
   }
 
   /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head;
-   * rowwise: every op row-parallel where it can be (op.rowSelect), for a pass whose rows the GPU decides. */
-  pass(model, p, pick = null, rowwise = false) {
+   * rowwise: every op row-parallel where it can be (op.rowSelect), for a pass whose rows the GPU decides; sparse: the
+   * GPU decides how many of its rows are live (a chain round's; the ops' select(rows, sparse): graph.js attnO). */
+  pass(model, p, pick = null, rowwise = false, sparse = false) {
     if (!this.steps.has(model)) this.steps.set(model, []);
     const steps = this.steps.get(model);
     for (const c of passChunks(p, model.plan.maxRows)) {
@@ -1044,10 +1045,10 @@ export class Submission {
       const end = p.posEnd ?? c.step.start_pos + c.rows;
       if (!Number.isInteger(end)) throw new Error(`a pass's position bound ${end} must be an integer`);
       const far = model.usesBlocks(end);
-      this.items.push({ ops: far ? model.opsFar : model.ops, rows: c.rows, offset, rowwise });
+      this.items.push({ ops: far ? model.opsFar : model.ops, rows: c.rows, offset, rowwise, sparse });
       if (c.outRows > 0) this.items.push({ ops: model.headOps, rows: c.outRows, offset, rowwise });
       if (c.outRows > 0 && pick) this.items.push({ ops: model.pickOps[pick], rows: c.outRows, offset });
-      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}${rowwise ? ':row' : ''}${far ? ':far' : ''}`);
+      this.shape.push(`${model.id}.${model.gen}:${c.rows}:${c.outRows}:${pick}${rowwise ? ':row' : ''}${sparse ? ':sparse' : ''}${far ? ':far' : ''}`);
       this.chunks++;
       if (far) this.farChunks++;
     }

@@ -165,10 +165,16 @@ function rowPlan(opts, m, f) {
   if (headStage && (f.fuse !== true || !headSum)) throw new Error('headStage needs fuse true and headSum');
   const attnSplit = opts.attnSplit ?? (tuned ? 3 : 1);
   if (!Number.isInteger(attnSplit) || attnSplit < 1 || attnSplit > 16) throw new Error(`attnSplit ${attnSplit} must be in 1..16`);
-  // the fused attention's grid (heads, Z, rows) instead of (heads, rows, Z) (attention.wgsl ROWS_Z): a chain round's
-  // live row then runs its workgroups together instead of among its grid's returning rows (the same operations)
-  const attnRowsZ = opts.attnRowsZ ?? false;
-  if (typeof attnRowsZ !== 'boolean') throw new Error(`attnRowsZ ${JSON.stringify(attnRowsZ)} must be true or false`);
+  // the fused attention's grid (heads, Z, rows) instead of (heads, rows, Z) (attention.wgsl ROWS_Z; the same
+  // operations) for the passes whose rows the GPU decides (true: a chain round's 1 + c rows of a grid sized for k + 1,
+  // model.js `sparse`; 'all': every pass). Why: with rows in y a chain round's live row runs its workgroups among the
+  // returning ones, and at long positions its attention is slower; on an H100 (bench/h200/results/2026-12-07d,
+  // bench.mjs, GPU ms) an n-gram chain round that finds nothing at position 1,870 took 1.373 ms instead of 1.613 at
+  // k = 4 (1.365 / 1.485 at k = 3; a pass running ahead 1.328), one verifying k proposals 1.588 / 1.759; but a 5-row
+  // verify block 2.229 against 2.194 (rows all live), so only the chains' passes by default. true where the H200
+  // defaults apply, false elsewhere
+  const attnRowsZ = opts.attnRowsZ ?? tuned;
+  if (attnRowsZ !== true && attnRowsZ !== false && attnRowsZ !== 'all') throw new Error(`attnRowsZ ${JSON.stringify(attnRowsZ)} must be true, false or 'all'`);
   // the attention's keys in blocks of attnBlock fixed by position, each block its own workgroups, combined by the FFN's
   // prologue (attention.wgsl / lib/stage BLOCKS); rows before position attnBlock get the same bits as without, and only
   // chunks that may reach it run the blocks' kernels (model.js opsFar). 512 where the H200 defaults apply: on an H100

@@ -428,8 +428,8 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                        (True, {"fuseQkvPairsRows": 2, "fuseMatmulWgRows": 32, "qkvRowsMin": 3, "qkvRowsMax": 5,
                                                "rowTiles": ["qkv", "ffn"]}),
                                        (True, {"tile8Rows": 9, "rowTiles": ["qkv", "ffn"], "rowTilesMax": 3}),
-                                       (True, {"attnRowsZ": True, "attnSplit": 3}),
-                                       ("attn", {"attnRowsZ": True, "attnSplit": 2, "rowTiles": "all", "fuseTouch": True})])
+                                       (True, {"attnRowsZ": "all", "attnSplit": 3}),
+                                       ("attn", {"attnRowsZ": "all", "attnSplit": 2, "rowTiles": "all", "fuseTouch": True})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
     attention + O projection split over attnSplit workgroups per head, and the fused head's input summed once by
@@ -437,7 +437,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     and workgroup size (fuseQkvPairs, fuseMatmulWg: how many weight rows share one staging of x), and the FFN's and
     the qkv matmul's own workgroup size / row pairs for dispatches of more than one row (fuseWgRows,
     fuseMatmulWgRows, fuseQkvPairsRows; the qkv's only for dispatches of qkvRowsMin .. qkvRowsMax rows), and the fused kernels' early loads of their weights (fuseTouch: loads only),
-    and the attention's grid with rows in z (attnRowsZ: indexing only)
+    and the attention's grid with rows in z (attnRowsZ 'all': indexing only)
     compute each row with the same code in the same order: every forward's logits equal the default policy's bit for bit (and so stay
     batch invariant)."""
     from exactspec.formats import describe
@@ -472,7 +472,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
 # ---- the attention's keys in blocks (engine option attnBlock): other arithmetic past the first block, still invariant
 
 @pytest.mark.parametrize("more", [{}, {"attnSplit": 3, "rowTiles": "all", "headSum": True},
-                                  {"fuseTouch": True, "fuseWgRows": 32, "attnWg": 32}, {"maxRows": 5, "attnSplit": 2, "attnRowsZ": True}],
+                                  {"fuseTouch": True, "fuseWgRows": 32, "attnWg": 32}, {"maxRows": 5, "attnSplit": 2, "attnRowsZ": "all"}],
                          ids=["default", "split3_rows_headsum", "touch_wg32", "chunks5_split2_rowsz"])
 def test_attention_key_blocks(micro_paths, more):
     """attnBlock 16 on the micro model (head_dim 16, seq_len 256: 16 blocks, grid z = blocks x attnSplit), 40
@@ -638,6 +638,7 @@ def test_tile_policy_refusals(micro_paths):
     for kw, msg in [({"engine_opts": {"rowTiles": ["qkv"], "subgroups": False}}, "rowTiles needs the subgroup matmul"),
                     ({"emulate_sg": True, "engine_opts": {"rowTiles": ["attention"]}}, "rowTiles .* must be 'all' or"),
                     ({"emulate_sg": True, "engine_opts": {"attnSplit": 0}}, "attnSplit 0 must be"),
+                    ({"emulate_sg": True, "engine_opts": {"attnRowsZ": "chains"}}, "attnRowsZ .chains. must be true, false or 'all'"),
                     ({"emulate_sg": True, "engine_opts": {"tile8Rows": 4}}, "tile8Rows 4 must be an integer >= 5"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairs": 0}}, "fuseQkvPairs 0 must be in 1..64"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
