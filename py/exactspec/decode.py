@@ -48,7 +48,10 @@ CHAIN_PROBE_GAP = 4
 # H100, GPU ms a round against a chained pass: +1% at position 64, +5% at 512, +7% at 1,024, +8% at 1,870), and on the
 # long-context stratum (prompts of ~1,870 tokens) k = 4's chains ran 1.09x the time of k = 3's through the product's
 # loop, forced and "only while it pays" alike (3 sides each, the champion alone 1.01; bench/h200/results/2026-12-07c
-# call 9). No other stratum reaches 1,024 positions; below it k = 4 stays ahead where long copies come.
+# call 9). No other stratum reaches 1,024 positions; below it k = 4 stays ahead where long copies come. Since the engine
+# dispatches a chain round's attention with rows in z (engine option attnRowsZ, 2026-12-07d) the empty rounds cost
+# the same at k = 3 and 4 (1.362 / 1.368 ms at 1,870), so that reason is gone; lifting the cap measured no gain on the
+# long-context stratum (its answers copy little), so it stays.
 CHAIN_LONG_POS = 1024
 CHAIN_LONG_K = 3
 
