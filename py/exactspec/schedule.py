@@ -23,14 +23,6 @@ from __future__ import annotations
 # forced chains, geometric mean over the strata 1.20-1.22 against 1.12-1.14; behind only on long context at k = 4
 # (0.91-0.92 against 0.93-0.94: answers of 18-20 tokens, chains there just under this slack, so they stay on).
 CHAIN_SLACK = 1.1
-# Once off in an answer, chains count as paying again only below CHAIN_ON times plain decoding's time per token (their
-# price changes only with chains run since: the continuation the device runs already, copy probes). Without it, an
-# answer whose chains cost about CHAIN_SLACK x plain decoding switched at every crossing: the decode loop hints no
-# continuation once the scheduler would run plain, and the next chain, priced cheaper by the one just made, started
-# afresh without the device's overlap. On an H100 (bench/h200/results/2026-12-07d call 7) answers made all of chains,
-# with as many submissions as forced chains but 1-6 such crossings, took 1.02-1.14x forced chains' time (median per
-# stratum; casual chat 1.03 / 1.05 at k = 3 / 4, 15 and 10 answers).
-CHAIN_ON = 1.0
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -84,7 +76,6 @@ class SpecScheduler:
         self.chain_s, self.chain_tokens = 0.0, 0   # chains (the n-gram drafter's rounds on the device) this answer
         self.rounds_off = 0
         self.disabled_rounds = 0
-        self.chain_off = False               # chains judged not to pay in this answer (CHAIN_ON to come back)
 
     def state(self) -> dict:
         """What was learned (round times per k, acceptance), for `load` in the next answer's scheduler."""
@@ -149,9 +140,8 @@ class SpecScheduler:
         if 0 not in self.t_round:
             return 0, False   # calibrate: plain decoding first
         if chain:     # chains first, on while they cost less than CHAIN_SLACK x plain runs; once off, the decode loop
-            t = self.t_chain    # probes a chain where a copy is at hand, and they are on again below CHAIN_ON x
-            slack = CHAIN_ON if self.chain_off else CHAIN_SLACK
-            return (k_cap if t is None or t < slack * self.t_round[0].value else 0), True
+            t = self.t_chain    # probes a chain where a copy is at hand
+            return (k_cap if t is None or t < CHAIN_SLACK * self.t_round[0].value else 0), True
         a = self.accept.value
         if a is None:
             return k_cap, False   # then one speculative round
@@ -178,8 +168,6 @@ class SpecScheduler:
         best_k, by_formula = self._formula(k_cap, chain)
         if not by_formula:
             return best_k
-        if chain:
-            self.chain_off = best_k == 0
         if best_k == 0:
             self.rounds_off += 1
             self.disabled_rounds += 1
