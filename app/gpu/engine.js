@@ -67,7 +67,8 @@
 //            (verify blocks, prefill chunks; default: the one-row values; the same bits, tests/gpu; the H200 measured
 //            no gain, README "verify blocks at other workgroup shapes"), qkvRowsMin? / qkvRowsMax?: the qkv's
 //            fuseMatmulWgRows / fuseQkvPairsRows only for dispatches of that many rows (default 2 / null: no bound;
-//            options.js says what it measured), lightDown?: dispatches of more than one row whose rows run in their
+//            options.js says what it measured), qkvRowsDense?: and only in passes whose rows are all live, not a
+//            chain round's (default false), lightDown?: dispatches of more than one row whose rows run in their
 //            own workgroups (rowTiles) run ffn_sg.wgsl's down projection one row a trip (LIGHT_DOWN; default true on
 //            real subgroups: 3% off a verify block on an H100; the same bits),
 //            fuseQkvAttn?: (fuse true) a chunk of ONE row (a decode pass, a draft's pass) runs the qkv matmul and

@@ -59,7 +59,7 @@ async function fusedForward(g, W) {
       else {                                                                              // x = r + sum_s P_ffn[s]; q|k|v
         await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv',
           pairs: g.plan.fuseQkvPairs, rows: { wg: g.plan.fuseMatmulWgRows, pairs: g.plan.fuseQkvPairsRows,
-            from: g.plan.qkvRowsMin, to: g.plan.qkvRowsMax } });
+            from: g.plan.qkvRowsMin, to: g.plan.qkvRowsMax, dense: g.plan.qkvRowsDense } });
       }
       await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                               // P_attn[h] = att_h @ W_o[:, h]
     });
@@ -124,14 +124,15 @@ export class GraphBuilder {
     for (const t of new Set([tiles.t1, tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipes[t] = await make(t);
     // multi {make, grid, rowGrid}: the pipelines and grids of dispatches of more than one row (their own workgroup
     // size / row pairs: the same arithmetic per row, so the same bits)
-    // (multi.from / multi.to: only for dispatches of that many rows; null or absent: from 2, no upper bound)
+    // (multi.from / multi.to: only for dispatches of that many rows; null or absent: from 2, no upper bound;
+    // multi.dense: not in a pass whose rows the GPU decides, select's `sparse`)
     const pipesM = {};
     if (multi) for (const t of new Set([tiles.t4, tiles.t8, ...(row ? [1] : [])])) pipesM[t] = await multi.make(t);
     const max = row ? this.plan.rowTilesMax : 0;
     const one = pipes[1] ?? pipes[tiles.t1];
-    const inM = (rows) => multi && rows >= (multi.from ?? 2) && rows <= (multi.to ?? Infinity);
-    return this.push({ label, bindGroup, select: (rows) => {
-      const [P, G, RG] = inM(rows) ? [pipesM, multi.grid, multi.rowGrid] : [pipes, grid, rowGrid];
+    const inM = (rows, sparse) => multi && rows >= (multi.from ?? 2) && rows <= (multi.to ?? Infinity) && !(multi.dense && sparse);
+    return this.push({ label, bindGroup, select: (rows, sparse = false) => {
+      const [P, G, RG] = inM(rows, sparse) ? [pipesM, multi.grid, multi.rowGrid] : [pipes, grid, rowGrid];
       if (rows <= max) return { pipeline: P[1], grid: RG(rows) };
       const t = tileFor(tiles, rows, this.plan.tile8Rows);
       return { pipeline: P[t], grid: G(rows, t) };
@@ -211,9 +212,11 @@ export class GraphBuilder {
             LANES: lanes, TILE: t, KX: lin.K, PAIRS: p, NPART: npart }, this.touch(touch)), grid: () => grid, rowGrid: (n) => [grid[0], grid[1], n] };
         };
         const one = variant(wg, pairs);
-        // rows {wg, pairs, from, to}: dispatches of from .. to rows (default: more than one) run that variant (the qkv
-        // matmul: fuseMatmulWgRows, fuseQkvPairsRows, qkvRowsMin, qkvRowsMax)
-        const multi = rows && (rows.wg !== wg || rows.pairs !== pairs) ? { ...variant(rows.wg, rows.pairs), from: rows.from, to: rows.to } : null;
+        // rows {wg, pairs, from, to, dense}: dispatches of from .. to rows (default: more than one) run that variant,
+        // with `dense` only in passes whose rows are all live (the qkv matmul: fuseMatmulWgRows, fuseQkvPairsRows,
+        // qkvRowsMin, qkvRowsMax, qkvRowsDense)
+        const multi = rows && (rows.wg !== wg || rows.pairs !== pairs)
+          ? { ...variant(rows.wg, rows.pairs), from: rows.from, to: rows.to, dense: rows.dense } : null;
         await this.tiled(label, bg, tiles, one.make, one.grid, one.rowGrid, multi);
       }
     }

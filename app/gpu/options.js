@@ -75,6 +75,9 @@ function fusePlan(opts, m, device, cpu) {
     // vs 1.290 ms GPU and k = 1..3 unchanged, but no faster through the product's loop (an n-gram chain's every round
     // runs the pipelines of k + 1 rows, and most rounds verify fewer): defaults as before
     qkvRowsMin: opts.qkvRowsMin ?? 2, qkvRowsMax: opts.qkvRowsMax ?? null,
+    // qkvRowsDense: that variant only for passes whose rows are all live (verify blocks, prefill), not for a chain
+    // round's (model.js `sparse`: 1 + c rows of a grid sized for k + 1, where the one-row variant's pipelines serve)
+    qkvRowsDense: opts.qkvRowsDense ?? false,
     // dispatches of more than one row that run each row in its own workgroup (rowTiles: verify blocks) run the FFN's
     // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
     // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
@@ -119,6 +122,7 @@ function fusePlan(opts, m, device, cpu) {
     throw new Error(`qkvRowsMax ${JSON.stringify(f.qkvRowsMax)} must be null or an integer >= qkvRowsMin (${f.qkvRowsMin})`);
   }
   if (typeof f.lightDown !== 'boolean') throw new Error(`lightDown ${JSON.stringify(f.lightDown)} must be true or false`);
+  if (typeof f.qkvRowsDense !== 'boolean') throw new Error(`qkvRowsDense ${JSON.stringify(f.qkvRowsDense)} must be true or false`);
   if (!Number.isInteger(f.fuseSlice) || f.fuseSlice < 32 || f.fuseSlice % 32) throw new Error(`fuseSlice ${f.fuseSlice} must be a positive multiple of 32`);
   for (const k of ['fuseHeadPairs', 'fuseQkvPairs', 'fuseQkvPairsRows']) {
     if (!Number.isInteger(f[k]) || f[k] < 1 || f[k] > 64) throw new Error(`${k} ${f[k]} must be in 1..64`);
@@ -297,7 +301,7 @@ export function kernelsInfo(plan) {
     fuseHeadPairs: plan.fuseHeadPairs, fuseMatmulWg: plan.fuseMatmulWg, fuseQkvPairs: plan.fuseQkvPairs, auto: plan.fuseAuto,
     fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg, fuseWgRows: plan.fuseWgRows,
     fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, qkvRowsMin: plan.qkvRowsMin,
-    qkvRowsMax: plan.qkvRowsMax, fuseTouch: [...plan.fuseTouch],
+    qkvRowsMax: plan.qkvRowsMax, qkvRowsDense: plan.qkvRowsDense, fuseTouch: [...plan.fuseTouch],
     lightDown: plan.lightDown } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, tile8_rows: plan.tile8Rows, attn_split: plan.attnSplit,

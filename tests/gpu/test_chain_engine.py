@@ -19,12 +19,14 @@ GREEDY = {"temperature": 0.0, "seed": 0}
 
 
 @pytest.fixture(scope="module", params=[{}, {"emulate_sg": True, "engine_opts": {"fuse": True}}, {"max_rows": 3},
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvPairsRows": 2, "qkvRowsMin": 3,
+                                                                             "qkvRowsDense": True, "rowTiles": ["qkv", "ffn"]}},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "chainRowwise": True}},
                                         {"lanes": 32, "engine_opts": {"chainRowwise": True}},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16, "attnRowsZ": True, "attnSplit": 2}},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 32}},
                                         {"engine_opts": {"contSplitsFresh": 1, "preDefer": False}}],
-                ids=["plain", "fused", "chunks3", "fused_rowwise", "lanes_rowwise", "fused_key_blocks", "fused_key_blocks32",
+                ids=["plain", "fused", "chunks3", "fused_qkv_pairs_dense", "fused_rowwise", "lanes_rowwise", "fused_key_blocks", "fused_key_blocks32",
                      "cont_fresh1_nodefer"])
 def engine(request, tmp_path_factory):
     from engine_rpc import EngineProcess

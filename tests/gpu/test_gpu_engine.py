@@ -429,6 +429,8 @@ TOUCH_ALL = ["qkv", "logits", "attn", "ffn_gate_up", "ffn_down"]   # fuseTouch: 
                                                "rowTiles": ["qkv", "ffn"]}),
                                        (True, {"tile8Rows": 9, "rowTiles": ["qkv", "ffn"], "rowTilesMax": 3}),
                                        (True, {"attnRowsZ": "all", "attnSplit": 3}),
+                                       (True, {"fuseQkvPairsRows": 2, "qkvRowsMin": 3, "qkvRowsMax": 9, "qkvRowsDense": True,
+                                               "rowTiles": ["qkv", "ffn"]}),
                                        ("attn", {"attnRowsZ": "all", "attnSplit": 2, "rowTiles": "all", "fuseTouch": True})])
 def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
     """Row-parallel 1-row tiles (every chunk row of a dispatch of <= rowTilesMax rows in its own workgroup), the
@@ -466,6 +468,7 @@ def test_tile_policies_give_the_same_bits(micro_paths, fuse, more):
             assert k["fuse"][key] == eff.get(key, k["fuse"][one])   # dispatches of more rows: their own variant
         assert k["fuse"]["lightDown"] == eff.get("lightDown", False)
         assert (k["fuse"]["qkvRowsMin"], k["fuse"]["qkvRowsMax"]) == (eff.get("qkvRowsMin", 2), eff.get("qkvRowsMax"))
+        assert k["fuse"]["qkvRowsDense"] == eff.get("qkvRowsDense", False)
     assert len(a) == len(b) and all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(a, b))
 
 
@@ -644,6 +647,7 @@ def test_tile_policy_refusals(micro_paths):
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseQkvAttn": "yes"}}, "fuseQkvAttn .* must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "lightDown": 1}}, "lightDown 1 must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "qkvRowsMin": 1}}, "qkvRowsMin 1 must be an integer >= 2"),
+                    ({"emulate_sg": True, "engine_opts": {"fuse": True, "qkvRowsDense": 1}}, "qkvRowsDense 1 must be true or false"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "qkvRowsMin": 4, "qkvRowsMax": 3}},
                      "qkvRowsMax 3 must be null or an integer >= qkvRowsMin .4."),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "fuseTouch": ["ffn"]}}, "fuseTouch .* must be true, false or a list of qkv"),
