@@ -34,7 +34,7 @@ export function passChunks({ n, startPos, nOut, tokBase = 0, outBase = 0, extra 
  */
 export function encodeSubmission(device, items, reads, staging, { splits, ts }) {
   // an item marked rowwise dispatches its ops row-parallel where they offer it (op.rowSelect: graph.js tiled)
-  // (sparse: a pass whose rows the GPU decides, fewer than `rows` live: graph.js attnO's grid)
+  // (sparse: a pass whose rows the GPU decides, fewer than `rows` live: graph.js attnO's grid, the qkv's variant)
   const select = (op, it) => (it.rowwise && op.rowSelect ? op.rowSelect(it.rows) : op.select(it.rows, !!it.sparse));
   let total = 0;
   for (const it of items) if (it.ops) for (const op of it.ops) if (select(op, it)) total++;   // the dispatches

@@ -1033,7 +1033,8 @@ export class Submission {
 
   /** A pass of `model` (see passChunks); pick: null, or the pick ops ('tokens' | 'ids') after each chunk's head;
    * rowwise: every op row-parallel where it can be (op.rowSelect), for a pass whose rows the GPU decides; sparse: the
-   * GPU decides how many of its rows are live (a chain round's; the ops' select(rows, sparse): graph.js attnO). */
+   * GPU decides how many of its rows are live (a chain round's; the ops' select(rows, sparse): graph.js attnO's grid,
+   * the qkv matmul's variant with qkvRowsDense). */
   pass(model, p, pick = null, rowwise = false, sparse = false) {
     if (!this.steps.has(model)) this.steps.set(model, []);
     const steps = this.steps.get(model);
