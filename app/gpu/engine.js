@@ -68,7 +68,8 @@
 //            no gain, README "verify blocks at other workgroup shapes"), qkvRowsMin? / qkvRowsMax?: the qkv's
 //            fuseMatmulWgRows / fuseQkvPairsRows only for dispatches of that many rows (default 2 / null: no bound;
 //            options.js says what it measured), qkvRowsDense?: and only in passes whose rows are all live, not a
-//            chain round's (default false), lightDown?: dispatches of more than one row whose rows run in their
+//            chain round's (where the H200 defaults apply: fuseQkvPairsRows 2 for 5-9 rows, dense passes only;
+//            elsewhere the one-row values everywhere), lightDown?: dispatches of more than one row whose rows run in their
 //            own workgroups (rowTiles) run ffn_sg.wgsl's down projection one row a trip (LIGHT_DOWN; default true on
 //            real subgroups: 3% off a verify block on an H100; the same bits),
 //            fuseQkvAttn?: (fuse true) a chunk of ONE row (a decode pass, a draft's pass) runs the qkv matmul and

@@ -68,16 +68,20 @@ function fusePlan(opts, m, device, cpu) {
     // dispatches of more than one row (verify blocks, prefill) may run the FFN and the qkv prologue matmul with their
     // own workgroup size / row pairs (each row's arithmetic is the same code in the same order: the same bits); default
     // the one-row values
-    fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null, fuseQkvPairsRows: opts.fuseQkvPairsRows ?? null,
+    fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null,
+    fuseQkvPairsRows: opts.fuseQkvPairsRows ?? (tunedFused(opts, m, fuse) ? 2 : null),
     // the qkv matmul's multi-row variant (fuseMatmulWgRows, fuseQkvPairsRows) only for dispatches of qkvRowsMin ..
-    // qkvRowsMax rows (null: no upper bound); other dispatches run the one-row variant (the same bits either way).
-    // Measured on an H100 (bench/h200/results/2026-12-06g): fuseQkvPairsRows 2 for 5-9 rows, T_verify(4) 1.232-1.237
-    // vs 1.290 ms GPU and k = 1..3 unchanged, but no faster through the product's loop (an n-gram chain's every round
-    // runs the pipelines of k + 1 rows, and most rounds verify fewer): defaults as before
-    qkvRowsMin: opts.qkvRowsMin ?? 2, qkvRowsMax: opts.qkvRowsMax ?? null,
-    // qkvRowsDense: that variant only for passes whose rows are all live (verify blocks, prefill), not for a chain
-    // round's (model.js `sparse`: 1 + c rows of a grid sized for k + 1, where the one-row variant's pipelines serve)
-    qkvRowsDense: opts.qkvRowsDense ?? false,
+    // qkvRowsMax rows (null: no upper bound), and with qkvRowsDense only in passes whose rows are all live (verify
+    // blocks, prefill), not a chain round's (model.js `sparse`: 1 + c rows of a grid sized for k + 1); other
+    // dispatches run the one-row variant (the same bits either way). On an H100, fuseQkvPairsRows 2 for 5-9 rows:
+    // T_verify(4) 1.232-1.237 vs 1.290 ms GPU, k = 1..3 unchanged (bench/h200/results/2026-12-06g), but no faster
+    // through the product's loop while chain rounds ran it too (most rounds verify fewer than k, on which the pairs
+    // cost what 2-4 rows do); with qkvRowsDense (2026-12-07d call 19) T_verify(4) 1.240-1.241 vs 1.290, the chain rounds
+    // the same (0.986 / 0.992 ms at k = 3 / 4), the shipped draft's answers at k = 4 0.971 [0.956-0.981] of the time
+    // (the champion alone 0.995). Defaults where the H200 defaults apply: 2 pairs for 5-9 rows, dense passes only
+    qkvRowsMin: opts.qkvRowsMin ?? (tunedFused(opts, m, fuse) ? 5 : 2),
+    qkvRowsMax: opts.qkvRowsMax ?? (tunedFused(opts, m, fuse) && opts.qkvRowsMin == null ? 9 : null),
+    qkvRowsDense: opts.qkvRowsDense ?? tunedFused(opts, m, fuse),
     // dispatches of more than one row that run each row in its own workgroup (rowTiles: verify blocks) run the FFN's
     // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
     // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
