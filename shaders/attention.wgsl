@@ -1,7 +1,8 @@
 // attention — causal GQA attention of a chunk of new positions over this layer's KV cache (which already holds
 // the chunk's own keys/values, written by matmul MODE 3).
 //
-// Work split: one workgroup per (head h = wid.x, chunk row t = wid.y); pos = start_pos + t attends keys 0..pos.
+// Work split: one workgroup per (head h = wid.x, chunk row t = wid.y (ROWS_Z: wid.z)); pos = start_pos + t attends
+// keys 0..pos.
 //   1. lane l scores keys j = l, l + AW, ... (AW = WG_SIZE but with QKV; dot over head_dim in ascending vec4
 //      order), keeps its max (and its first two scores in registers);
 //   2. fixed binary tree max over lanes; lane l exponentiates its keys and sums them in ascending j; fixed tree sum;
@@ -19,7 +20,7 @@
 //     P_attn[h][t, r] = sum_{d < head_dim} W_o[r, h * head_dim + d] * o_h[d]      (r = 0 .. dim-1)
 // The consumer (matmul_sg.wgsl PRO / ffn_sg.wgsl) adds r + P_attn[0] + ... + P_attn[n_heads-1] in that fixed order.
 // With a grid z > 1 (engine option attnSplit) each z workgroup computes steps 1-3, into its own scores row. Step 4:
-// invocation l < OW of workgroup z (OW = WG_SIZE but with QKV) computes output rows r = z * OW + l, + OW * nwg.z, ...
+// invocation l < OW of workgroup z (OW = WG_SIZE but with QKV) computes output rows r = z * OW + l, + OW * Z, ...
 // of the partial (z > 1: more workgroups share the O projection), each a dot over the head's columns in ascending
 // 8-value units (lib/quant, lib/term: W_o is stored (dim, q_dim) with its 32-value quant blocks along q_dim). When head_dim is not a multiple
 // of 32 a Q4 block holds two heads' columns (its 8-value units interleave the block's halves): the units of every
@@ -249,8 +250,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let nkeys = pos + 1u - lo;
 // #else
 // #if BLOCKS
-  let zn = nz / NB;                      // O-projection splits a block (Z)
-  let blk = wz / zn;                     // key block: keys j0 .. j0 + nkeys - 1
+  let zn = nz / NB;                         // O-projection splits a block (Z)
+  let blk = wz / zn;                        // key block: keys j0 .. j0 + nkeys - 1
   let zi = wz % zn;
   if (blk * KB > pos) { return; }           // uniform per workgroup
   let nb = pos / KB + 1u;                   // the row's blocks
@@ -271,7 +272,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // #if BLOCKS
   let koff = j0 * kv4 + kvh * hd4;                        // key j0 + j of this kv head at j * kv4 + koff
   let voff = (params.seq_len + j0) * kv4 + kvh * hd4;     // its value, in the V section
-  let sbase = ((t * params.n_heads + h) * nz + wz) * KB;   // scores row (key j0 + j at j)
+  let sbase = ((t * params.n_heads + h) * nz + wz) * KB;       // scores row (key j0 + j at j)
 // #else
   let koff = kvh * hd4;                                   // vec4 offset of this kv head within a key row
   let voff = params.seq_len * kv4 + kvh * hd4;            // V section

@@ -309,5 +309,5 @@ export function kernelsInfo(plan) {
     lightDown: plan.lightDown } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, tile8_rows: plan.tile8Rows, attn_split: plan.attnSplit,
-    attn_rows_z: plan.attnRowsZ,     head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };
+    attn_rows_z: plan.attnRowsZ, head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };
 }
