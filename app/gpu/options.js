@@ -61,15 +61,16 @@ function fusePlan(opts, m, device, cpu) {
   // default workgroup sizes within the device's limit (WebGPU guarantees 256 invocations; many GPUs give 1024)
   const maxInv = device.limits.maxComputeInvocationsPerWorkgroup;
   const fitWg = (want) => Math.max(m.lanes, Math.min(want, Math.floor(maxInv / m.lanes) * m.lanes));
+  const tuned = tunedFused(opts, m, fuse);   // where the defaults measured on an H200 / H100 apply
   const f = { fuse, fuseAuto, fuseWg: opts.fuseWg ?? (cpu ? 64 : fitWg(512)), fuseSlice: opts.fuseSlice ?? 32,
     fuseHeadPairs: opts.fuseHeadPairs ?? 4, fuseHeadWg: opts.fuseHeadWg ?? (cpu ? 64 : fitWg(256)),
-    fuseMatmulWg: opts.fuseMatmulWg ?? (tunedFused(opts, m, fuse) ? fitWg(256) : m.matmulWg),
+    fuseMatmulWg: opts.fuseMatmulWg ?? (tuned ? fitWg(256) : m.matmulWg),
     fuseQkvPairs: opts.fuseQkvPairs ?? 1,
     // dispatches of more than one row (verify blocks, prefill) may run the FFN and the qkv prologue matmul with their
     // own workgroup size / row pairs (each row's arithmetic is the same code in the same order: the same bits); default
     // the one-row values
     fuseWgRows: opts.fuseWgRows ?? null, fuseMatmulWgRows: opts.fuseMatmulWgRows ?? null,
-    fuseQkvPairsRows: opts.fuseQkvPairsRows ?? (tunedFused(opts, m, fuse) ? 2 : null),
+    fuseQkvPairsRows: opts.fuseQkvPairsRows ?? (tuned ? 2 : null),
     // the qkv matmul's multi-row variant (fuseMatmulWgRows, fuseQkvPairsRows) only for dispatches of qkvRowsMin ..
     // qkvRowsMax rows (null: no upper bound), and with qkvRowsDense only in passes whose rows are all live (verify
     // blocks, prefill), not a chain round's (model.js `sparse`: 1 + c rows of a grid sized for k + 1); other
@@ -79,16 +80,16 @@ function fusePlan(opts, m, device, cpu) {
     // cost what 2-4 rows do); with qkvRowsDense (2026-12-07d call 19) T_verify(4) 1.240-1.241 vs 1.290, the chain rounds
     // the same (0.986 / 0.992 ms at k = 3 / 4), the shipped draft's answers at k = 4 0.971 [0.956-0.981] of the time
     // (the champion alone 0.995). Defaults where the H200 defaults apply: 2 pairs for 5-9 rows, dense passes only
-    qkvRowsMin: opts.qkvRowsMin ?? (tunedFused(opts, m, fuse) ? 5 : 2),
-    qkvRowsMax: opts.qkvRowsMax ?? (tunedFused(opts, m, fuse) && opts.qkvRowsMin == null ? 9 : null),
-    qkvRowsDense: opts.qkvRowsDense ?? tunedFused(opts, m, fuse),
+    qkvRowsMin: opts.qkvRowsMin ?? (tuned ? 5 : 2),
+    qkvRowsMax: opts.qkvRowsMax ?? (tuned && opts.qkvRowsMin == null ? 9 : null),
+    qkvRowsDense: opts.qkvRowsDense ?? tuned,
     // dispatches of more than one row that run each row in its own workgroup (rowTiles: verify blocks) run the FFN's
     // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
     // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
     // H100 (bench/h200/results/2026-12-06f, two leases, 2 rounds each): T_verify(4) 1.288-1.289 vs 1.327-1.331 ms GPU,
     // T_verify(8) 1.792-1.794 vs 1.845-1.850, T_verify(1) equal; one-row passes keep two rows a trip (2026-12-04's
     // latency change; one a trip not measured there)
-    lightDown: opts.lightDown ?? tunedFused(opts, m, fuse),
+    lightDown: opts.lightDown ?? tuned,
     // a decode pass's qkv + attention in one dispatch (attention.wgsl QKV; 10 storage bindings): off by default, as
     // the H200 measured it slower (bench/h200/results/2026-12-04b, call 3: GPU 1.23 vs 1.05 ms a pass running ahead, with 30
     // dispatches fewer); its workgroup: the qkv rows' subgroups (96 row pairs for SmolLM2's heads of 64: 3 trips a
@@ -99,7 +100,7 @@ function fusePlan(opts, m, device, cpu) {
     // list of TOUCH_KINDS. Default on real subgroups: the qkv matmul and attention + O projection, measured on an H100
     // (bench/h200/results/2026-12-05e): GPU 0.967-0.968 vs 1.007 ms a one-row pass, T_verify(4) 1.325 vs 1.344 ms; the
     // FFN's (1.020 with its down weights, 1.155 with gate/up) and the head's (no change) are slower or no faster
-    fuseTouch: opts.fuseTouch ?? (tunedFused(opts, m, fuse) ? ['qkv', 'attn'] : false),
+    fuseTouch: opts.fuseTouch ?? (tuned ? ['qkv', 'attn'] : false),
     fuseQkvAttnWg: opts.fuseQkvAttnWg ?? (cpu ? 64 : fitWg(1024)) };
   f.fuseWgRows ??= f.fuseWg;
   f.fuseMatmulWgRows ??= f.fuseMatmulWg;
