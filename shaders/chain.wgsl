@@ -10,9 +10,11 @@
 //      to min_ngram (py/exactspec/drafters/ngram.py's lookup, the same rule: the largest i <= L - n - 1 with
 //      hist[i .. i + n) == hist[L - n .. L)), gives c = min(k, L - i - n, room) proposals hist[i + n ..] (c = 0 if
 //      none). The round's tokens are [hist[L - 1], proposals..., padding] at tokens[r * (k + 1) ..], its Step slot
-//      {n 1 + c, start_pos L - 1, out_lo 0, out_base r * (k + 1), tok0 r * (k + 1)} goes to `slot` (the host copies it
-//      into the step buffer before the round's pass: the pass computes 1 + c rows of a grid sized for k + 1), and
-//      its record rec[r] = {c, a (written at 1.), proposals}.
+//      {n 1 + c, start_pos L - 1, out_lo 0, out_base r * (k + 1), tok0 r * (k + 1)} goes to `slot` at word
+//      r * params.slot_words (the round's pass reads it: it computes 1 + c rows of a grid sized for k + 1), and its
+//      record rec[r] = {c, a (written at 1.), proposals}. `slot` is the step buffer itself, round r's pass reading
+//      slot r (engine option chainStepDirect; slot_words = a slot's words), or with slot_words 0 a buffer of one
+//      slot that the host copies into the step buffer before the round's pass.
 //   3. r == R: only 1., then state = {L, 0} (the next chain, a continuation, starts where this one ends).
 // room = seq_len - 1 - L keeps every row inside the cache (the host also keeps start_pos + R (k + 1) <= seq_len).
 // Proposals need only be good, never exact: the host confirms every token from the picks (py/exactspec/decode.py).
@@ -30,12 +32,12 @@
 //
 // Bindings:
 //   0 params  uniform Params (written before each chain)
-//   1 step    uniform Step (dynamic offset; unused: every kernel has the binding)
+//   1 step    uniform Step (dynamic offset; unused: every kernel has the binding; not the step buffer where `slot` is)
 //   2 state   array<u32>  read_write (4,) L (history length), r (round counter), 0, 0
 //   3 hist    array<u32>  read_write (seq_len + 1) the sequence: prompt and committed tokens, then the chain's
 //   4 tokens  array<u32>  read_write (R (k + 1)) the rounds' verify inputs
 //   5 ids     array<u32>  (R (k + 1)) the picks on the rounds' rows
-//   6 slot    array<u32>  read_write (slot_words) the next round's Step
+//   6 slot    array<u32>  read_write the rounds' Steps: the step buffer (slots, slot_words), or (one slot's words)
 //   7 rec     array<u32>  read_write (R, 2 + k) per round: c, a, proposals (k, 0-padded)
 
 override WG_SIZE: u32 = 256;
@@ -46,7 +48,8 @@ struct Params {
   min_ngram: u32,
   max_ngram: u32,
   seq_len: u32,     // positions the KV cache holds
-  _p0: u32, _p1: u32, _p2: u32,
+  slot_words: u32,  // words from one round's Step slot to the next in `slot` (0: one slot for every round)
+  _p1: u32, _p2: u32,
 };
 
 // #include step
@@ -140,14 +143,15 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     tokens[base] = last;
     rec[r * RW] = c;
     rec[r * RW + 1u] = 0u;
-    slot[0] = 1u + c;                // n
-    slot[1] = L - 1u;                // start_pos
-    slot[2] = 0u;                    // out_lo
-    slot[3] = base;                  // out_base
-    slot[4] = base;                  // tok0
-    slot[5] = 0u;
-    slot[6] = 0u;
-    slot[7] = 0u;
+    let s = r * params.slot_words;
+    slot[s] = 1u + c;                // n
+    slot[s + 1u] = L - 1u;           // start_pos
+    slot[s + 2u] = 0u;               // out_lo
+    slot[s + 3u] = base;             // out_base
+    slot[s + 4u] = base;             // tok0
+    slot[s + 5u] = 0u;
+    slot[s + 6u] = 0u;
+    slot[s + 7u] = 0u;
     state[0] = L;
     state[1] = r + 1u;
   }

@@ -42,7 +42,10 @@
 //            chainRounds?: rounds of the n-gram drafter one ngramChain, or of a draft one specChain, may run (default
 //            4 on GPUs; 0 on CPU adapters: neither offered; also 0 where the model runs fuseQkvAttn), chainRowwise?: a chain's verify passes
 //            dispatch every op row-parallel (1-row tiles, a workgroup per row: rows past the GPU's count cost only
-//            their launch) instead of the tiles their grid's k + 1 rows pick (default false)
+//            their launch) instead of the tiles their grid's k + 1 rows pick (default false), chainStepDirect?: the
+//            n-gram chain kernel writes each round's Step into its slot of the step buffer itself, the chain's rounds
+//            in one compute pass (default true; false: into a buffer of its own, copied into the slot between
+//            compute passes, as before: the same Steps either way)
 //            mapFence?: a tiny submission after a continuation's readback request (default true): Dawn ties a map to
 //            the next submission's serial, so without it that readback also waits for the continuation after it
 //            aheadMax?: passes the decode loop may run ahead in one decodeAhead (default 4 on GPUs; 0 on CPU adapters,

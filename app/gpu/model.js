@@ -188,16 +188,22 @@ export class EngineModel {
     this.stepKernel = eng.kernels.embed;   // every kernel declares the same struct Step: pack slots with one
     this.slotBytes = Math.max(this.stepKernel.uniformBytes('step'), this.device.limits.minUniformBufferOffsetAlignment);
     this.maxSlots = Math.ceil(cfg.seq_len / plan.maxRows) + MAX_PASSES;
-    this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
     this.bufs.copy_ids = mem.create('copy_ids', MAX_PASSES * 4);   // (k,) specRound's copies (a draft head's)
     // ngramChain (shaders/chain.wgsl): not where a one-row chunk's ops differ from a multi-row one's (fuseQkvAttn),
     // since a chain's pass computes 1 + c rows of a grid sized for k + 1
     this.chainMaxK = Math.min(MAX_PASSES, plan.maxRows - 1);   // (a round's k + 1 rows are one chunk)
     this.chainRounds = plan.fuseQkvAttn || this.chainMaxK < 1 ? 0 : plan.chainRounds;
+    // (maxSlots, slot words): every chunk's Step; with chainStepDirect the chain kernel writes its rounds' there too
+    this.stepDirect = this.chainRounds > 0 && plan.chainStepDirect;
+    this.stepBuf = mem.create('step', this.maxSlots * this.slotBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST |
+      (this.stepDirect ? GPUBufferUsage.STORAGE : 0));
     if (this.chainRounds > 0) {
       this.bufs.chain_state = mem.create('chain_state', 16);                            // (4,) L, r, 0, 0
       this.bufs.chain_hist = mem.create('chain_hist', (cfg.seq_len + 1) * 4);           // (seq_len + 1)
       this.bufs.chain_slot = mem.create('chain_slot', this.slotBytes);                  // (slot words) the next Step
+      // (slot words) the chain kernel's own step binding where its `slot` is the step buffer (unused; a buffer may
+      // not be uniform and writable storage in one dispatch)
+      if (this.stepDirect) this.bufs.chain_nostep = mem.create('chain_nostep', this.slotBytes, GPUBufferUsage.UNIFORM);
       this.bufs.chain_rec = mem.create('chain_rec', MAX_PASSES * (MAX_PASSES + 2) * 4); // (rounds, 2 + k)
       this.bufs.chain_params = mem.create('chain_params', 32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
       // specChain (shaders/draft_chain.wgsl; chain_state, chain_hist and chain_rec shared with ngramChain)
@@ -269,8 +275,9 @@ export class EngineModel {
     if (this.chainRounds > 0) {
       const K = this.eng.kernels.chain;
       const b = this.bufs;
-      const bg = K.bind('chain', { params: b.chain_params, step: this.stepBuf, state: b.chain_state, hist: b.chain_hist,
-        tokens: b.tokens, ids: b.ids, slot: b.chain_slot, rec: b.chain_rec });
+      const bg = K.bind('chain', { params: b.chain_params, step: this.stepDirect ? b.chain_nostep : this.stepBuf,
+        state: b.chain_state, hist: b.chain_hist, tokens: b.tokens, ids: b.ids,
+        slot: this.stepDirect ? this.stepBuf : b.chain_slot, rec: b.chain_rec });
       const pipeline = await K.pipeline({ WG_SIZE: Math.min(256, this.device.limits.maxComputeInvocationsPerWorkgroup) });
       this.chainOps = [{ label: 'chain', kind: 'chain', bindGroup: bg, select: () => ({ pipeline, grid: [1, 1, 1] }) }];
       const D = this.eng.kernels.draft_chain;
@@ -568,7 +575,8 @@ export class EngineModel {
     const next = this.nextRun(then, startPos + (rounds + then) * W, this.config.seq_len);
     const key = (last, pos, r) => JSON.stringify([last, pos, r, k, p, lo, hiN]);
     const params = (r) => this.device.queue.writeBuffer(this.bufs.chain_params, 0, this.eng.kernels.chain.pack('params',
-      { k, rounds: r, min_ngram: lo, max_ngram: hiN, seq_len: this.config.seq_len }));
+      { k, rounds: r, min_ngram: lo, max_ngram: hiN, seq_len: this.config.seq_len,
+        slot_words: this.stepDirect ? this.slotBytes / 4 : 0 }));
     const { out, after } = await this.runChained('ngram', key(hist[startPos], startPos, rounds), next, next * W, async () => {
       await this.ensureOut(Math.max(rounds, next) * W);
       const q = this.device.queue;
@@ -657,8 +665,9 @@ export class EngineModel {
     return { out, after: (picked, stop, w) => this.afterRun(picked, stop, w, next, continued, follow) };
   }
 
-  /** A chain's submission: per round the chain kernel (closes the last round, opens this one), its Step copied into
-   * the round's slot, the verify pass (grid of k + 1 rows, 1 + c computed; its Step the kernel's; row-parallel with
+  /** A chain's submission: per round the chain kernel (closes the last round, opens this one; its Step written into
+   * the round's slot r, or with chainStepDirect false copied there), the verify pass (grid of k + 1 rows, 1 + c
+   * computed; its Step the kernel's; row-parallel with
    * plan.chainRowwise, so that a round with few proposals costs about what its rows cost), picks into ids; the kernel once more
    * (closes the last round); reads back rec (rounds, k + 2) then ids (rounds, k + 1). end: the position after the
    * last any of its passes may reach (this run's start + its rounds' k + 1 rows, after the runs before it). */
@@ -669,7 +678,8 @@ export class EngineModel {
     for (let r = 0; r < rounds; r++) {
       sub.run(this.chainOps, 1, 0, 'chain');
       const slot = sub.steps.get(this)?.length ?? 0;
-      sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
+      if (!this.stepDirect) sub.copy(this.bufs.chain_slot, 0, this.stepBuf, slot * this.slotBytes, stepBytes);
+      else if (slot !== r) throw new Error(`ngramChain: round ${r}'s pass has step slot ${slot}; the chain kernel writes slot ${r}`);
       sub.pass(this, { n: W, startPos: 0, nOut: W, tokBase: r * W, outBase: r * W, posEnd: end }, 'ids', this.plan.chainRowwise, true);
     }
     sub.run(this.chainOps, 1, 0, 'chain');
@@ -727,7 +737,7 @@ export class EngineModel {
       q.writeBuffer(this.bufs.chain_state, 0, new Uint32Array([hist.length, 0, draftStart, 0]));
       params(rounds);
       if (cp) q.writeBuffer(this.bufs.copy_params, 0, this.eng.kernels.chain_copy.pack('params',
-        { k, rounds, min_ngram: cp[0], max_ngram: cp[1], seq_len: this.config.seq_len }));
+        { k, rounds, min_ngram: cp[0], max_ngram: cp[1], seq_len: this.config.seq_len, slot_words: 0 }));
       draft.setPick(p);
       this.setPick(p);
       return { run: this.launch(this.specChainSub(draft, rounds, k, 'staging', false, !!cp, startPos + rounds * W), next === 0) };

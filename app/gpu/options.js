@@ -224,6 +224,12 @@ export function resolvePlan(opts, info, device) {
   if (!Number.isInteger(chainRounds) || chainRounds < 0 || chainRounds > MAX_PASSES) throw new Error(`chainRounds ${chainRounds} must be in 0..${MAX_PASSES}`);
   const chainRowwise = opts.chainRowwise ?? false;
   if (typeof chainRowwise !== 'boolean') throw new Error(`chainRowwise ${JSON.stringify(chainRowwise)} must be true or false`);
+  // chainStepDirect: the n-gram chain kernel (shaders/chain.wgsl) writes each round's Step into its slot of the step
+  // buffer (bound as storage) itself, so that a chain's rounds run in one compute pass; false: it writes the Step to
+  // a buffer of its own, which a copy between compute passes puts into the slot (before 2026-12-07). The same Steps
+  // either way (tests/gpu/test_chain_engine.py)
+  const chainStepDirect = opts.chainStepDirect ?? true;
+  if (typeof chainStepDirect !== 'boolean') throw new Error(`chainStepDirect ${JSON.stringify(chainStepDirect)} must be true or false`);
   const mapFence = opts.mapFence ?? true;
   if (typeof mapFence !== 'boolean') throw new Error(`mapFence ${JSON.stringify(mapFence)} must be true or false`);
   // pre-encoded command buffers kept per submission shape (model.js putPre: the most recent shapes): 16, as a decode
@@ -273,7 +279,7 @@ export function resolvePlan(opts, info, device) {
   const attnWg = opts.attnWg ?? (cpu ? 64 : 256);
   if (f.fuseQkvAttn && (attnWg > f.fuseQkvAttnWg)) throw new Error(`fuseQkvAttnWg ${f.fuseQkvAttnWg} must be at least attnWg ${attnWg}`);
   return { cpu, ...m, ...f, ...r, attnWg, maxRows: opts.maxRows ?? 64,
-    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, preDefer, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, mapFence,
+    splits: opts.splits ?? (cpu ? 1 : 4), passSplits: opts.passSplits ?? 1, preKeep, preFirst, preDefer, contSplits, contSplitsMaxPasses, contSplitsFresh, pickWg, aheadMax, aheadThen, chainRounds, chainRowwise, chainStepDirect, mapFence,
     timestamps: !!opts.timestamps && device.features.has('timestamp-query'),
     // benches: a function given {t (performance.now()), ev: 'call' | 'ret' | 'submit' | 'mapped' | 'pre', kind, ...}
     // at each batched call's start and end, each submission's submit and readback, and each pre-encoding

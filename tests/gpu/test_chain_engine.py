@@ -25,9 +25,10 @@ GREEDY = {"temperature": 0.0, "seed": 0}
                                         {"lanes": 32, "engine_opts": {"chainRowwise": True}},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 16, "attnRowsZ": True, "attnSplit": 2}},
                                         {"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 32}},
-                                        {"engine_opts": {"contSplitsFresh": 1, "preDefer": False}}],
+                                        {"engine_opts": {"contSplitsFresh": 1, "preDefer": False}},
+                                        {"emulate_sg": True, "engine_opts": {"fuse": True, "chainStepDirect": False}}],
                 ids=["plain", "fused", "chunks3", "fused_qkv_pairs_dense", "fused_rowwise", "lanes_rowwise", "fused_key_blocks", "fused_key_blocks32",
-                     "cont_fresh1_nodefer"])
+                     "cont_fresh1_nodefer", "fused_step_copied"])
 def engine(request, tmp_path_factory):
     from engine_rpc import EngineProcess
     from exactspec.bridge import JsBackend
