@@ -161,27 +161,31 @@ def test_chain_refuses_what_does_not_fit(micro):
 
 class ClockedChains(OnAClock, RunsAhead):
     """A device on a clock: a pass of plain decoding costs 1 unit, a chain's round 1.1 (its lookup and the rows of
-    what it finds)."""
+    what it finds); a chain that is not the continuation the chain before it hinted (its `then`) costs `cold` more (the
+    round trip a device that runs the next chain while the host confirms this one saves)."""
 
-    def __init__(self, inner, round_cost=1.1):
+    def __init__(self, inner, round_cost=1.1, cold=0.0):
         super().__init__(inner, ahead_max=4, chain_rounds=4)
-        self.t, self.round_cost = 0.0, round_cost
+        self.t, self.round_cost, self.cold, self.hint = 0.0, round_cost, cold, 0
 
     def decode_ahead(self, token, start_pos, n, pick, rows=True, then=0, stop=()):
         self.t += n
+        self.hint = 0
         return super().decode_ahead(token, start_pos, n, pick, rows, then, stop)
 
     def ngram_chain(self, seq, start_pos, rounds, *a, **k):
-        self.t += self.round_cost * rounds
+        self.t += self.round_cost * rounds + (0.0 if self.hint == rounds else self.cold)
+        self.hint = k.get("then", 0)
         return super().ngram_chain(seq, start_pos, rounds, *a, **k)
 
 
 def test_only_while_it_pays_prices_chains_per_token():
     """'Only while it pays' with chains: chains from the answer's start (after one plain run that prices plain
-    decoding), each priced by its time per emitted token against plain decoding's. Where the answer repeats nothing
-    and a chain's round costs more than CHAIN_SLACK plain passes (1.2 here, one token each), plain decoding after the
-    first chain. Where it copies, a chain's rounds emit several tokens each: chains all along. Either way the answer
-    is the champion's."""
+    decoding), priced by their time per emitted token against plain decoding's (each chain the device ran as the last
+    one's continuation). Where the answer repeats nothing and a chain's round costs more than CHAIN_SLACK plain passes
+    (1.2 here, one token each), plain decoding after the first priced chain (the third: the second was hinted before
+    the first priced one came back). Where it copies, a chain's rounds emit several tokens each: chains all along.
+    Either way the answer is the champion's."""
     from toy import CycleLM, ToyLM
     from exactspec.decode import generate_async
 
@@ -189,13 +193,31 @@ def test_only_while_it_pays_prices_chains_per_token():
     cfg = GenerateConfig(max_new_tokens=120, k=4, drafter="ngram", adaptive=True)
     r = asyncio.run(generate_async(dev, [1, 2, 3], cfg, clock=dev.clock))
     assert r.token_ids == generate(ToyLM(1000, seed=3), [1, 2, 3], GenerateConfig(max_new_tokens=120)).token_ids
-    assert len(dev.chain_calls) <= 2 and r.stats["spec_disabled_rounds"] >= 16   # (2-token repeats: rare)
+    assert len(dev.chain_calls) <= 3 and r.stats["spec_disabled_rounds"] >= 16   # (2-token repeats: rare)
     assert sum(c[2] for c in dev.calls) >= 100                       # plain decoding, run ahead
     dev = ClockedChains(CycleLM(100))
     prompt = [0, 1, 2, 3, 4, 5, 6, 0]
     r = asyncio.run(generate_async(dev, prompt, cfg, clock=dev.clock))
     assert r.token_ids == [(1 + i) % 7 for i in range(120)]
     assert len(dev.calls) <= 2 and r.stats["tau"] > 3                 # one plain round (calibration), then chains
+
+
+def test_chains_that_start_cold_are_not_priced():
+    """A chain that is not the continuation of the one before it (an answer's first; one after a chain that hinted
+    none) waits a whole round trip more (`cold` here: 1.6 units on a chain of 4 rounds that cost 4, 1.4 units a token
+    where nothing repeats, above CHAIN_SLACK x plain decoding's 1), while chains running as continuations cost what
+    plain decoding does. Priced as they run from then on (continuations and copy probes), chains stay on the whole
+    answer; had the cold first chain been priced, they would have gone off after it (the H100's chat answers,
+    bench/h200/results/2026-12-07e). The answer is the champion's either way."""
+    from toy import ToyLM
+    from exactspec.decode import generate_async
+
+    dev = ClockedChains(ToyLM(1000, seed=3), round_cost=1.0, cold=1.6)
+    cfg = GenerateConfig(max_new_tokens=120, k=4, drafter="ngram", adaptive=True)
+    r = asyncio.run(generate_async(dev, [1, 2, 3], cfg, clock=dev.clock))
+    assert r.token_ids == generate(ToyLM(1000, seed=3), [1, 2, 3], GenerateConfig(max_new_tokens=120)).token_ids
+    assert r.stats["spec_disabled_rounds"] == 0 and sum(c[2] for c in dev.calls) <= 4   # one plain run: calibration
+    assert sum(c[1] for c in dev.chain_calls) >= 100
 
 
 def test_scheduler_chain_choice():

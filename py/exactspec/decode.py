@@ -310,6 +310,7 @@ async def generate_async(
     since_chain = CHAIN_PROBE_GAP        # plain rounds since the last chain (a copy at hand probes one after a gap)
     t_mark = None                        # when the last round ended (the scheduler's round times start there)
     deferred = 0                         # k of proposals set aside for a hinted run: the next round looks up with it
+    probe_next = False                   # that deferred k is a copy probe's (chains off, a copy at hand)
 
     def tally(got, free) -> int:
         """Count a verify round's proposals (the drafter's own: indices `free` of them) and those accepted; `got` is
@@ -514,8 +515,10 @@ async def generate_async(
                 faults.tokens = len(generated)
             k_cap = k_cap_at(remaining, len(seq))
             k = sched.choose(max(0, k_cap), chain=bool(chain_max)) if cfg.drafter != "none" else 0
+            probing = False              # this round's chain, if any, is a copy probe
             if deferred:                 # proposals set aside last round for a hinted run (a probe among them)
                 k, deferred = max(k, min(deferred, max(0, k_cap))), 0
+                probing, probe_next = probe_next, False
             if hinted and not hints:     # a model or head: the device runs the hinted run already, take it first
                 k = 0
             if spec_hint:                # the device runs the draft's rounds the last chain hinted: take them
@@ -532,9 +535,9 @@ async def generate_async(
             copy_probe = chain_max and cfg.adaptive and k == 0 and k_cap > 0 and since_chain >= CHAIN_PROBE_GAP \
                 and drafter.has_match(seq)
             if copy_probe and hinted:
-                deferred = k_cap
+                deferred, probe_next = k_cap, True
             elif copy_probe:
-                k = k_cap
+                k, probing = k_cap, True
             t0 = len(seq)  # absolute position of the first token this round emits
             if gram is not None:     # forced proposals may go past k, up to what the context and the budget allow
                 drafter.begin_round(gstate, min(remaining, C.seq_len - t0),
@@ -550,6 +553,7 @@ async def generate_async(
             # while the scheduler has speculation on, once a hinted run (the device runs it already) is taken
             n_chain = chain_hint[0] if chain_hint else \
                 min(chain_max, remaining, (C.seq_len - t0 + 1) // (k + 1)) if chain_max and k > 0 and not hinted else 0
+            chain_continued = chain_hint is not None     # the device runs it already, behind the last chain
             chain_hint = None
             # a draft's rounds on the device, several a submission (not an answer's first round: its tokens come back
             # after one round, not a chain of them): the draft's first input fits a round's rows, and
@@ -610,7 +614,17 @@ async def generate_async(
                 chain_hint = (then, k) if then else None
                 since_chain = 0
                 t_mark = clock()
-                sched.observe_chain(t_mark - t_a, len(emitted))
+                # priced (SpecScheduler.observe_chain) where it shows what chains cost from here on: a chain the device
+                # ran as the last one's continuation, or a copy probe (which turns chains back on where copies pay);
+                # not one that started cold otherwise (an answer's first two chains: its first submission hints
+                # nothing; a chain after one that hinted none), which waits a whole round trip more and made chains
+                # look dearer than they run: their time per token crossed CHAIN_SLACK early in chat answers whose
+                # chains paid forced (H100: 0.90-0.96 of the champion alone's time forced, 1.06-1.17 "only while it
+                # pays" with every chain priced), and each crossing cost the overlap. Priced so, "only while it pays"
+                # took 1.000 [quartiles 0.943-1.057] of forced chains' time per answer (k = 4, 196 answer pairs, one H100
+                # lease) against 1.018 [0.961-1.139] with every chain priced (bench/h200/results/2026-12-07e call 10)
+                if chain_continued or probing:
+                    sched.observe_chain(t_mark - t_a, len(emitted))
             elif m_chain:
                 # the draft's k passes and the champion's verify, m_chain rounds of them in one submission; each
                 # round's tokens confirmed here from the champion's picks (greedy: its argmax), as a spec_round's

@@ -122,7 +122,8 @@ class SpecScheduler:
         per token over the answer so far, not a moving average: on the H200 an average over the last few chains
         turned them off at every stretch of a long repetitive answer that copied less (160 tokens: 1.93x against
         2.86x forced, bench/h200/results/2026-12-04f call 25), while copies pay 2-3x and chains where nothing repeats
-        cost 5-15% more than plain decoding."""
+        cost 5-15% more than plain decoding. The decode loop reports the chains that show what chains cost from there
+        on: those the device ran as the last chain's continuation, and copy probes (not chains that started cold)."""
         self.chain_s += seconds
         self.chain_tokens += tokens
 
