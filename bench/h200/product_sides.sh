@@ -55,6 +55,9 @@ for side in ${SIDES:?SIDES=NAME=JSON ...}; do
   if [ -n "$ov" ]; then
     while read -r f; do cp "$T/saved/$f" "$f"; done < $T/overlay.txt
   fi
+  # the sides so far, in case the call's limit cuts the rest (2026-12-07e call 10 lost its summary so): the summaries
+  # can be made again from it here (the three scripts below, over the unpacked sides/)
+  tar -C /tmp -czf $O/sides.tgz sides
 done
 python3 bench/h200/sides_summary.py $T | tee $O/sides_summary.txt
 # speculation's speedups per side and stratum, and each name's time per prompt over the first side's name
