@@ -664,6 +664,7 @@ def test_tile_policy_refusals(micro_paths):
                     ({"engine_opts": {"preKeep": -1}}, "preKeep -1 must be an integer >= 0"),
                     ({"engine_opts": {"preFirst": 1}}, "preFirst 1 must be true or false"),
                     ({"engine_opts": {"preDefer": "yes"}}, "preDefer .yes. must be true or false"),
+                    ({"engine_opts": {"chainStepDirect": "yes"}}, "chainStepDirect .yes. must be true or false"),
                     ({"engine_opts": {"contSplitsFresh": 1.5}}, "contSplitsFresh 1.5 must be an integer >= 0"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": True, "attnBlock": 8}}, "attnBlock 8 must be 'auto', 0"),
                     ({"emulate_sg": True, "engine_opts": {"fuse": "attn", "attnBlock": 16}}, "attnBlock needs fuse true without fuseQkvAttn"),
