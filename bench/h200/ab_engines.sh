@@ -26,8 +26,7 @@ if [ "${SETUP:-1}" = 1 ]; then
   mkdir -p /tmp/nb && cp /tmp/exactspec/node/node /tmp/nb/node && chmod +x /tmp/nb/node
   GPU_CARRY=.devcarry/gpu_rest source bench/h200/h200_setup.sh
 fi
-export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=$B
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source bench/h200/staged_env.sh $B                  # node, Dawn, NVIDIA's Vulkan ICD
 V=${AB_VARIANTS:-'[{"name":"default","opts":{}},{"name":"kb0","opts":{"attnBlock":0}},{"name":"default2","opts":{}}]'}
 run_set() {   # $1 name, then env
   local name=$1; shift

@@ -44,8 +44,7 @@ run_set long "${LONG_VARIANTS:-default kb128 kb256 kb512 kb128_s1 kb256_s1 kb512
   "BENCH_POS=${LONG_POS:-2000} BENCH_SEQ=${LONG_SEQ:-2048}"
 run_set short "${SHORT_VARIANTS:-default kb256 kb256_s1 kb512 kb512_s1}" ""
 if [ "${PYTEST:-1}" = 1 ]; then
-  export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=${BACKEND:-vulkan}
-  [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  source bench/h200/staged_env.sh ${BACKEND:-vulkan}   # node, Dawn, NVIDIA's Vulkan ICD
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_engine.py -k "key_blocks or tile_policies or refusals" \
     2>&1 | tail -6 | tee $O/blocks_pytest.txt
 fi

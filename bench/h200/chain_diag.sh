@@ -21,9 +21,7 @@ mkdir -p $O
 NPARTS=$NPARTS bash bench/h200/product_run.sh --stage
 if [ ! -f $C ]; then cat $(seq -f "$X/champ/p%g" 0 $((NPARTS - 1))) > $C.part && mv $C.part $C; fi
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $C" | sha256sum -c || { rm -f $C; exit 3; }
-mkdir -p node_modules
-[ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source bench/h200/staged_env.sh $BACKEND             # node, Dawn, NVIDIA's Vulkan ICD
 H="python3 py/bench/head_engine.py --backend $BACKEND --node $X/node/node --champion $C --head ${HEAD_FILE:-static/models/head-smollm2.gguf} --variants indexed --reps ${REPS:-10} --ks ${KS:-1,2,4} ${EXTRA:-}"
 timeout 200 $H --timestamps --json $O/chain_diag_ts.json > $O/chain_diag_ts.txt 2>&1; echo "timestamps: rc $?"
 timeout 200 $H --json $O/chain_diag.json > $O/chain_diag.txt 2>&1; echo "no timestamps: rc $?"

@@ -11,11 +11,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}
-mkdir -p $O /tmp/nb
-[ -e /tmp/nb/node ] || ln -sf /tmp/exactspec/node/node /tmp/nb/node
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-mkdir -p node_modules
-[ -e node_modules/webgpu ] || ln -s /tmp/exactspec/node_modules/webgpu node_modules/webgpu
+mkdir -p $O
+source bench/h200/staged_env.sh                      # node, Dawn, NVIDIA's Vulkan ICD
 rm -rf /tmp/positions && mkdir -p /tmp/positions
 for P in ${POSITIONS:-64 512 1024 1870}; do
   echo "== position $P $(date -u +%T)" | tee -a $O/positions.txt

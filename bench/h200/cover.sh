@@ -79,8 +79,7 @@ echo "== shards: $JOBS at a time, $(wc -l < $tasks) tasks, $left s $(date -u +%T
 QPID=$!
 
 if [ "${GPU:-1}" = 1 ] && [ ! -f $S/product_cover.json ]; then
-  [ -e node_modules/webgpu ] || { mkdir -p node_modules; ln -s $X/node_modules/webgpu node_modules/webgpu; }
-  [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  source bench/h200/staged_env.sh $BACKEND           # node, Dawn, NVIDIA's Vulkan ICD
   export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide
   pt=${PRODUCT_S:-420}; [ $pt -gt $left ] && pt=$left
   echo "== product, all prompts, none/model/head k 4, greedy + coupled $(date -u +%T) (timeout $pt s)"

@@ -12,14 +12,11 @@ set -u
 cd "$(dirname "$0")/../.."
 X=${X:-/tmp/exactspec}
 O=${OUT:-/tmp/out}
-mkdir -p $O /tmp/nb node_modules
+mkdir -p $O
 bash bench/h200/product_run.sh --join > $O/gpu_tests_join.log 2>&1 || { cat $O/gpu_tests_join.log; exit 3; }
 CH=static/models/smollm2-135m-instruct-q4_1.gguf
 [ -e $CH ] || ln -s $X/champion.gguf $CH
-[ -e /tmp/nb/node ] || ln -sf $X/node/node /tmp/nb/node
-[ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=${EXACTSPEC_DAWN_BACKEND:-vulkan}
+source bench/h200/staged_env.sh                      # node, Dawn, NVIDIA's Vulkan ICD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee $O/gpu_tests_device.txt
 sha256sum app/gpu/options.js app/gpu/model.js shaders/chain.wgsl | tee -a $O/gpu_tests_device.txt   # (the tree's code: the
 # device's git metadata is not this tree's, its `git log` named an older revision)

@@ -30,8 +30,7 @@ bash bench/h200/product_run.sh --join || exit 3
 X=${X:-/tmp/exactspec}
 C=$X/champion.gguf
 mkdir -p node_modules
-[ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source bench/h200/staged_env.sh ${BACKEND:-vulkan}   # node, Dawn, NVIDIA's Vulkan ICD
 export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide PYTHONUNBUFFERED=1
 B="python3 py/bench/product.py --host node --backend ${BACKEND:-vulkan} --node $X/node/node --champion $C"
 ARGS=${NG_ARGS:-"--strata all --per-stratum 2 --drafters none,ngram --ks 4 --modes greedy --runs 3 --max-new-tokens 64 --deadline 120"}

@@ -123,9 +123,7 @@ if [ ! -f $C ]; then cat $(seq -f "$X/champ/p%g" 0 $((NPARTS - 1))) > $C.part &&
 echo "$WANT  $C" | sha256sum -c || { echo "champion sha256 mismatch: repeat the staging calls" | tee $O/product_error.txt; rm -f $C; exit 3; }
 [ "$MODE" = "--join" ] && exit 0
 sha256sum static/models/draft-smollm2-kd.gguf tests/data/workload.jsonl
-mkdir -p node_modules
-[ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source bench/h200/staged_env.sh $BACKEND             # node, Dawn, NVIDIA's Vulkan ICD
 export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null || true
 B="python3 py/bench/product.py --host node --backend $BACKEND --node $X/node/node --champion $C"

@@ -25,9 +25,7 @@ T=/tmp/sides
 BACKEND=${BACKEND:-vulkan}
 rm -rf $T && mkdir -p $O $T
 bash bench/h200/product_run.sh --join > $T/join.log 2>&1 || { cat $T/join.log; exit 3; }
-mkdir -p node_modules
-[ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source bench/h200/staged_env.sh $BACKEND             # node, Dawn, NVIDIA's Vulkan ICD
 export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide PYTHONUNBUFFERED=1
 ARGS=${SIDES_ARGS:-"--strata casual_chat,ambiguity,summaries,rewrites,repetitive --per-stratum 1 --runs 3 --max-new-tokens 256 --drafters none"}
 i=0

@@ -20,10 +20,8 @@ O=${OUT:-/tmp}
 T=${TAG:-qkv_attn}
 mkdir -p $O
 bash bench/h200/product_run.sh --stage > /dev/null 2>&1 || { echo "staging failed"; bash bench/h200/product_run.sh --stage; }
-mkdir -p node_modules
-ln -sfn $X/node_modules/webgpu node_modules/webgpu
-export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
-export PATH=$X/node:$PATH EXACTSPEC_DAWN_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp
+source bench/h200/staged_env.sh vulkan               # node, Dawn, NVIDIA's Vulkan ICD
+export XDG_RUNTIME_DIR=/tmp
 node --version
 {
   for v in '{"fuse": true, "fuseQkvAttn": true}' '{"fuse": true}' '{"fuse": true, "fuseQkvAttn": true, "fuseQkvAttnWg": 512}'; do

@@ -22,10 +22,9 @@ BACKEND=${BACKEND:-vulkan}
 export NPARTS=${NPARTS:-3} X BACKEND
 MODE=${1:-all}
 mkdir -p $O0 /tmp/o1 /tmp/o2
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source bench/h200/staged_env.sh $BACKEND             # node, Dawn, NVIDIA's Vulkan ICD
 if [ "$MODE" != --pays ]; then
   [ -x $X/node/node ] && [ -f $X/node_modules/webgpu/package.json ] || { echo "node or Dawn not staged in $X"; exit 3; }
-  [ -e node_modules/webgpu ] || { mkdir -p node_modules; ln -s $X/node_modules/webgpu node_modules/webgpu; }
   echo "== tile policies $(date -u +%T)"
   PATH=$X/node:$PATH SETUP=0 ROUNDS=${ROUNDS:-2} PYTEST=0 OUT=/tmp/o1 EXTRA_ENV="${VR_ENV:-}" \
     VARIANTS="${VARIANTS:-default rows_qkv rows_ffn rowmax4 rowmax4_t4 rowmax2}" timeout ${VR_TIMEOUT:-280} \

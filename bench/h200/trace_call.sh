@@ -18,7 +18,7 @@ EXACTSPEC_TRACE=$T/product.jsonl OUT=$T AB_DRAFTERS=none,head AB_KS=1 AB_PER=2 A
   EXTRA="--strata casual_chat,rewrites,json_extraction,repetitive --runs 1 ${EXTRA:-}" \
   bash bench/h200/product_run.sh --ab > $T/product.log 2>&1
 echo "product: rc $?"
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source bench/h200/staged_env.sh $BACKEND             # node, Dawn, NVIDIA's Vulkan ICD
 EXACTSPEC_TRACE=$T/js.jsonl timeout 200 python3 py/bench/head_engine.py --backend $BACKEND --node $X/node/node \
   --champion $X/champion.gguf --head ${HEAD_FILE:-static/models/head-smollm2.gguf} --variants indexed --reps 5 --ks 1 \
   ${HE_EXTRA:-} > $T/js.txt 2>&1

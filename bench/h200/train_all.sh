@@ -30,9 +30,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
 if [ -n "$CHECKS" ] && [ -x $X/node/node ]; then
   (mkdir -p node_modules static/models /tmp/checks
-   [ -e node_modules/webgpu ] || ln -s $X/node_modules/webgpu node_modules/webgpu
    [ -e static/models/smollm2-135m-instruct-q4_1.gguf ] || ln -s $C static/models/smollm2-135m-instruct-q4_1.gguf
-   export PATH=$X/node:$PATH EXACTSPEC_DAWN_BACKEND=vulkan VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+   source bench/h200/staged_env.sh vulkan             # node, Dawn, NVIDIA's Vulkan ICD
    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_batched_engine.py tests/gpu/test_decode_on_engine.py \
      tests/gpu/test_gpu_engine.py > /tmp/checks/pytest_h200.txt 2>&1
    echo "pytest rc $?" >> /tmp/checks/pytest_h200.txt
