@@ -1,12 +1,13 @@
 """Per stratum speedup over the champion alone (sides_summary.py's "per name" lines: the median over a name's sides of
-each side's median) and the geometric mean over the strata, for each setting of each name.
+each side's median) and the geometric mean over the strata, for each setting of each name (the n-gram; since the
+twenty-third session also the shipped draft `model` and the head).
 Usage (repository root): python3 bench/h200/results/2026-12-07c/geo.py SIDES_SUMMARY.txt [...]"""
 import math, re, sys
 
 for f in sys.argv[1:]:
     lines = open(f).read().split("per name:")[1].splitlines()
     for line in lines:
-        m = re.match(r"\s+(\S+)\s+(ngram k=\d \w+): (.*)", line)
+        m = re.match(r"\s+(\S+)\s+((?:ngram|model|head) k=\d \w+): (.*)", line)
         if not m:
             continue
         cells = dict((s, float(v)) for s, v in re.findall(r"(\w+) ([\d.]+) \(", m.group(3)) if s != "ALL")
