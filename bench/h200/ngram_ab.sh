@@ -29,7 +29,6 @@ O=${OUT:-/tmp}
 bash bench/h200/product_run.sh --join || exit 3
 X=${X:-/tmp/exactspec}
 C=$X/champion.gguf
-mkdir -p node_modules
 source bench/h200/staged_env.sh ${BACKEND:-vulkan}   # node, Dawn, NVIDIA's Vulkan ICD
 export EXACTSPEC_PYODIDE_DIR=$X/pyodide EXACTSPEC_PYODIDE_PACKAGES=$X/pyodide PYTHONUNBUFFERED=1
 B="python3 py/bench/product.py --host node --backend ${BACKEND:-vulkan} --node $X/node/node --champion $C"
