@@ -1,0 +1,113 @@
+"""The n-gram chain's rounds replayed over call 11's own greedy answers (side 1, run 0: the champion alone's, the same
+for every drafter) under proposal-cap policies: a fixed k (4, 6, 8); `grow` (lo at a copy's start, hi after a round
+whose proposals were all accepted); `ext` (hi where the suffix match at the chosen occurrence extends M or more tokens
+back, else lo); `sticky` (after a round accepted in full, copy on from where its proposals came from, with hi).
+Proposals are the shipped lookup's (py/exactspec/drafters/ngram.py: suffixes of 3 then 2 tokens, the most recent
+occurrence), at most 3 a round from position 1,024 on, as chains make them; a round's cost is the GPU time of its rows
+on the H100 (call 3: T_verify(rows - 1) at position 64; an empty round 0.982 ms), the champion alone a pass running
+ahead (0.951 ms). Host time is not modelled: over-predicts the measured speedups (k = 4 1.345 here against 1.271
+measured), and got k = 6's direction on adversarial wrong (+2.5% here, -5% measured); a coarse guide, not a figure.
+Usage (repository root, after `python build.py setup` for the champion's tokenizer):
+  tar -xzf bench/h200/results/2026-12-07f/call11/ks/sides.tgz -C /tmp/ks
+  python3 bench/h200/results/2026-12-07f/sim_caps.py /tmp/ks/sides"""
+import json, sys, glob, math, statistics as st
+from collections import defaultdict
+sys.path.insert(0, 'py')
+from exactspec.tokenizer import Tokenizer
+from exactspec.chat import encode_chat, default_system_prompt
+tok = Tokenizer.from_gguf('static/models/smollm2-135m-instruct-q4_1.gguf')
+ds = default_system_prompt(getattr(tok, 'chat_template', None))
+W = {json.loads(l)['id']: json.loads(l) for l in open('tests/data/workload.jsonl')}
+TS = 0.967
+VER = [None, 1.0, 0.985, 1.100, 1.113, 1.242, 1.388, 1.403, 1.456, 1.763]   # rows -> GPU ms (T_verify(rows-1))
+EMPTY = 0.982   # an empty chain round (k = 3/4; ~0.989)
+PLAIN = 0.951   # a pass running ahead (the champion alone)
+
+def lookup(seq, k, maxn=3, minn=2):
+    L = len(seq)
+    for n in range(min(maxn, L - 1), minn - 1, -1):
+        pat = seq[L - n:]
+        for i in range(L - n - 1, -1, -1):
+            if seq[i:i + n] == pat:
+                cont = seq[i + n:i + n + k]
+                if cont:
+                    e = 0
+                    while e < 32 and i - e - 1 >= 0 and seq[i - e - 1] == seq[L - n - e - 1]:
+                        e += 1
+                    return cont, n + e
+    return [], 0
+
+def simulate(prompt, answer, policy):
+    seq = list(prompt)
+    pos, cost, state = 0, 0.0, {'full': False}
+    while pos < len(answer):
+        props, ext = lookup(seq, 64)
+        cap = policy(seq, state, ext)
+        props = props[:cap]
+        if len(seq) >= 1024: props = props[:3]
+        a = 0
+        while a < len(props) and pos + a < len(answer) and props[a] == answer[pos + a]:
+            a += 1
+        c = len(props)
+        cost += EMPTY if c == 0 else VER[1 + c]
+        emit = min(a + 1, len(answer) - pos)
+        seq += answer[pos:pos + emit]
+        pos += emit
+        state['full'] = c > 0 and a == c
+    return len(answer) * PLAIN / cost
+
+def simulate_sticky(prompt, answer, lo, hi):
+    """copy on from where the last fully accepted round's proposals came from; else the shipped lookup"""
+    seq = list(prompt)
+    pos, cost, src, full = 0, 0.0, None, False
+    while pos < len(answer):
+        cap = hi if full else lo
+        if full and src is not None and src < len(seq):
+            props = seq[src:src + cap]
+            s0 = src
+        else:
+            L = len(seq); props = []; s0 = None
+            for n in range(min(3, L - 1), 1, -1):
+                pat = seq[L - n:]
+                for i in range(L - n - 1, -1, -1):
+                    if seq[i:i + n] == pat and seq[i + n:i + n + 1]:
+                        props = seq[i + n:i + n + cap]; s0 = i + n; break
+                if props: break
+        if len(seq) >= 1024: props = props[:3]
+        a = 0
+        while a < len(props) and pos + a < len(answer) and props[a] == answer[pos + a]:
+            a += 1
+        c = len(props)
+        cost += EMPTY if c == 0 else VER[1 + c]
+        emit = min(a + 1, len(answer) - pos)
+        seq += answer[pos:pos + emit]
+        pos += emit
+        full = c > 0 and a == c
+        src = (s0 + c + 1) if (full and s0 is not None) else None
+    return len(answer) * PLAIN / cost
+
+def fixed(k):
+    return lambda seq, st, ext=0: k
+def grow(lo, hi):
+    return lambda seq, st, ext=0: hi if st['full'] else lo
+def extent(lo, hi, M):
+    return lambda seq, st, ext=0: hi if ext >= M else lo
+
+f = sorted(glob.glob(sys.argv[1] + '/product_1_A.json'))[0]
+recs = [r for r in json.load(open(f))['records'] if r['drafter'] == 'none' and r['run'] == 0]
+pols = {'k4': fixed(4), 'k6': fixed(6), 'k8': fixed(8), 'grow4-6': grow(4, 6), 'grow4-8': grow(4, 8), 'grow3-6': grow(3, 6),
+        'ext4-6 M5': extent(4, 6, 5), 'ext4-6 M8': extent(4, 6, 8), 'ext4-8 M8': extent(4, 8, 8), 'ext3-6 M6': extent(3, 6, 6)}
+by = defaultdict(lambda: defaultdict(list))
+STICKY = {'sticky4-4': (4, 4), 'sticky4-6': (4, 6), 'sticky4-8': (4, 8)}
+for r in recs:
+    prompt = encode_chat(tok, W[r['prompt_id']]['messages'], default_system=ds)
+    for name, p in pols.items():
+        by[name][r['stratum']].append(simulate(prompt, r['token_ids'], p))
+    for name, (lo, hi) in STICKY.items():
+        by[name][r['stratum']].append(simulate_sticky(prompt, r['token_ids'], lo, hi))
+strata = sorted(by['k4'])
+print('policy'.ljust(12), 'geo'.rjust(6), ' '.join(s[:8].rjust(8) for s in strata))
+for name in list(pols) + list(STICKY):
+    med = {s: st.median(by[name][s]) for s in strata}
+    geo = math.exp(sum(math.log(v) for v in med.values()) / len(med))
+    print(name.ljust(12), f'{geo:6.3f}', ' '.join(f'{med[s]:8.2f}' for s in strata))
