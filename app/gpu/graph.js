@@ -57,18 +57,9 @@ async function fusedForward(g, W) {
     await g.multiRowOnly(merge, async () => {
       if (i === 0) await g.matmul('blk.0.qkv', L.qkv, { x: r, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv' });
       else {                                                                              // x = r + sum_s P_ffn[s]; q|k|v
-        const qkv = (o) => g.matmulPro(`blk.${i}.qkv`, L.qkv, { ...o, gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv',
+        await g.matmulPro(`blk.${i}.qkv`, L.qkv, { r_in: r, parts: 'p_ffn', r_out: other(r), gamma: L.attnNorm, out: 'q', kv: L.kv, mode: 'qkv',
           pairs: g.plan.fuseQkvPairs, rows: { wg: g.plan.fuseMatmulWgRows, pairs: g.plan.fuseQkvPairsRows,
             from: g.plan.qkvRowsMin, to: g.plan.qkvRowsMax, dense: g.plan.qkvRowsDense } });
-        const pre = g.plan.qkvPreSum;   // dispatches of >= pre rows, all live: the partials summed once, then the qkv
-        const sums = (rows, sparse) => pre > 0 && rows >= pre && !sparse;
-        await g.rowsWhere((rows, sparse) => !sums(rows, sparse), () => qkv({ r_in: r, parts: 'p_ffn', r_out: other(r) }));
-        if (pre > 0) {
-          await g.rowsWhere(sums, async () => {
-            await g.presum(`blk.${i}.presum`, { r_in: r, parts: 'p_ffn', out: other(r) });
-            await qkv({ r_in: other(r), parts: null, r_out: null });
-          });
-        }
       }
       await g.attnO(`blk.${i}.attn_o`, L.o, { kv: L.kv });                               // P_attn[h] = att_h @ W_o[:, h]
     });
@@ -161,33 +152,6 @@ export class GraphBuilder {
       const rs = op.rowSelect;
       if (rs) op.rowSelect = (rows) => (rows === 1 ? null : rs(rows));
     }
-  }
-
-  /** Run make (which pushes ops); the ops it pushed have a dispatch only for the chunks where want(rows, sparse)
-   * holds (a row-parallel pass of a chain round, rowSelect, counts as sparse). */
-  async rowsWhere(want, make) {
-    const list = this.list ?? this.ops;
-    const from = list.length;
-    await make();
-    for (const op of list.slice(from)) {
-      const all = op.select;
-      op.select = (rows, sparse) => (want(rows, sparse) ? all(rows, sparse) : null);
-      const rs = op.rowSelect;
-      if (rs) op.rowSelect = (rows) => (want(rows, true) ? rs(rows) : null);
-    }
-  }
-
-  /** out rows = r_in + parts[0] + ... + parts[S-1] (residual.wgsl; the same adds, in the same order, as the fused
-   * prologue's stage: engine option qkvPreSum). */
-  async presum(label, { r_in, parts, out }) {
-    if (this.skips(label)) return;
-    const K = this.kernels.residual;
-    const { dim } = this.cfg;
-    const bg = K.bind(label, { params: this.uniform(label, K.pack('params', { dim, pstride: (this.plan.maxRows * dim) / 4 })),
-      step: this.step, r_in: this.buf(r_in), parts: this.buf(parts), out: this.buf(out), features: null });
-    const pipeline = await K.pipeline({ NPART: parts === 'p_ffn' ? this.nSlices : this.cfg.n_heads, OUT: 1, FEATURES: 0 });
-    const x4 = Math.ceil(dim / 4 / 64);
-    this.push({ label, bindGroup: bg, select: (rows) => ({ pipeline, grid: [x4, rows, 1] }) });
   }
 
   push(op) {

@@ -83,10 +83,6 @@ function fusePlan(opts, m, device, cpu) {
     qkvRowsMin: opts.qkvRowsMin ?? (tuned ? 5 : 2),
     qkvRowsMax: opts.qkvRowsMax ?? (tuned && opts.qkvRowsMin == null ? 9 : null),
     qkvRowsDense: opts.qkvRowsDense ?? tuned,
-    // dispatches of qkvPreSum rows or more whose rows are all live (verify blocks, prefill) sum the FFN's partials
-    // once a row (residual.wgsl, one more dispatch a layer) and run the qkv matmul on that sum, instead of every qkv
-    // workgroup summing them in its prologue (the same adds in the same order: the same bits); 0: off
-    qkvPreSum: opts.qkvPreSum ?? 0,
     // dispatches of more than one row that run each row in its own workgroup (rowTiles: verify blocks) run the FFN's
     // down projection one row a trip instead of two (the same bits; tiles of 4 or 8 rows keep two):
     // fewer loads per invocation where the row's workgroups share the SMs. Default on real subgroups, measured on an
@@ -130,7 +126,6 @@ function fusePlan(opts, m, device, cpu) {
   if (f.qkvRowsMax !== null && (!Number.isInteger(f.qkvRowsMax) || f.qkvRowsMax < f.qkvRowsMin)) {
     throw new Error(`qkvRowsMax ${JSON.stringify(f.qkvRowsMax)} must be null or an integer >= qkvRowsMin (${f.qkvRowsMin})`);
   }
-  if (!Number.isInteger(f.qkvPreSum) || f.qkvPreSum < 0 || f.qkvPreSum === 1) throw new Error(`qkvPreSum ${JSON.stringify(f.qkvPreSum)} must be 0 (off) or an integer >= 2`);
   if (typeof f.lightDown !== 'boolean') throw new Error(`lightDown ${JSON.stringify(f.lightDown)} must be true or false`);
   if (typeof f.qkvRowsDense !== 'boolean') throw new Error(`qkvRowsDense ${JSON.stringify(f.qkvRowsDense)} must be true or false`);
   if (!Number.isInteger(f.fuseSlice) || f.fuseSlice < 32 || f.fuseSlice % 32) throw new Error(`fuseSlice ${f.fuseSlice} must be a positive multiple of 32`);
@@ -318,7 +313,7 @@ export function kernelsInfo(plan) {
     fuseQkvAttn: plan.fuseQkvAttn, fuseQkvAttnWg: plan.fuseQkvAttnWg, fuseWgRows: plan.fuseWgRows,
     fuseMatmulWgRows: plan.fuseMatmulWgRows, fuseQkvPairsRows: plan.fuseQkvPairsRows, qkvRowsMin: plan.qkvRowsMin,
     qkvRowsMax: plan.qkvRowsMax, qkvRowsDense: plan.qkvRowsDense, fuseTouch: [...plan.fuseTouch],
-    lightDown: plan.lightDown, qkvPreSum: plan.qkvPreSum } : false;
+    lightDown: plan.lightDown } : false;
   return { matmul: (plan.subgroups ? `matmul_sg (LANES=${plan.sgSize}` : `matmul (LANES=${plan.lanes}`) + (plan.ksplit > 1 ? `, KSPLIT=${plan.ksplit})` : ')'),
     attention_wg: plan.attnWg, fuse, row_tiles: [...plan.rowTiles], row_tiles_max: plan.rowTilesMax, tile8_rows: plan.tile8Rows, attn_split: plan.attnSplit,
     attn_rows_z: plan.attnRowsZ, head_sum: plan.headSum, head_stage: plan.headStage, attn_block: plan.attnBlock };
