@@ -18,12 +18,12 @@ from exactspec.chat import encode_chat, default_system_prompt
 tok = Tokenizer.from_gguf('static/models/smollm2-135m-instruct-q4_1.gguf')
 ds = default_system_prompt(getattr(tok, 'chat_template', None))
 W = {json.loads(l)['id']: json.loads(l) for l in open('tests/data/workload.jsonl')}
-TS = 0.967
 VER = [None, 1.0, 0.985, 1.100, 1.113, 1.242, 1.388, 1.403, 1.456, 1.763]   # rows -> GPU ms (T_verify(rows-1))
 EMPTY = 0.982   # an empty chain round (k = 3/4; ~0.989)
 PLAIN = 0.951   # a pass running ahead (the champion alone)
 
 def lookup(seq, k, maxn=3, minn=2):
+    """The shipped lookup's proposals (up to k), where they start in seq, and how far back its suffix match reaches."""
     L = len(seq)
     for n in range(min(maxn, L - 1), minn - 1, -1):
         pat = seq[L - n:]
@@ -34,46 +34,18 @@ def lookup(seq, k, maxn=3, minn=2):
                     e = 0
                     while e < 32 and i - e - 1 >= 0 and seq[i - e - 1] == seq[L - n - e - 1]:
                         e += 1
-                    return cont, n + e
-    return [], 0
+                    return cont, i + n, n + e
+    return [], None, 0
 
-def simulate(prompt, answer, policy):
-    seq = list(prompt)
-    pos, cost, state = 0, 0.0, {'full': False}
-    while pos < len(answer):
-        props, ext = lookup(seq, 64)
-        cap = policy(seq, state, ext)
-        props = props[:cap]
-        if len(seq) >= 1024: props = props[:3]
-        a = 0
-        while a < len(props) and pos + a < len(answer) and props[a] == answer[pos + a]:
-            a += 1
-        c = len(props)
-        cost += EMPTY if c == 0 else VER[1 + c]
-        emit = min(a + 1, len(answer) - pos)
-        seq += answer[pos:pos + emit]
-        pos += emit
-        state['full'] = c > 0 and a == c
-    return len(answer) * PLAIN / cost
 
-def simulate_sticky(prompt, answer, lo, hi):
-    """copy on from where the last fully accepted round's proposals came from; else the shipped lookup"""
-    seq = list(prompt)
-    pos, cost, src, full = 0, 0.0, None, False
+def replay(prompt, answer, propose):
+    """Speedup over the champion alone of chain rounds whose proposals propose(seq, last) makes (last: the round
+    before's {'full': every proposal accepted, 'next': where its copy would go on}) -> (proposals, their source)."""
+    seq, pos, cost, last = list(prompt), 0, 0.0, {'full': False, 'next': None}
     while pos < len(answer):
-        cap = hi if full else lo
-        if full and src is not None and src < len(seq):
-            props = seq[src:src + cap]
-            s0 = src
-        else:
-            L = len(seq); props = []; s0 = None
-            for n in range(min(3, L - 1), 1, -1):
-                pat = seq[L - n:]
-                for i in range(L - n - 1, -1, -1):
-                    if seq[i:i + n] == pat and seq[i + n:i + n + 1]:
-                        props = seq[i + n:i + n + cap]; s0 = i + n; break
-                if props: break
-        if len(seq) >= 1024: props = props[:3]
+        props, src = propose(seq, last)
+        if len(seq) >= 1024:
+            props = props[:3]
         a = 0
         while a < len(props) and pos + a < len(answer) and props[a] == answer[pos + a]:
             a += 1
@@ -83,31 +55,53 @@ def simulate_sticky(prompt, answer, lo, hi):
         seq += answer[pos:pos + emit]
         pos += emit
         full = c > 0 and a == c
-        src = (s0 + c + 1) if (full and s0 is not None) else None
+        last = {'full': full, 'next': src + c + 1 if full and src is not None else None}
     return len(answer) * PLAIN / cost
 
+
+def capped(cap):
+    """The shipped lookup with the cap cap(last, extent) on its proposals."""
+    def propose(seq, last):
+        props, src, ext = lookup(seq, 64)
+        return props[:cap(last, ext)], src
+    return propose
+
+
+def sticky(lo, hi):
+    """After a round accepted in full, copy on from where its proposals came from (hi of them); else the lookup (lo)."""
+    def propose(seq, last):
+        if last['full'] and last['next'] is not None and last['next'] < len(seq):
+            return seq[last['next']:last['next'] + hi], last['next']
+        props, src, _ = lookup(seq, lo)
+        return props, src
+    return propose
+
+
 def fixed(k):
-    return lambda seq, st, ext=0: k
+    return capped(lambda last, ext: k)
+
+
 def grow(lo, hi):
-    return lambda seq, st, ext=0: hi if st['full'] else lo
+    return capped(lambda last, ext: hi if last['full'] else lo)
+
+
 def extent(lo, hi, M):
-    return lambda seq, st, ext=0: hi if ext >= M else lo
+    return capped(lambda last, ext: hi if ext >= M else lo)
+
 
 f = sorted(glob.glob(sys.argv[1] + '/product_1_A.json'))[0]
 recs = [r for r in json.load(open(f))['records'] if r['drafter'] == 'none' and r['run'] == 0]
 pols = {'k4': fixed(4), 'k6': fixed(6), 'k8': fixed(8), 'grow4-6': grow(4, 6), 'grow4-8': grow(4, 8), 'grow3-6': grow(3, 6),
         'ext4-6 M5': extent(4, 6, 5), 'ext4-6 M8': extent(4, 6, 8), 'ext4-8 M8': extent(4, 8, 8), 'ext3-6 M6': extent(3, 6, 6)}
+pols = {**pols, 'sticky4-4': sticky(4, 4), 'sticky4-6': sticky(4, 6), 'sticky4-8': sticky(4, 8)}
 by = defaultdict(lambda: defaultdict(list))
-STICKY = {'sticky4-4': (4, 4), 'sticky4-6': (4, 6), 'sticky4-8': (4, 8)}
 for r in recs:
     prompt = encode_chat(tok, W[r['prompt_id']]['messages'], default_system=ds)
     for name, p in pols.items():
-        by[name][r['stratum']].append(simulate(prompt, r['token_ids'], p))
-    for name, (lo, hi) in STICKY.items():
-        by[name][r['stratum']].append(simulate_sticky(prompt, r['token_ids'], lo, hi))
+        by[name][r['stratum']].append(replay(prompt, r['token_ids'], p))
 strata = sorted(by['k4'])
 print('policy'.ljust(12), 'geo'.rjust(6), ' '.join(s[:8].rjust(8) for s in strata))
-for name in list(pols) + list(STICKY):
+for name in pols:
     med = {s: st.median(by[name][s]) for s in strata}
     geo = math.exp(sum(math.log(v) for v in med.values()) / len(med))
     print(name.ljust(12), f'{geo:6.3f}', ' '.join(f'{med[s]:8.2f}' for s in strata))
