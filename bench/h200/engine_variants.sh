@@ -26,7 +26,7 @@
 O=${OUT:-/tmp}
 B=${BACKEND:-vulkan}
 [ "${SETUP:-1}" = 1 ] && source bench/h200/h200_setup.sh
-export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=$B
+source bench/h200/staged_env.sh $B                  # node on PATH, Dawn's backend (after h200_setup.sh)
 : > $O/engine_variants.txt
 : > $O/engine_variants.json
 run() {   # run "NAME" "ENV..." TIMEOUT

@@ -10,7 +10,7 @@ set -e
 O=${OUT:-/tmp}
 source bench/h200/h200_setup.sh
 set +e
-export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=vulkan
+source bench/h200/staged_env.sh vulkan                  # node on PATH, Dawn's backend (after h200_setup.sh)
 FUSE=0 timeout 90 node bench/gpu/bench.mjs --backend vulkan 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
 grep -v '^JSON' $O/bench_h200.txt
 echo "== FUSE=1 (fused engine, 3 dispatches per layer), model only" > $O/bench_fuse_h200.txt

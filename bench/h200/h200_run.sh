@@ -21,7 +21,7 @@ source bench/h200/h200_setup.sh
 set +e
 FUSE=0 timeout 100 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan "$@" 2>&1 | grep -v "artificially reduced" > $O/bench_h200.txt
 grep -v '^JSON' $O/bench_h200.txt
-export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=vulkan
+source bench/h200/staged_env.sh vulkan                  # node on PATH, Dawn's backend (after h200_setup.sh)
 echo "== FUSE=1 (fused engine, 3 dispatches per layer), model only" > $O/bench_fuse_h200.txt
 FUSE=1 timeout 60 /tmp/nb/node bench/gpu/bench.mjs --backend vulkan --model-only 2>&1 | grep -v "artificially reduced" >> $O/bench_fuse_h200.txt
 grep -v '^JSON' $O/bench_fuse_h200.txt

@@ -1,6 +1,7 @@
 # bench/h200/staged_env.sh — sourced (never run) by the device scripts in bench/h200 from the repository root, after
 # `bash bench/h200/product_run.sh --stage` put node and Dawn for Node in $X (/tmp/exactspec): points this shell at
-# them, once for every script, so that they all run the same node, Dawn and Vulkan driver.
+# them, once for every script, so that they all run the same node, Dawn and Vulkan driver. Also after the older
+# staging, bench/h200/h200_setup.sh (node in /tmp/nb, Dawn unpacked into node_modules: the links below are kept).
 #   source bench/h200/staged_env.sh [BACKEND]
 #   - node: /tmp/nb/node (a link to $X/node/node unless a script put one there) first on PATH
 #   - Dawn: node_modules/webgpu -> $X/node_modules/webgpu (where app/gpu and the tests import it)

@@ -27,7 +27,7 @@
 O=${OUT:-/tmp}
 B=${BACKEND:-vulkan}
 [ "${SETUP:-1}" = 1 ] && source bench/h200/h200_setup.sh
-export PATH=/tmp/nb:$PATH EXACTSPEC_DAWN_BACKEND=$B
+source bench/h200/staged_env.sh $B                  # node on PATH, Dawn's backend (after h200_setup.sh)
 : > $O/verify_rows.txt
 : > $O/verify_rows.json
 declare -A V=(
