@@ -15,6 +15,7 @@ from collections import defaultdict
 sys.path.insert(0, 'py')
 from exactspec.tokenizer import Tokenizer
 from exactspec.chat import encode_chat, default_system_prompt
+from exactspec.drafters.ngram import NgramDrafter
 tok = Tokenizer.from_gguf('static/models/smollm2-135m-instruct-q4_1.gguf')
 ds = default_system_prompt(getattr(tok, 'chat_template', None))
 W = {json.loads(l)['id']: json.loads(l) for l in open('tests/data/workload.jsonl')}
@@ -22,8 +23,18 @@ VER = [None, 1.0, 0.985, 1.100, 1.113, 1.242, 1.388, 1.403, 1.456, 1.763]   # ro
 EMPTY = 0.982   # an empty chain round (k = 3/4; ~0.989)
 PLAIN = 0.951   # a pass running ahead (the champion alone)
 
+SHIPPED = NgramDrafter()
+
+
 def lookup(seq, k, maxn=3, minn=2):
-    """The shipped lookup's proposals (up to k), where they start in seq, and how far back its suffix match reaches."""
+    """The shipped lookup's proposals (up to k; checked equal to NgramDrafter.lookup's), where they start in seq, and
+    how far back its suffix match reaches (which NgramDrafter does not report)."""
+    cont, src, ext = _lookup(seq, k, maxn, minn)
+    assert cont == SHIPPED.lookup(seq, k)
+    return cont, src, ext
+
+
+def _lookup(seq, k, maxn, minn):
     L = len(seq)
     for n in range(min(maxn, L - 1), minn - 1, -1):
         pat = seq[L - n:]
